@@ -1,0 +1,335 @@
+"""Masked diffusion LM policies: one interface for tiny offline models and LLaDA-style checkpoints.
+
+A :class:`DiffusionPolicy` owns a bidirectional masked LM and its tokenizer and exposes what ERILS needs:
+
+* ``forward(input_ids, attention_mask) -> logits (B, T, V)`` with left-padding handled (position ids
+  from the attention mask where the architecture accepts them, Dream-style one-position logit shift);
+* prompt encoding through the tokenizer's chat template (left-padded), completion encoding/decoding
+  (cut at the first EOS), and the completion mask "up to and including the first EOS" (§2).
+
+Two concrete policies, both built by LightningCLI from YAML:
+
+* :class:`TinyDiffusionLM` — a ``transformers.BertForMaskedLM`` built from a config with the
+  character tokenizer of :mod:`lit_rl.models.tokenizer` (offline, CPU, seconds to build);
+* :class:`PretrainedDiffusionLM` — ``AutoModel.from_pretrained(path, trust_remote_code=True)`` for
+  LLaDA-8B-Instruct (mask 126336, EOS 126081) and compatible dLLMs, optionally 4-bit NF4 (bitsandbytes).
+
+Both take an optional :class:`LoraSettings` (peft) and an optional ``init_checkpoint``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from lit_rl.models.tokenizer import build_char_tokenizer
+
+# LoRA targets per architecture (``config.model_type``): attention and MLP projections.
+LORA_TARGETS: dict[str, list[str]] = {
+    "bert": ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"],
+    "llada": ["q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"],
+    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "qwen2": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    "dream": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
+
+
+@dataclass
+class LoraSettings:
+    """peft LoRA settings (paper: r=128, alpha=64, dropout 0.05 on attention + MLP projections).
+
+    Attributes:
+        r: LoRA rank.
+        alpha: LoRA alpha (scaling = alpha / r).
+        dropout: LoRA dropout.
+        target_modules: module-name suffixes; ``None`` resolves them from ``config.model_type``.
+    """
+
+    r: int = 128
+    alpha: int = 64
+    dropout: float = 0.05
+    target_modules: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.r <= 0:
+            raise ValueError(f"lora.r must be positive, got {self.r}")
+
+
+def resolve_lora_targets(model: nn.Module, requested: Sequence[str] | None) -> list[str]:
+    """Module-name suffixes to adapt, checked against the model's Linear layers."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    targets = list(requested) if requested else LORA_TARGETS.get(str(model_type))
+    if not targets:
+        raise ValueError(
+            f"lora.target_modules: no default for model_type={model_type!r}; set it in the config "
+            f"(known: {sorted(LORA_TARGETS)})"
+        )
+    linear_names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Linear4bit"]
+    found = [t for t in targets if any(n == t or n.endswith("." + t) for n in linear_names)]
+    if not found:
+        raise ValueError(f"lora.target_modules {targets} match no Linear layer of {type(model).__name__}")
+    return found
+
+
+def apply_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
+    """Wrap ``model`` with peft LoRA adapters (base weights frozen)."""
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=resolve_lora_targets(model, settings.target_modules),
+        bias="none",
+    )
+    return get_peft_model(model, cfg)
+
+
+class DiffusionPolicy(nn.Module):
+    """Base class: a masked diffusion LM with its tokenizer.
+
+    Subclasses set ``self.model``, ``self.tokenizer``, ``self.mask_id``, ``self.eos_id``, ``self.pad_id``.
+    """
+
+    model: nn.Module
+    tokenizer: Any
+    mask_id: int
+    eos_id: int
+    pad_id: int
+    #: Dream-style models predict token t at position t-1: shift logits right by one.
+    logits_shift: bool = False
+    #: whether the underlying forward accepts ``position_ids`` (BERT does; LLaDA does not).
+    accepts_position_ids: bool = False
+
+    # -- model call --------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``(B, T, V)`` for ``input_ids (B, T)``; ``attention_mask`` 1 on real tokens."""
+        kwargs: dict[str, Any] = {}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+            if self.accepts_position_ids:
+                # left padding: positions count real tokens only, so a prompt's positions do not
+                # depend on how much padding its batch needed
+                kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+        logits = self.model(input_ids=input_ids, **kwargs).logits  # (B, T, V)
+        if self.logits_shift:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # (B, T, V)
+        return logits
+
+    # -- text <-> ids ------------------------------------------------------------------------------
+    def encode_prompts(self, messages: Sequence[list[dict[str, str]]], max_prompt_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Render chat prompts and left-pad them: ``(ids (B, P), mask (B, P))``.
+
+        Prompts longer than ``max_prompt_len`` keep their last ``max_prompt_len`` tokens (as TRL does).
+        """
+        rows: list[list[int]] = []
+        for msgs in messages:
+            text = self.tokenizer.apply_chat_template(list(msgs), tokenize=False, add_generation_prompt=True)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if max_prompt_len is not None and len(ids) > max_prompt_len:
+                ids = ids[-max_prompt_len:]
+            rows.append(ids)
+        width = max(len(r) for r in rows)
+        out = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                out[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+                mask[i, width - len(r):] = 1
+        return out, mask
+
+    def encode_completions(self, texts: Sequence[str], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokenise completions, append EOS, cut to ``length`` and fill the rest with EOS.
+
+        Returns ``(ids (B, length), lengths (B,))`` where ``lengths`` counts tokens up to and including
+        the first EOS (or ``length`` for a completion cut before its EOS).
+        """
+        ids = torch.full((len(texts), length), self.eos_id, dtype=torch.long)
+        lengths = torch.zeros(len(texts), dtype=torch.long)
+        for i, t in enumerate(texts):
+            toks = self.tokenizer(t, add_special_tokens=False)["input_ids"][: length - 1] + [self.eos_id]
+            toks = toks[:length]
+            ids[i, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+            lengths[i] = len(toks)
+        return ids, lengths
+
+    def completion_lengths(self, completion_ids: torch.Tensor) -> torch.Tensor:
+        """Tokens up to and including the first EOS, ``(B,)``; no EOS → full width."""
+        is_eos = completion_ids == self.eos_id  # (B, L)
+        L = completion_ids.shape[1]
+        first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1), torch.full_like(is_eos[:, 0], L - 1, dtype=torch.long))
+        return first + 1  # (B,)
+
+    def decode_completions(self, completion_ids: torch.Tensor) -> list[str]:
+        """Text of each completion up to (excluding) its first EOS; special tokens dropped."""
+        lengths = self.completion_lengths(completion_ids)
+        out = []
+        for row, n in zip(completion_ids.tolist(), lengths.tolist()):
+            cut = row[:n]
+            if cut and cut[-1] == self.eos_id:
+                cut = cut[:-1]
+            out.append(self.tokenizer.decode(cut, skip_special_tokens=True))
+        return out
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    @property
+    def tokenizer_name(self) -> str:
+        return str(getattr(self.tokenizer, "name_or_path", type(self.tokenizer).__name__))
+
+    def load_init_checkpoint(self, path: str | Path) -> None:
+        """Load model weights from a ``torch.save``'d state dict or a Lightning checkpoint."""
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if "state_dict" in state:  # Lightning checkpoint: keys prefixed "policy."
+            state = {k.removeprefix("policy."): v for k, v in state["state_dict"].items() if k.startswith("policy.")}
+            missing, unexpected = self.load_state_dict(state, strict=False)
+        else:
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected:
+            raise ValueError(f"init_checkpoint {path}: unexpected keys {unexpected[:5]}")
+
+
+class TinyDiffusionLM(DiffusionPolicy):
+    """A tiny bidirectional masked LM (``BertForMaskedLM`` from a config) with the char tokenizer.
+
+    Args:
+        hidden_size: width of the transformer.
+        num_layers: transformer layers.
+        num_heads: attention heads.
+        intermediate_size: MLP width.
+        max_positions: maximum sequence length (prompt + completion).
+        seed: seed for the weight initialisation (the model is the same on every machine).
+        init_checkpoint: optional weights to start from (``torch.save`` state dict or Lightning ckpt).
+        lora: optional LoRA adapters (peft); ``None`` trains all weights.
+    """
+
+    accepts_position_ids = True
+
+    def __init__(
+        self,
+        hidden_size: int = 128,
+        num_layers: int = 4,
+        num_heads: int = 4,
+        intermediate_size: int = 512,
+        max_positions: int = 512,
+        seed: int = 0,
+        init_checkpoint: str | None = None,
+        lora: LoraSettings | None = None,
+    ) -> None:
+        super().__init__()
+        from transformers import BertConfig, BertForMaskedLM
+
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+        self.tokenizer = build_char_tokenizer()
+        config = BertConfig(
+            vocab_size=len(self.tokenizer),
+            hidden_size=hidden_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=num_heads,
+            intermediate_size=intermediate_size,
+            max_position_embeddings=max_positions,
+            type_vocab_size=1,
+            pad_token_id=self.tokenizer.pad_token_id,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            is_decoder=False,
+        )
+        config._attn_implementation = "sdpa"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.model = BertForMaskedLM(config)
+        self.mask_id = int(self.tokenizer.mask_token_id)
+        self.eos_id = int(self.tokenizer.eos_token_id)
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.max_positions = max_positions
+        if init_checkpoint:
+            self.load_init_checkpoint(init_checkpoint)
+        if lora is not None:
+            self.model = apply_lora(self.model, lora)
+
+
+@dataclass
+class QuantizationSettings:
+    """bitsandbytes 4-bit loading (paper: NF4 base weights, bf16 compute).
+
+    Attributes:
+        load_in_4bit: quantise Linear weights to 4 bits.
+        quant_type: ``"nf4"`` or ``"fp4"``.
+        compute_dtype: dtype of the 4-bit matmuls.
+        double_quant: nested quantisation of the scales.
+    """
+
+    load_in_4bit: bool = True
+    quant_type: str = "nf4"
+    compute_dtype: str = "bfloat16"
+    double_quant: bool = False
+
+
+class PretrainedDiffusionLM(DiffusionPolicy):
+    """A LLaDA-style dLLM loaded with ``AutoModel.from_pretrained(path, trust_remote_code=True)``.
+
+    Args:
+        path: local directory or hub name of the model (LLaDA-8B-Instruct: ``GSAI-ML/LLaDA-8B-Instruct``).
+        mask_id: the ``[MASK]`` token id (LLaDA 126336); ``None`` reads ``tokenizer.mask_token_id``.
+        eos_id: EOS id (LLaDA 126081); ``None`` reads ``tokenizer.eos_token_id``.
+        pad_id: id used for left padding; ``None`` uses the tokenizer's pad id or EOS.
+        dtype: weight dtype when not quantised (``"bfloat16"``, ``"float32"``).
+        trust_remote_code: allow the checkpoint's own modeling code (needed for LLaDA).
+        logits_shift: Dream-style models: logits at t-1 predict token t.
+        quantization: optional 4-bit loading (bitsandbytes).
+        lora: optional LoRA adapters (peft).
+        gradient_checkpointing: trade compute for memory during the surrogate's forward passes.
+        init_checkpoint: optional weights to start from.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        mask_id: int | None = 126336,
+        eos_id: int | None = 126081,
+        pad_id: int | None = None,
+        dtype: str = "bfloat16",
+        trust_remote_code: bool = True,
+        logits_shift: bool = False,
+        quantization: QuantizationSettings | None = None,
+        lora: LoraSettings | None = None,
+        gradient_checkpointing: bool = False,
+        init_checkpoint: str | None = None,
+    ) -> None:
+        super().__init__()
+        from transformers import AutoModel, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        self.tokenizer.padding_side = "left"
+        kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": getattr(torch, dtype)}
+        if quantization is not None and quantization.load_in_4bit:
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True,
+                bnb_4bit_quant_type=quantization.quant_type,
+                bnb_4bit_compute_dtype=getattr(torch, quantization.compute_dtype),
+                bnb_4bit_use_double_quant=quantization.double_quant,
+            )
+        self.model = AutoModel.from_pretrained(path, **kwargs)
+        self.mask_id = int(mask_id if mask_id is not None else self.tokenizer.mask_token_id)
+        self.eos_id = int(eos_id if eos_id is not None else self.tokenizer.eos_token_id)
+        tok_pad = getattr(self.tokenizer, "pad_token_id", None)
+        self.pad_id = int(pad_id if pad_id is not None else (tok_pad if tok_pad is not None else self.eos_id))
+        self.logits_shift = logits_shift
+        if init_checkpoint:
+            self.load_init_checkpoint(init_checkpoint)
+        if quantization is not None and quantization.load_in_4bit:
+            from peft import prepare_model_for_kbit_training
+
+            self.model = prepare_model_for_kbit_training(self.model, use_gradient_checkpointing=gradient_checkpointing)
+        elif gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
+            self.model.gradient_checkpointing_enable()
+        if lora is not None:
+            self.model = apply_lora(self.model, lora)

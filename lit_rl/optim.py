@@ -1,0 +1,21 @@
+"""Optimizer and LR-schedule factories that LightningCLI can build from YAML."""
+
+from __future__ import annotations
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+
+class ConstantWithWarmup(LambdaLR):
+    """Linear warm-up from 0 over ``warmup_steps`` optimizer steps, then a constant LR (ERILS Table VIII).
+
+    Args:
+        optimizer: the wrapped optimizer.
+        warmup_steps: number of warm-up optimizer steps (0: constant from the start).
+    """
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int = 0) -> None:
+        if warmup_steps < 0:
+            raise ValueError(f"scheduler.warmup_steps must be >= 0, got {warmup_steps}")
+        self.warmup_steps = warmup_steps
+        super().__init__(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)

@@ -1,0 +1,186 @@
+"""The external rollout pool file: JSONL, one completion per line, keyed by prompt id.
+
+Line 1 is a header, every other line a :class:`PoolRecord`::
+
+    {"lit_rl_pool": 1, "task": "sudoku", "policy": "scripted-sudoku", "tokenizer": "lit_rl/char", ...}
+    {"prompt_id": "sudoku-train-0", "index": 0, "source": "scripted-sudoku", "completion": "<reasoning>...",
+     "reward": 1.0, "num_tokens": 61, "tokenizer": "lit_rl/char", "usable": true, "meta": {...}}
+
+Records of one prompt appear in candidate order (``index``); a builder moves usable candidates to the
+front (ERILS App. B), so training takes the first ``G_ext`` usable records of each prompt. ``reward`` is the
+task verifier's reward of the final completion; ``num_tokens`` is counted with ``tokenizer`` (the external
+model's tokenizer). ``meta`` holds generation metadata (temperature, seed, first-stage text and reward of a
+two-stage length-controlled build, wall time, ...).
+
+Writers append one line at a time and ``fsync`` (a killed build leaves a valid prefix), or write a whole
+file atomically (temp file + rename). Readers name the file and line of any malformed record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+POOL_VERSION = 1
+#: ERILS App. B: external completions longer than this (external-tokenizer tokens) are unusable.
+MAX_USABLE_TOKENS = 500
+
+
+class PoolFormatError(ValueError):
+    """A malformed pool file (message names the file and line)."""
+
+
+@dataclass
+class PoolRecord:
+    """One external completion.
+
+    Attributes:
+        prompt_id: the task example id this completion answers.
+        index: candidate index among the prompt's completions (after usable-first reordering).
+        source: name of the external policy that wrote it.
+        completion: the completion text (``<reasoning>...</reasoning>\\n<answer>...</answer>``).
+        reward: verifier reward of ``completion``.
+        num_tokens: completion length under ``tokenizer``.
+        tokenizer: name of the tokenizer ``num_tokens`` was counted with (``"chars"`` = fallback).
+        usable: ``num_tokens <= 500`` (ERILS App. B).
+        meta: generation metadata.
+    """
+
+    prompt_id: str
+    index: int
+    source: str
+    completion: str
+    reward: float
+    num_tokens: int
+    tokenizer: str
+    usable: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    _REQUIRED = {"prompt_id": str, "index": int, "source": str, "completion": str, "reward": (int, float), "num_tokens": int, "tokenizer": str}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> "PoolRecord":
+        if not isinstance(obj, dict):
+            raise PoolFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        for key, typ in cls._REQUIRED.items():
+            if key not in obj:
+                raise PoolFormatError(f"{where}: missing field '{key}'")
+            if not isinstance(obj[key], typ) or isinstance(obj[key], bool):
+                raise PoolFormatError(f"{where}: field '{key}' has type {type(obj[key]).__name__}")
+        reward = float(obj["reward"])
+        if reward != reward or reward in (float("inf"), float("-inf")):
+            raise PoolFormatError(f"{where}: field 'reward' is not finite ({obj['reward']})")
+        return cls(
+            prompt_id=obj["prompt_id"],
+            index=obj["index"],
+            source=obj["source"],
+            completion=obj["completion"],
+            reward=reward,
+            num_tokens=obj["num_tokens"],
+            tokenizer=obj["tokenizer"],
+            usable=bool(obj.get("usable", obj["num_tokens"] <= MAX_USABLE_TOKENS)),
+            meta=dict(obj.get("meta") or {}),
+        )
+
+
+def _header(task: str, policy: str, tokenizer: str, **extra: Any) -> dict[str, Any]:
+    return {"lit_rl_pool": POOL_VERSION, "task": task, "policy": policy, "tokenizer": tokenizer, **extra}
+
+
+def iter_pool(path: str | Path) -> tuple[dict[str, Any], Iterator[PoolRecord]]:
+    """Header and a record iterator; errors name ``path:line``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"pool file not found: {path}")
+    fh = path.open("r", encoding="utf-8")
+    first = fh.readline()
+    try:
+        header = json.loads(first)
+    except json.JSONDecodeError as e:
+        fh.close()
+        raise PoolFormatError(f"{path}:1: header is not JSON ({e.msg})") from None
+    if not isinstance(header, dict) or header.get("lit_rl_pool") != POOL_VERSION:
+        fh.close()
+        raise PoolFormatError(f"{path}:1: not a lit_rl pool header (expected \"lit_rl_pool\": {POOL_VERSION})")
+
+    def records() -> Iterator[PoolRecord]:
+        with fh:
+            for lineno, line in enumerate(fh, start=2):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                if not line.endswith("\n"):
+                    raise PoolFormatError(f"{where}: truncated last line (a killed writer?); resume the build to repair it")
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise PoolFormatError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+                yield PoolRecord.from_json(obj, where)
+
+    return header, records()
+
+
+def load_pool(
+    path: str | Path,
+    g_ext: int,
+    valid_ids: Iterable[str] | None = None,
+    task: str | None = None,
+) -> dict[str, list[PoolRecord]]:
+    """The first ``g_ext`` usable records of every prompt, keyed by prompt id.
+
+    Args:
+        path: pool JSONL file.
+        g_ext: external rollouts per prompt group; prompts with fewer usable records are left out.
+        valid_ids: the dataset's prompt ids; a record naming another id is an error (wrong pool/dataset).
+        task: expected task name (checked against the header).
+    """
+    header, records = iter_pool(path)
+    if task is not None and header.get("task") != task:
+        raise PoolFormatError(f"{path}:1: pool is for task {header.get('task')!r}, the run's task is {task!r}")
+    valid = set(valid_ids) if valid_ids is not None else None
+    by_prompt: dict[str, list[PoolRecord]] = {}
+    for lineno, rec in enumerate(records, start=2):
+        if valid is not None and rec.prompt_id not in valid:
+            raise PoolFormatError(f"{path}:{lineno}: prompt_id {rec.prompt_id!r} is not in the task's training set")
+        by_prompt.setdefault(rec.prompt_id, []).append(rec)
+    out = {}
+    for pid, recs in by_prompt.items():
+        usable = [r for r in sorted(recs, key=lambda r: r.index) if r.usable][:g_ext]
+        if len(usable) >= g_ext:
+            out[pid] = usable
+    return out
+
+
+def write_pool_atomic(path: str | Path, header: dict[str, Any], records: Iterable[PoolRecord]) -> None:
+    """Write a whole pool file atomically (temp file in the same folder + fsync + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(header, sort_keys=True) + "\n")
+            for rec in records:
+                fh.write(json.dumps(asdict(rec), sort_keys=True, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def reorder_usable_first(records: list[PoolRecord], max_tokens: int = MAX_USABLE_TOKENS) -> list[PoolRecord]:
+    """ERILS App. B: mark records over ``max_tokens`` unusable and move usable ones to the front.
+
+    The order among usable (and among unusable) records is kept; reward never affects it.
+    """
+    for r in records:
+        r.usable = r.num_tokens <= max_tokens
+    ordered = [r for r in records if r.usable] + [r for r in records if not r.usable]
+    for i, r in enumerate(ordered):
+        r.index = i
+    return ordered

@@ -1,0 +1,128 @@
+"""Scripted external policies: short, correct reasoning traces written by a program.
+
+They stand in for the strong AR model of ERILS on the embedded CPU default, so the demo needs no large
+model. Each writes the ERILS output format ``<reasoning>...</reasoning>\\n<answer>...</answer>``.
+
+* Sudoku: a compact deduction trace. Cells are filled in the order a human would find them (a blank
+  with a single candidate first; when none has one, the first blank takes its solution value), each step
+  written ``rcd`` (row, column, digit, 1-based; no separators, so a 12-blank trace and its answer fit
+  the embedded default's 64-token completions), then the 16-digit solution.
+* Countdown: a short search trace over pairs (``a+b=c``, ...), then the expression that hits the target.
+
+``error_rate`` makes the scripted policy wrong on purpose (one answer digit / operator changed), so that
+external rewards are not all 1.0 — as with a real external model.
+
+Also here: :func:`format_warmup_text`, the format-only completions of the tiny model's warm-up (random
+reasoning of varying length, an answer that copies the givens), which teach the format but not the task.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from fractions import Fraction
+
+from lit_rl.tasks.base import Example
+
+
+def _candidates(grid: list[int], idx: int) -> set[int]:
+    r, c = divmod(idx, 4)
+    br, bc = (r // 2) * 2, (c // 2) * 2
+    seen = {grid[r * 4 + j] for j in range(4)} | {grid[i * 4 + c] for i in range(4)}
+    seen |= {grid[(br + i) * 4 + bc + j] for i in range(2) for j in range(2)}
+    return {1, 2, 3, 4} - seen
+
+
+def sudoku_trace(puzzle: str, solution: str, rng: random.Random) -> list[tuple[int, int, int]]:
+    """Deduction order ``[(row, col, digit), ...]`` (1-based) for the blanks of ``puzzle``."""
+    grid = [int(ch) for ch in puzzle]
+    steps = []
+    while 0 in grid:
+        blanks = [i for i, v in enumerate(grid) if v == 0]
+        singles = [i for i in blanks if len(_candidates(grid, i)) == 1]
+        idx = rng.choice(singles) if singles else blanks[0]
+        grid[idx] = int(solution[idx])
+        steps.append((idx // 4 + 1, idx % 4 + 1, grid[idx]))
+    return steps
+
+
+def sudoku_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
+    """A scripted Sudoku completion for ``example`` (``meta["puzzle"]``, ``answer`` = solution)."""
+    puzzle, solution = example.meta["puzzle"], str(example.answer)
+    steps = sudoku_trace(puzzle, solution, rng)
+    answer = list(solution)
+    if error_rate > 0 and rng.random() < error_rate:
+        blanks = [i for i, ch in enumerate(puzzle) if ch == "0"]
+        i = rng.choice(blanks)
+        answer[i] = rng.choice([d for d in "1234" if d != answer[i]])
+    trace = "".join(f"{r}{c}{d}" for r, c, d in steps)
+    return f"<reasoning>{trace}</reasoning>\n<answer>{''.join(answer)}</answer>"
+
+
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b if b else None}
+
+
+def countdown_search(numbers: list[int], target: int, rng: random.Random, max_steps: int = 6) -> tuple[list[str], str | None]:
+    """Short search over ``(a op b) op c`` orders; returns (trace lines, expression or None)."""
+    tried: list[str] = []
+    orders = list(itertools.permutations(range(3)))
+    rng.shuffle(orders)
+    found = None
+    for i, j, k in orders:
+        a, b, c = (Fraction(numbers[i]), Fraction(numbers[j]), Fraction(numbers[k]))
+        for op1, op2 in itertools.product(_OPS, repeat=2):
+            ab = _OPS[op1](a, b)
+            if ab is None:
+                continue
+            v = _OPS[op2](ab, c)
+            if v is None:
+                continue
+            expr = f"({numbers[i]}{op1}{numbers[j]}){op2}{numbers[k]}"
+            if v == target:
+                found = expr
+                tried.append(f"{expr}={target}")
+                return tried[-max_steps:], found
+            if ab.denominator == 1 and len(tried) < 64 and rng.random() < 0.05:
+                tried.append(f"{numbers[i]}{op1}{numbers[j]}={int(ab)}")
+    return tried[-max_steps:], found
+
+
+def countdown_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
+    """A scripted Countdown completion (``answer`` = ``(numbers, target)``)."""
+    numbers, target = example.answer
+    numbers = [int(n) for n in numbers]
+    trace, expr = countdown_search(numbers, int(target), rng)
+    if expr is None:
+        expr = "+".join(str(n) for n in numbers)
+    elif error_rate > 0 and rng.random() < error_rate:
+        for op in "+-*/":
+            if op in expr:
+                expr = expr.replace(op, rng.choice([o for o in "+-*" if o != op]), 1)
+                break
+    return f"<reasoning>{', '.join(trace)}</reasoning>\n<answer>{expr}</answer>"
+
+
+SCRIPTED_POLICIES = {"sudoku": sudoku_completion, "countdown": countdown_completion}
+
+
+def format_warmup_text(task_name: str, example: Example, rng: random.Random) -> str:
+    """A format-only completion: random reasoning of random length, an answer unrelated to the task.
+
+    Sudoku: the answer copies the givens and puts random digits in the blanks (cell accuracy ~chance).
+    Countdown: a random expression of the three numbers.
+    """
+    if task_name == "sudoku":
+        puzzle = example.meta["puzzle"]
+        n = rng.randint(0, 12)
+        trace = "".join(f"{rng.randint(1, 4)}{rng.randint(1, 4)}{rng.randint(1, 4)}" for _ in range(n))
+        answer = "".join(ch if ch != "0" else str(rng.randint(1, 4)) for ch in puzzle)
+        return f"<reasoning>{trace}</reasoning>\n<answer>{answer}</answer>"
+    if task_name == "countdown":
+        numbers, _ = example.answer
+        nums = [str(int(x)) for x in numbers]
+        rng.shuffle(nums)
+        ops = [rng.choice("+-*/") for _ in range(2)]
+        n = rng.randint(0, 4)
+        trace = ", ".join(f"{rng.choice(nums)}{rng.choice('+-*')}{rng.choice(nums)}" for _ in range(n))
+        return f"<reasoning>{trace}</reasoning>\n<answer>({nums[0]}{ops[0]}{nums[1]}){ops[1]}{nums[2]}</answer>"
+    raise ValueError(f"no format warm-up texts for task {task_name!r} (known: sudoku, countdown)")

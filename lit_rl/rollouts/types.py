@@ -1,0 +1,118 @@
+"""Typed rollout containers shared by both algorithms.
+
+Layout of every rollout tensor: the prompt is LEFT-padded to a common width ``P`` and the completion
+occupies the last ``L`` positions, so ``input_ids[:, P:]`` is the completion of every row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from enum import IntEnum
+from typing import Any
+
+import torch
+
+from lit_rl.tasks.base import Example
+
+
+class Source(IntEnum):
+    """Where a rollout came from (stored as a long tensor ``source (N,)``)."""
+
+    ON_POLICY = 0
+    EXTERNAL = 1
+    CONTINUATION = 2
+
+    @property
+    def label(self) -> str:
+        return {0: "on_policy", 1: "external", 2: "continuation"}[int(self)]
+
+
+@dataclass
+class PromptBatch:
+    """What the prompt stream yields: a batch of prompt groups and their external rollouts.
+
+    Attributes:
+        examples: the ``B_p`` prompts of this batch.
+        step: index of this batch in the recorded prompt stream (for exact resume and logging).
+        external: for each prompt, its external completion records (``PoolRecord``), ``G_ext`` each.
+        rollouts: filled at the start of the training batch by the DataModule (on-policy generation).
+    """
+
+    examples: list[Example]
+    step: int
+    external: list[list[Any]] = field(default_factory=list)
+    rollouts: "RolloutBatch | None" = None
+
+
+@dataclass
+class RolloutBatch:
+    """Source-tagged rollouts of ``B_p`` prompt groups, ``N`` rows in all.
+
+    Attributes:
+        input_ids: ``(N, P + L)`` prompt (left-padded) followed by the completion (EOS-filled).
+        attention_mask: ``(N, P + L)`` 1 on real tokens (prompt padding is 0, the completion is 1).
+        prompt_len: ``P``, the padded prompt width.
+        completion_mask: ``(N, L)`` bool, True on completion tokens up to and including the first EOS.
+        lengths: ``(N,)`` completion lengths (tokens up to and including the first EOS).
+        rewards: ``(N,)`` float rewards from the task verifier.
+        source: ``(N,)`` long, a :class:`Source` per row.
+        group: ``(N,)`` long, index of the row's prompt in the batch.
+        texts: ``N`` decoded completions.
+        prompt_ids: ``N`` prompt ids (``Example.id``).
+        hit_limit: ``(N,)`` bool, the completion filled the whole generation budget without an EOS.
+        old_logp: ``(N, L)`` optional rollout-time token log-probs (GRPO's pi_old).
+        eval_total: ``(N,)`` optional evaluation units per row (validation batches: ``rewards`` holds
+            the evaluation score's ``correct`` and this its ``total``, e.g. Sudoku blank cells).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_len: int
+    completion_mask: torch.Tensor
+    lengths: torch.Tensor
+    rewards: torch.Tensor
+    source: torch.Tensor
+    group: torch.Tensor
+    texts: list[str]
+    prompt_ids: list[str]
+    hit_limit: torch.Tensor
+    old_logp: torch.Tensor | None = None
+    eval_total: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_len:]  # (N, L)
+
+    def to(self, device: torch.device | str) -> "RolloutBatch":
+        moved = {
+            f.name: getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), torch.Tensor) else getattr(self, f.name)
+            for f in fields(self)
+        }
+        return RolloutBatch(**moved)
+
+    def select(self, keep: torch.Tensor) -> "RolloutBatch":
+        """Rows where ``keep (N,)`` is True (the completion width is unchanged)."""
+        idx = keep.nonzero(as_tuple=True)[0]
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor):
+                out[f.name] = v[idx]
+            elif isinstance(v, list):
+                out[f.name] = [v[i] for i in idx.tolist()]
+            else:
+                out[f.name] = v
+        return RolloutBatch(**out)
+
+    def micro_batches(self, size: int) -> list["RolloutBatch"]:
+        """Split into consecutive chunks of at most ``size`` rows (for gradient accumulation)."""
+        n = len(self)
+        chunks = []
+        for start in range(0, n, size):
+            keep = torch.zeros(n, dtype=torch.bool, device=self.input_ids.device)
+            keep[start:start + size] = True
+            chunks.append(self.select(keep))
+        return chunks

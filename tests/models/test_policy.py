@@ -1,0 +1,51 @@
+import torch
+
+from lit_rl.models import LoraSettings, TinyDiffusionLM
+
+
+def test_char_tokenizer_roundtrip_and_atomic_tags():
+    p = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    text = "<reasoning>112</reasoning>\n<answer>1234</answer>"
+    ids = p.tokenizer(text, add_special_tokens=False)["input_ids"]
+    # 4 tags + "112" + "\n" + "1234" = 4 + 3 + 1 + 4 tokens
+    assert len(ids) == 12
+    assert p.tokenizer.decode(ids) == text
+
+
+def test_encode_prompts_left_pads():
+    p = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    ids, mask = p.encode_prompts([[{"role": "user", "content": "12"}], [{"role": "user", "content": "1234"}]])
+    # chat template adds "\n": lengths 3 and 5, padded on the left to 5
+    assert mask.tolist() == [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
+    assert ids[0, :2].tolist() == [p.pad_id, p.pad_id]
+
+
+def test_completion_lengths_decode_and_encode():
+    p = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    comp, lengths = p.encode_completions(["ab", "abcdefgh"], 5)
+    # "ab"+EOS = 3 tokens then EOS padding; "abcdefgh" is cut to 4 tokens + EOS = 5
+    assert lengths.tolist() == [3, 5]
+    assert p.completion_lengths(comp).tolist() == [3, 5]
+    assert p.decode_completions(comp) == ["ab", "abcd"]
+    no_eos = torch.full((1, 4), p.tokenizer.convert_tokens_to_ids("x"))
+    assert p.completion_lengths(no_eos).tolist() == [4]
+
+
+def test_position_ids_make_left_padding_invisible():
+    torch.manual_seed(0)
+    p = TinyDiffusionLM(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64).eval()
+    ids, mask = p.encode_prompts([[{"role": "user", "content": "12"}], [{"role": "user", "content": "123456"}]])
+    with torch.no_grad():
+        batched = p(ids, mask)[0, -3:]
+        alone_ids, alone_mask = p.encode_prompts([[{"role": "user", "content": "12"}]])
+        alone = p(alone_ids, alone_mask)[0]
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+
+
+def test_lora_trains_only_adapters():
+    p = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    trainable = [n for n, q in p.named_parameters() if q.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    ids, mask = p.encode_prompts([[{"role": "user", "content": "12"}]])
+    p(ids, mask).sum().backward()
+    assert all(q.grad is not None for n, q in p.named_parameters() if q.requires_grad and "lora_B" in n)
