@@ -1,0 +1,258 @@
+"""GRPO core math: group-relative advantages and the token-level clipped policy-gradient loss.
+
+Pure functions over tensors; no module state. They follow:
+
+* GRPO (Shao et al. 2024, DeepSeekMath §4.1): advantage = reward minus the mean reward of the prompt's
+  group, optionally divided by the group standard deviation.
+* RLOO (Ahmadian et al. 2024; Kool et al. 2019): leave-one-out baseline, i.e. the mean of the *other*
+  rewards of the group.
+* PPO (Schulman et al. 2017) clipped surrogate applied per token, with DAPO's (Yu et al. 2025)
+  "clip-higher" (asymmetric ``eps_low`` / ``eps_high``), token-level aggregation and overlong filtering.
+* k3 KL estimator (Schulman 2020, "Approximating KL divergence"), as used by GRPO:
+  ``exp(ref - logp) - (ref - logp) - 1``, an unbiased, non-negative estimate of KL(π_θ || π_ref).
+
+Double-rollout GRPO (DR §2) uses this loss unchanged: the rollout-time log-probs are ``old_logp``
+(π_old) for the several optimizer updates made per rollout batch.
+
+Loss aggregation (``aggregation=``), because this choice changes the gradient's weighting:
+
+* ``"token-mean"`` (default; DAPO, TRL ``loss_type="dapo"``): sum of the per-token losses over every valid
+  token of the batch divided by the number of valid tokens. Each token weighs the same, so long
+  completions are not down-weighted per token.
+* ``"seq-mean-token-mean"`` (original GRPO): mean over each sequence's valid tokens, then mean over
+  sequences. Each sequence weighs the same, so a token of a long completion weighs less. Sequences with
+  no valid token (e.g. dropped by :func:`truncation_mask`) are left out of the outer mean.
+* ``"seq-mean-token-sum-norm"`` (Dr. GRPO, Liu et al. 2025): sum over all valid tokens divided by
+  ``B * L`` where ``L = mask.shape[1]``. It is a constant normaliser only when callers pad completions to
+  the generation limit (``max_new_tokens``); otherwise it changes with the batch's longest completion.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+__all__ = [
+    "AGGREGATIONS",
+    "aggregate",
+    "clipped_pg_loss",
+    "group_advantages",
+    "is_truncated",
+    "k3_kl",
+    "masked_mean",
+    "truncation_mask",
+]
+
+
+def _group_index(group: Tensor) -> tuple[Tensor, int]:
+    """Map arbitrary group ids to ``0..G-1``. Returns the index ``(B,)`` and the number of groups G."""
+    uniq, inverse = torch.unique(group, return_inverse=True)
+    return inverse, int(uniq.numel())
+
+
+def group_advantages(
+    rewards: Tensor,
+    group: Tensor,
+    scale_std: bool = False,
+    leave_one_out: bool = False,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Group-relative advantages (GRPO / RLOO / Dr. GRPO).
+
+    ``A_i = r_i - b_i`` with ``b_i`` the mean reward of the group of ``i`` (GRPO), or with
+    ``leave_one_out=True`` the mean of the group's *other* rewards (RLOO), which equals
+    ``n/(n-1) · (r_i - mean)``. With ``scale_std=True`` the result is divided by ``std + eps`` where std is
+    the group's **sample** standard deviation (Bessel-corrected, ``n-1``; what ``torch.std`` and TRL's GRPO
+    use). ``scale_std=False`` is Dr. GRPO / SPG / the DR paper's baseline without std division.
+
+    Groups whose rewards are all equal (incl. groups of one) get exactly ``0`` — set explicitly, so no
+    division by zero and no float round-off residue from ``r - mean(r)``.
+
+    Args:
+        rewards: ``(B,)`` float rewards.
+        group: ``(B,)`` integer prompt/group ids (any values; rows need not be contiguous or sorted).
+        scale_std: divide by the group's sample std (+ ``eps``).
+        leave_one_out: RLOO baseline instead of the full group mean.
+        eps: added to the std before dividing.
+
+    Returns:
+        ``(B,)`` advantages, same dtype as ``rewards``.
+    """
+    if rewards.ndim != 1 or group.shape != rewards.shape:
+        raise ValueError(f"rewards and group must both be (B,), got {tuple(rewards.shape)} and {tuple(group.shape)}")
+    r = rewards.to(torch.float64)  # (B,) accumulate in float64 so all-equal detection and means are exact
+    idx, G = _group_index(group)  # (B,), G
+    count = torch.zeros(G, dtype=torch.float64, device=r.device).index_add_(0, idx, torch.ones_like(r))  # (G,)
+    total = torch.zeros(G, dtype=torch.float64, device=r.device).index_add_(0, idx, r)  # (G,)
+    mean = total / count  # (G,)
+    n = count[idx]  # (B,)
+    centred = r - mean[idx]  # (B,)
+    if leave_one_out:
+        # mean of the others = (total - r_i)/(n-1); r_i - that = n/(n-1)·(r_i - mean). Groups of one → 0.
+        adv = torch.where(n > 1, centred * n / (n - 1).clamp(min=1), torch.zeros_like(centred))
+    else:
+        adv = centred
+    if scale_std:
+        sq = torch.zeros(G, dtype=torch.float64, device=r.device).index_add_(0, idx, centred**2)  # (G,)
+        std = (sq / (count - 1).clamp(min=1)).sqrt()  # (G,) sample std; 0 for groups of one
+        adv = adv / (std[idx] + eps)
+    # Exact zeros for constant groups: max == min within the group.
+    gmax = torch.full((G,), -torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, idx, r, "amax")
+    gmin = torch.full((G,), torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, idx, r, "amin")
+    constant = (gmax == gmin)[idx]  # (B,)
+    adv = torch.where(constant, torch.zeros_like(adv), adv)
+    return adv.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
+
+
+def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of ``values`` over positions where ``mask`` is true; 0 where nothing is valid.
+
+    Shape: ``values``, ``mask`` ``(B, L)``; result scalar (``dim=None``) or reduced along ``dim``.
+    """
+    m = mask.to(values.dtype)
+    if dim is None:
+        return (values * m).sum() / m.sum().clamp(min=1)
+    return (values * m).sum(dim) / m.sum(dim).clamp(min=1)
+
+
+def aggregate(per_token: Tensor, mask: Tensor, aggregation: str = "token-mean") -> Tensor:
+    """Reduce a per-token loss ``(B, L)`` to a scalar; see the module docstring for the three choices.
+
+    A batch with no valid token gives a zero that is still connected to the graph.
+    """
+    m = mask.to(per_token.dtype)  # (B, L)
+    masked = per_token * m  # (B, L)
+    if aggregation == "token-mean":
+        return masked.sum() / m.sum().clamp(min=1)
+    if aggregation == "seq-mean-token-mean":
+        tokens = m.sum(dim=1)  # (B,)
+        seq = masked.sum(dim=1) / tokens.clamp(min=1)  # (B,)
+        has = (tokens > 0).to(per_token.dtype)  # (B,) sequences with no valid token are left out
+        return (seq * has).sum() / has.sum().clamp(min=1)
+    if aggregation == "seq-mean-token-sum-norm":
+        B, L = per_token.shape
+        return masked.sum() / max(B * L, 1)
+    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+
+
+def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k3 estimator of KL(π_θ || π_ref) per token: ``exp(ref - logp) - (ref - logp) - 1`` (≥ 0).
+
+    Shape: ``(B, L)`` → ``(B, L)``.
+    """
+    d = ref_logp - logp  # (B, L)
+    return torch.exp(d) - d - 1
+
+
+def clipped_pg_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    eps_low: float = 0.2,
+    eps_high: float | None = 0.28,
+    ref_logp: Tensor | None = None,
+    kl_beta: float = 0.0,
+    aggregation: str = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Token-level PPO clipped policy-gradient loss with clip-higher and an optional k3 KL penalty.
+
+    Per valid token t of sequence i, with ``ratio = exp(logp - old_logp)``::
+
+        pg_t = max(-A_i · ratio, -A_i · clip(ratio, 1 - eps_low, 1 + eps_high))
+        loss_t = pg_t + kl_beta · k3(logp, ref_logp)
+
+    then reduced with :func:`aggregate`. ``eps_high=None`` means symmetric clipping (``eps_low``).
+    DAPO's defaults are ``eps_low=0.2, eps_high=0.28``. On the first update after a rollout
+    ``old_logp == logp.detach()``, the ratio is 1 and the gradient equals the REINFORCE gradient.
+
+    Args:
+        logp: ``(B, L)`` log-probs of the completion tokens under the current policy (with grad).
+        old_logp: ``(B, L)`` rollout-time log-probs (π_old); treated as constants.
+        advantages: ``(B,)`` one advantage per sequence, broadcast over its tokens.
+        mask: ``(B, L)`` bool/0-1, true on completion tokens that count.
+        eps_low, eps_high: clip range ``[1 - eps_low, 1 + eps_high]``.
+        ref_logp: ``(B, L)`` reference-policy log-probs; required when ``kl_beta > 0``.
+        kl_beta: KL coefficient (GRPO 0.04; DAPO / DR 0.0).
+        aggregation: ``"token-mean"`` | ``"seq-mean-token-mean"`` | ``"seq-mean-token-sum-norm"``.
+
+    Returns:
+        ``(loss, stats)``: scalar loss, and detached scalar stats, each a masked mean over all valid
+        tokens of the batch (independent of ``aggregation``): ``pg_loss``, ``clip_frac`` (tokens where the
+        clipped term is the one used, i.e. gradient is zero), ``clip_frac_low`` / ``clip_frac_high`` (ratio
+        below / above the range with that side active), ``ratio_mean``, ``kl_mean`` (0 without ref).
+    """
+    if logp.shape != old_logp.shape or logp.shape != mask.shape:
+        raise ValueError(
+            "logp, old_logp, mask must share (B, L); got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}"
+        )
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be (B,)={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
+    if kl_beta > 0 and ref_logp is None:
+        raise ValueError("kl_beta > 0 needs ref_logp")
+    hi = eps_low if eps_high is None else eps_high
+    adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
+    ratio = torch.exp(logp - old_logp.detach())  # (B, L)
+    clipped_ratio = ratio.clamp(1.0 - eps_low, 1.0 + hi)  # (B, L)
+    pg_unclipped = -adv * ratio  # (B, L)
+    pg_clipped = -adv * clipped_ratio  # (B, L)
+    pg = torch.maximum(pg_unclipped, pg_clipped)  # (B, L) pessimistic bound
+    per_token = pg
+    if ref_logp is not None:
+        kl = k3_kl(logp, ref_logp.detach())  # (B, L)
+        if kl_beta != 0:
+            per_token = per_token + kl_beta * kl
+    else:
+        kl = torch.zeros_like(logp)
+    loss = aggregate(per_token, mask, aggregation)
+
+    with torch.no_grad():
+        active_clip = pg_clipped > pg_unclipped  # (B, L) clipped term chosen → no gradient
+        stats = {
+            "pg_loss": masked_mean(pg.detach(), mask),
+            "clip_frac": masked_mean(active_clip.to(logp.dtype), mask),
+            "clip_frac_low": masked_mean((active_clip & (ratio < 1.0 - eps_low)).to(logp.dtype), mask),
+            "clip_frac_high": masked_mean((active_clip & (ratio > 1.0 + hi)).to(logp.dtype), mask),
+            "ratio_mean": masked_mean(ratio.detach(), mask),
+            "kl_mean": masked_mean(kl.detach(), mask),
+        }
+    return loss, stats
+
+
+def is_truncated(completion_ids: Tensor, mask: Tensor, eos_ids: int | Sequence[int]) -> Tensor:
+    """Which completions ended without an end token, i.e. hit the generation limit.
+
+    A completion counts as truncated when none of its valid tokens is in ``eos_ids``. This holds when
+    generation stops only at an end token or at ``max_new_tokens``; a backend that also stops on stop
+    *strings* should pass those strings' final token ids too, or compute the flag itself.
+
+    Shape: ``completion_ids``, ``mask`` ``(B, L)`` → ``(B,)`` bool.
+    """
+    eos = torch.as_tensor([eos_ids] if isinstance(eos_ids, int) else list(eos_ids), device=completion_ids.device)
+    has_eos = (torch.isin(completion_ids, eos) & mask.bool()).any(dim=1)  # (B,)
+    return ~has_eos
+
+
+def truncation_mask(
+    completion_ids: Tensor,
+    mask: Tensor,
+    eos_ids: int | Sequence[int],
+    enabled: bool = True,
+) -> Tensor:
+    """DAPO overlong filtering: zero the loss mask of completions that hit max tokens without EOS.
+
+    Such completions carry a reward for an unfinished answer; masking them keeps that noise out of the
+    gradient (their rewards still enter the group baseline, which is computed before). With
+    ``enabled=False`` the mask is returned unchanged, so the choice can be a config flag.
+
+    Shape: ``(B, L)`` → ``(B, L)`` with ``mask``'s dtype.
+    """
+    if not enabled:
+        return mask
+    keep = ~is_truncated(completion_ids, mask, eos_ids)  # (B,)
+    return mask * keep.unsqueeze(1).to(mask.dtype)  # (B, L)
