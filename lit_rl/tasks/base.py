@@ -1,0 +1,208 @@
+"""The task interface: prompt, dataset, training reward (verifier) and evaluation metric.
+
+A task turns a dataset row (:class:`Example`) into a zero-shot chat prompt, scores a completion with the
+*training* reward (the reference reward code, ALGORITHMS.md §4) and with the *evaluation* rule (the
+reference evaluation parsers, more lenient, §5). Both scorers read untrusted model text: they never
+execute it, never hang (all parsing is linear in the text length) and never raise; malformed text scores
+0 (or the task's format value).
+
+Prompts: by default d1's training prompt, which puts the "system prompt" text at the start of the single
+user message (``system_role=False``); ``system_role=True`` sends it as a separate system message.
+``system_prompt=""`` and a ``question_template`` such as ``"{puzzle}"`` give a compact prompt for tiny
+models. Templates are filled by plain ``{field}`` substitution (not ``str.format``), so LaTeX braces such
+as ``\\boxed{}`` need no escaping.
+
+Users can add rewards with TRL-style callables ``f(prompts, completions, **kwargs) -> list[float]``; the
+kwargs are the dataset columns (``answer``, ``prompt_id`` and every key of ``Example.meta``) as lists.
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Sequence
+
+from lit_rl.tasks.rewards import RewardFunc, call_reward_func, completion_text, resolve_reward_funcs
+
+PARSERS = ("eval", "reward")
+#: packaged data files (``lit_rl/data``, see its SOURCES.md)
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One dataset row.
+
+    Attributes:
+        id: stable prompt id (``"<task>-<split>-<index>"``); external pools are keyed by it.
+        question: the task text shown to the model (without system prompt).
+        answer: ground truth, task specific (Sudoku: 16-char solution; Countdown: ``(numbers, target)``;
+            MATH: reference answer string).
+        meta: extra columns (e.g. Sudoku ``puzzle``), passed to TRL-style reward callables as kwargs.
+    """
+
+    id: str
+    question: str
+    answer: Any
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class EvalScore(NamedTuple):
+    """An evaluation outcome: ``correct`` out of ``total`` units.
+
+    Countdown/MATH: one unit per problem (0 or 1). Sudoku: units are the puzzle's blank cells, so
+    accuracy pooled over a set is ``sum(correct) / sum(total)`` (the reference cell accuracy).
+    """
+
+    correct: float
+    total: float
+
+    @property
+    def fraction(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+
+def fill_template(template: str, **fields: Any) -> str:
+    """Replace each ``{name}`` in ``template`` by ``str(fields[name])``; other braces are left alone.
+
+    >>> fill_template("Wrap it in \\\\boxed{}. {problem}", problem="1+1?")
+    'Wrap it in \\\\boxed{}. 1+1?'
+    """
+    out = template
+    for key, value in fields.items():
+        out = out.replace("{" + key + "}", str(value))
+    return out
+
+
+class Task(abc.ABC):
+    """A verifiable-reward task. Subclasses: ``SudokuTask``, ``CountdownTask``, ``MathTask``.
+
+    Args:
+        reward_funcs: extra TRL-style reward callables (or ``"module.attr"`` strings) added to the task
+            reward by :meth:`total_reward`.
+        system_prompt: replaces the task's d1 system prompt (``""``: none).
+        question_template: replaces the task's question template (fields are task specific, see the
+            subclass docstring).
+        system_role: send the system prompt as a ``system`` message instead of prefixing the user message
+            (d1 prefixes).
+    """
+
+    name: str = "task"
+    #: reward of a fully correct completion (Sudoku/Countdown 1.0, MATH 3.0)
+    max_reward: float = 1.0
+    #: d1's texts, per prompt style; subclasses fill these
+    SYSTEM_PROMPTS: dict[str, str] = {}
+    QUESTION_TEMPLATES: dict[str, str] = {}
+    #: text between the system prompt and the question when both go in one user message
+    JOINERS: dict[str, str] = {}
+
+    def __init__(
+        self,
+        reward_funcs: Sequence[RewardFunc | str] | None = None,
+        system_prompt: str | None = None,
+        question_template: str | None = None,
+        system_role: bool = False,
+        prompt_style: str = "d1_train",
+    ) -> None:
+        if self.SYSTEM_PROMPTS and prompt_style not in self.SYSTEM_PROMPTS:
+            raise ValueError(f"prompt_style={prompt_style!r}: expected one of {sorted(self.SYSTEM_PROMPTS)}")
+        self.prompt_style = prompt_style
+        self.extra_reward_funcs: list[RewardFunc] = resolve_reward_funcs(reward_funcs)
+        self._system_prompt_override = system_prompt
+        self._question_template_override = question_template
+        self.system_role = system_role
+
+    # -- prompts -----------------------------------------------------------------------------------
+    @property
+    def system_prompt(self) -> str:
+        """d1-style system prompt asking for ``<reasoning>...</reasoning>\\n<answer>...</answer>``."""
+        if self._system_prompt_override is not None:
+            return self._system_prompt_override
+        return self.SYSTEM_PROMPTS.get(self.prompt_style, "")
+
+    @property
+    def question_template(self) -> str:
+        if self._question_template_override is not None:
+            return self._question_template_override
+        return self.QUESTION_TEMPLATES.get(self.prompt_style, "{question}")
+
+    def format_question(self, **fields: Any) -> str:
+        """The question text for one row (template filled with the task's fields)."""
+        return fill_template(self.question_template, **fields)
+
+    def messages(self, example: Example) -> list[dict[str, str]]:
+        """Zero-shot chat messages for ``example``: one user message (d1), or system + user."""
+        system = self.system_prompt
+        if not system:
+            return [{"role": "user", "content": example.question}]
+        if self.system_role:
+            return [{"role": "system", "content": system}, {"role": "user", "content": example.question}]
+        joiner = self.JOINERS.get(self.prompt_style, "\n\n")
+        return [{"role": "user", "content": system + joiner + example.question}]
+
+    # -- data --------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def train_examples(self) -> list[Example]:
+        """Training prompts in a fixed, documented order (ids stable across runs)."""
+
+    @abc.abstractmethod
+    def eval_examples(self) -> list[Example]:
+        """The task's evaluation set."""
+
+    @abc.abstractmethod
+    def example_from_record(self, question: str, ground_truth: Any, index: int = 0, **extra: Any) -> Example:
+        """Rebuild an :class:`Example` from a generation record (``question`` + ``ground_truth`` as the
+        d1 generation files store them); raises ``ValueError`` if they cannot be understood."""
+
+    # -- scoring -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def reward(self, completion: str, example: Example) -> float:
+        """Training reward (reference reward rules, §4). Never raises."""
+
+    @abc.abstractmethod
+    def evaluate(self, completion: str, example: Example, parser: str = "eval") -> EvalScore:
+        """Evaluation score. ``parser="eval"``: reference evaluation parsing (§5, lenient);
+        ``parser="reward"``: the reward's parsing rules. Never raises."""
+
+    @staticmethod
+    def _check_parser(parser: str) -> None:
+        if parser not in PARSERS:
+            raise ValueError(f"parser={parser!r}: expected one of {PARSERS}")
+
+    def total_reward(self, completion: str, example: Example) -> float:
+        """Task reward plus every extra TRL-style reward callable."""
+        r = self.reward(completion, example)
+        for f in self.extra_reward_funcs:
+            r += call_reward_func(f, [self.messages(example)], [completion], **self.reward_kwargs([example]))[0]
+        return r
+
+    def reward_kwargs(self, examples: Sequence[Example]) -> dict[str, list[Any]]:
+        """Dataset columns as TRL passes them to reward callables."""
+        kw: dict[str, list[Any]] = {"answer": [e.answer for e in examples], "prompt_id": [e.id for e in examples]}
+        for key in sorted({k for e in examples for k in e.meta}):
+            kw[key] = [e.meta.get(key) for e in examples]
+        return kw
+
+    def reward_func(self) -> RewardFunc:
+        """This task's verifier as a TRL-style callable.
+
+        It needs the dataset columns in kwargs (``answer`` and the ``Example.meta`` keys, e.g. what
+        :meth:`reward_kwargs` returns); completions may be strings or TRL conversational messages.
+        """
+
+        def task_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+            n = len(completions)
+            answers = kwargs.get("answer")
+            if answers is None or len(answers) != n:
+                raise ValueError(f"{self.name} reward: kwargs must hold 'answer' with one entry per completion")
+            ids = kwargs.get("prompt_id") or [""] * n
+            columns = {k: v for k, v in kwargs.items() if k not in ("answer", "prompt_id") and isinstance(v, (list, tuple)) and len(v) == n}
+            out = []
+            for i, c in enumerate(completions):
+                ex = Example(id=str(ids[i]), question="", answer=answers[i], meta={k: v[i] for k, v in columns.items()})
+                out.append(self.reward(completion_text(c), ex))
+            return out
+
+        task_reward.__name__ = f"{self.name}_reward"
+        return task_reward

@@ -1,0 +1,344 @@
+"""Countdown with 3 numbers (ERILS App. C-B; d1/SPG reward and evaluation code).
+
+Data. Test: d1's ``countdown_cd3_test.jsonl`` (256 problems ``{"input": "30,100,93", "output": "23"}``).
+d1/SPG train on ``Jiayi-Pan/Countdown-Tasks-3to4`` (3-number rows), which is not available offline, so
+training problems are generated to mirror the test file: three integers drawn independently and uniformly
+from ``[1, 100]`` (repeats allowed; 8/256 test problems repeat a number), then a random expression over
+them (random order, operators from ``+ - * /``, random bracketing ``(a o b) o c`` or ``a o (b o c)``) whose
+exact value is an integer in ``[1, 100]`` becomes the target (the test targets span 1-100). Problem ``i``
+(id ``countdown-train-<i>``) has its own RNG seeded by ``(seed, i)``; problems equal to a test problem
+(same numbers multiset and target) are skipped. Every generated problem is solvable by construction.
+
+Reward (d1/SPG ``countdown_reward_func``, §4): the LAST ``<answer>...</answer>`` block (stripped); none: 0.
+Its numbers (every ``\\d+``) must be exactly the given multiset, else ``wrong_numbers_reward`` (0.1). It must
+be plain arithmetic (see :mod:`lit_rl.tasks.arith`, evaluated safely), and its value within 1e-5 of the
+target: 1.0; not evaluable, or a wrong value: ``wrong_result_reward`` (0.1). ERILS's text describes 0 for
+wrong numbers: ``CountdownTask(wrong_numbers_reward=0.0)``.
+
+Evaluation (``parse_countdown_answers``, §5): the expression is the content of the last ``\\boxed{}``
+(:func:`lit_rl.tasks.parsing.last_boxed`); if there is none (or its braces never balance), the first
+``<answer>`` block; if none, the whole text. Then ``\\div``, ``\\times``, ``\\cdot`` become ``/ * *``; if a
+``<expr> = <number>`` fragment occurs, its left side is kept; correct iff the numbers are exactly the
+multiset and the value is within 1e-5 of the target. (For text with no box at all, the reference code's
+helper hands the whole text on instead of the answer block; §5 and this module use the answer block. The
+LLaDA baseline scores 19.53 either way.)
+
+Prompts: ``"d1_train"`` (default) is d1 ``data_utils.get_countdown_questions``: the generic format prompt,
+a newline, and the numbers/target instruction; ``"d1_eval"`` is d1's eval prompt (answer in
+``\\boxed{}``), which produced the LLaDA generations. Template fields: ``{numbers}`` (rendered like a
+Python list, ``[30, 100, 93]``) and ``{target}``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import random
+import re
+from fractions import Fraction
+from typing import Any, Sequence
+
+from lit_rl.tasks.arith import safe_eval, uses_exactly
+from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task
+from lit_rl.tasks.parsing import first_answer_block, last_answer_block, last_boxed
+
+SYSTEM_PROMPT = """
+Respond in the following format:
+<reasoning>
+...
+</reasoning>
+<answer>
+...
+</answer>
+"""
+COUNTDOWN_TRAIN_TEMPLATE = (
+    "Using only the numbers {numbers}, create an arithmetic expression that evaluates to exactly {target}. "
+    "You must use all numbers from the list, and each number must be used exactly once. You may use the "
+    "operations +, -, *, and / as needed. After reasoning, provide only your final expression inside "
+    "<answer></answer> tags without including an equals sign or the target number. For example, if the "
+    "numbers are [2, 3, 4] and the target is 5, a valid answer is: <answer>\n2*4-3\n</answer>"
+)
+CTD_EVAL_SYSTEM_PROMPT = (
+    "Using only the provided numbers, create an arithmetic expression that evaluates to exactly the provided "
+    "target number. You may use the operations +, -, *, and / as needed, but each number must be used exactly "
+    "once. Think step-by-step. After reasoning, provide only your final expression inside \\boxed{} tags "
+    "without including an equals sign or the target number. For example: \\boxed{a + b * c}"
+    "Respond in the following format:\n<reasoning>\nYour reasoning here\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>"
+)
+COUNTDOWN_EVAL_TEMPLATE = "Numbers: {numbers}\nTarget: {target}"
+
+CD3_TEST_JSONL = DATA_DIR / "d1" / "dataset" / "countdown_cd3_test.jsonl"
+NUMBER_RANGE = (1, 100)
+TARGET_RANGE = (1, 100)
+TOLERANCE = 1e-5
+
+# -- solver / generator -------------------------------------------------------------------------------------
+
+_OPS = ("+", "-", "*", "/")
+
+
+def _apply(op: str, a: Fraction, b: Fraction) -> Fraction | None:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    return None if b == 0 else a / b
+
+
+def _strip_outer(expr: str) -> str:
+    return expr[1:-1] if expr.startswith("(") and expr.endswith(")") else expr
+
+
+def solve(numbers: Sequence[int], target: int | float) -> str | None:
+    """An expression using every number exactly once with ``+ - * /`` that equals ``target``, or ``None``.
+
+    Exhaustive search over orders, operators and bracketings with exact fractions (fine for up to ~5
+    numbers). The returned text passes the task's own verifier.
+
+    >>> solve([30, 100, 93], 23)
+    '93 + (30 - 100)'
+    >>> solve([1, 1, 1], 100) is None
+    True
+    """
+    items = [(Fraction(int(n)), str(int(n))) for n in numbers]
+    if not items:
+        return None
+    goal = Fraction(target).limit_denominator(10**9) if isinstance(target, float) else Fraction(int(target))
+    found = _search(tuple(items), goal)
+    if found is None:
+        return None
+    expr = _strip_outer(found)
+    value = safe_eval(expr)
+    return expr if value is not None and abs(value - float(goal)) < TOLERANCE else None
+
+
+def _search(items: tuple[tuple[Fraction, str], ...], goal: Fraction) -> str | None:
+    if len(items) == 1:
+        return items[0][1] if items[0][0] == goal else None
+    for i, j in itertools.permutations(range(len(items)), 2):
+        (a, ea), (b, eb) = items[i], items[j]
+        rest = tuple(items[k] for k in range(len(items)) if k not in (i, j))
+        for op in _OPS:
+            if op in "+*" and i > j:  # commutative: the other order is tried already
+                continue
+            v = _apply(op, a, b)
+            if v is None:
+                continue
+            found = _search(rest + ((v, f"({ea} {op} {eb})"),), goal)
+            if found is not None:
+                return found
+    return None
+
+
+def generate_problem(rng: random.Random) -> tuple[list[int], int]:
+    """One solvable 3-number problem (distribution in the module docstring)."""
+    lo, hi = NUMBER_RANGE
+    while True:
+        numbers = [rng.randint(lo, hi) for _ in range(3)]
+        a, b, c = (Fraction(n) for n in rng.sample(numbers, 3))
+        op1, op2 = rng.choice(_OPS), rng.choice(_OPS)
+        if rng.random() < 0.5:
+            inner = _apply(op1, a, b)
+            value = None if inner is None else _apply(op2, inner, c)
+        else:
+            inner = _apply(op2, b, c)
+            value = None if inner is None else _apply(op1, a, inner)
+        if value is not None and value.denominator == 1 and TARGET_RANGE[0] <= value <= TARGET_RANGE[1]:
+            return numbers, int(value)
+
+
+@functools.lru_cache(maxsize=2)
+def read_cd3_test(path: str = str(CD3_TEST_JSONL)) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """``(numbers, target)`` rows of d1's countdown test file."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                rec = json.loads(line)
+                rows.append((tuple(int(x) for x in rec["input"].split(",")), int(rec["output"])))
+    return tuple(rows)
+
+
+@functools.lru_cache(maxsize=1)
+def _test_keys() -> frozenset[tuple[tuple[int, ...], int]]:
+    return frozenset((tuple(sorted(n)), t) for n, t in read_cd3_test())
+
+
+# -- scoring ------------------------------------------------------------------------------------------------
+
+
+def countdown_reward(
+    completion: str,
+    numbers: Sequence[int],
+    target: int | float,
+    wrong_numbers_reward: float = 0.1,
+    wrong_result_reward: float = 0.1,
+) -> float:
+    """d1/SPG Countdown reward (module docstring): 0, ``wrong_numbers_reward``, ``wrong_result_reward`` or 1."""
+    try:
+        block = last_answer_block(completion)
+        if block is None:
+            return 0.0
+        expr = block.strip()
+        if not uses_exactly(expr, numbers):
+            return wrong_numbers_reward
+        value = safe_eval(expr)
+        if value is None:
+            return wrong_result_reward
+        return 1.0 if abs(value - target) < TOLERANCE else wrong_result_reward
+    except Exception:  # untrusted text must never crash a training step
+        return 0.0
+
+
+_EXPR_EQUALS = re.compile(r"[0-9+\-*/() ]+")
+
+
+def eval_expression(text: str) -> str:
+    """The expression the reference evaluation extracts from ``text`` (module docstring)."""
+    eq = last_boxed(text)
+    if eq is None:
+        block = first_answer_block(text)
+        eq = block.strip() if block is not None else text
+    eq = eq.replace("\\div", "/").replace("\\times", "*").replace("\\cdot", "*")
+    lhs = equals_lhs(eq)
+    return eq if lhs is None else lhs.strip()
+
+
+def equals_lhs(text: str) -> str | None:
+    """Group 1 of ``re.search(r"([0-9+\\-*/() ]+)=[0-9. ]+", text)``, in linear time (else ``None``).
+
+    The match is the first maximal run of those characters that is followed by ``=`` and one of
+    ``0-9. `` (a run is maximal because ``=`` is not in the class, so backtracking cannot shorten it).
+    """
+    for m in _EXPR_EQUALS.finditer(text):
+        end = m.end()
+        if text[end : end + 1] == "=" and text[end + 1 : end + 2] and text[end + 1] in "0123456789. ":
+            return m.group()
+    return None
+
+
+def countdown_eval_correct(text: str, numbers: Sequence[int], target: int | float | None, parser: str = "eval") -> bool:
+    """Reference evaluation: 1 iff the extracted expression uses exactly ``numbers`` and hits ``target``.
+    ``parser="reward"``: 1 iff the training reward is 1.0."""
+    try:
+        if parser == "reward":
+            return target is not None and countdown_reward(text, numbers, target) == 1.0
+        expr = eval_expression(text)
+        if target is None or not uses_exactly(expr, numbers):
+            return False
+        value = safe_eval(expr.strip())
+        return value is not None and abs(value - target) < TOLERANCE
+    except Exception:
+        return False
+
+
+class CountdownTask(Task):
+    """Countdown, 3 numbers (module docstring has the details).
+
+    Args:
+        num_train: number of generated training problems.
+        seed: generator seed.
+        wrong_numbers_reward: reward when the answer's numbers are not the given multiset (reference 0.1).
+        wrong_result_reward: reward when the numbers are right but the expression is not evaluable or
+            misses the target (reference 0.1).
+        **kwargs: prompt/reward options of :class:`~lit_rl.tasks.base.Task`.
+    """
+
+    name = "countdown"
+    max_reward = 1.0
+    SYSTEM_PROMPTS = {"d1_train": SYSTEM_PROMPT, "d1_eval": CTD_EVAL_SYSTEM_PROMPT}
+    QUESTION_TEMPLATES = {"d1_train": COUNTDOWN_TRAIN_TEMPLATE, "d1_eval": COUNTDOWN_EVAL_TEMPLATE}
+    JOINERS = {"d1_train": "\n", "d1_eval": "\n\n"}
+
+    def __init__(
+        self,
+        num_train: int = 10000,
+        seed: int = 0,
+        wrong_numbers_reward: float = 0.1,
+        wrong_result_reward: float = 0.1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if num_train < 0:
+            raise ValueError(f"num_train={num_train}: must be >= 0")
+        self.num_train, self.seed = num_train, seed
+        self.wrong_numbers_reward, self.wrong_result_reward = float(wrong_numbers_reward), float(wrong_result_reward)
+        self._train: list[Example] | None = None
+        self._eval: list[Example] | None = None
+
+    def _example(self, id: str, numbers: Sequence[int], target: int) -> Example:
+        numbers = [int(n) for n in numbers]
+        return Example(
+            id=id,
+            question=self.format_question(numbers=numbers, target=target),
+            answer=(numbers, int(target)),
+            meta={"numbers": numbers, "target": int(target)},
+        )
+
+    def train_problem(self, i: int) -> tuple[list[int], int]:
+        """``(numbers, target)`` of training problem ``i`` (independent of ``num_train``)."""
+        rng = random.Random(f"lit_rl/countdown/{self.seed}/{i}")
+        test = _test_keys()
+        while True:
+            numbers, target = generate_problem(rng)
+            if (tuple(sorted(numbers)), target) not in test:
+                return numbers, target
+
+    def train_examples(self) -> list[Example]:
+        if self._train is None:
+            self._train = [self._example(f"countdown-train-{i}", *self.train_problem(i)) for i in range(self.num_train)]
+        return self._train
+
+    def eval_examples(self) -> list[Example]:
+        if self._eval is None:
+            self._eval = [self._example(f"countdown-test-{i}", n, t) for i, (n, t) in enumerate(read_cd3_test())]
+        return self._eval
+
+    def example_from_record(self, question: str, ground_truth: Any, index: int = 0, **extra: Any) -> Example:
+        numbers: Any = None
+        target: Any = None
+        if isinstance(ground_truth, (list, tuple)) and len(ground_truth) == 2:
+            numbers, target = ground_truth
+        elif isinstance(ground_truth, dict):
+            numbers, target = ground_truth.get("numbers"), ground_truth.get("target")
+        else:  # the reference falls back to the question text
+            m_num = re.search(r"Numbers: \[([\d, ]+)\]", str(question), re.IGNORECASE)
+            m_tgt = re.search(r"Target: (\d+)", str(question), re.IGNORECASE)
+            if m_num and m_tgt:
+                numbers, target = [int(x) for x in m_num.group(1).split(",") if x.strip()], int(m_tgt.group(1))
+        try:
+            numbers = [int(n) for n in numbers]
+            target = int(target) if float(target) == int(target) else float(target)
+        except (TypeError, ValueError):
+            raise ValueError(f"'ground_truth' must be [numbers, target] or {{'numbers', 'target'}}, got {ground_truth!r}") from None
+        rid = str(extra.get("prompt_id", f"countdown-record-{index}"))
+        return Example(id=rid, question=str(question), answer=(numbers, target), meta={"numbers": numbers, "target": target})
+
+    @staticmethod
+    def _numbers_target(example: Example) -> tuple[list[int], Any]:
+        if "numbers" in example.meta and "target" in example.meta:
+            return list(example.meta["numbers"]), example.meta["target"]
+        numbers, target = example.answer
+        return list(numbers), target
+
+    def reward(self, completion: str, example: Example) -> float:
+        try:
+            numbers, target = self._numbers_target(example)
+        except (TypeError, ValueError):
+            return 0.0
+        return countdown_reward(completion, numbers, target, self.wrong_numbers_reward, self.wrong_result_reward)
+
+    def evaluate(self, completion: str, example: Example, parser: str = "eval") -> EvalScore:
+        self._check_parser(parser)
+        try:
+            numbers, target = self._numbers_target(example)
+        except (TypeError, ValueError):
+            return EvalScore(0, 1)
+        if parser == "reward":
+            ok = self.reward(completion, example) == 1.0
+        else:
+            ok = countdown_eval_correct(completion, numbers, target)
+        return EvalScore(int(ok), 1)

@@ -1,0 +1,118 @@
+"""``lit-rl score``: reference numbers on the shared LLaDA-8B-Instruct generations, formats, errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lit_rl.score import InputError, main, score_files
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BASELINES = Path(REPO_ROOT).parent / "shared" / "data" / "d1" / "eval" / "eval_baselines"
+
+
+def baseline_files(task):
+    files = sorted(BASELINES.glob(f"{task}_instruct_256_128_*_generations.json"))
+    if not files:
+        pytest.skip(f"LLaDA baseline generations not found under {BASELINES} (the shared data folder is absent)")
+    return files
+
+
+@pytest.mark.parametrize(
+    "task, accuracy, n, total",
+    [("sudoku", 6.69, 256, 2048), ("countdown", 19.53, 256, 256), ("math500", 32.40, 500, 500)],
+)
+def test_reference_numbers(task, accuracy, n, total):
+    # ALGORITHMS.md §5: the reference evaluation gives these on the shared generations (all ranks pooled)
+    out = score_files(task, baseline_files(task), parser="eval")
+    assert round(out["accuracy"], 2) == accuracy
+    assert out["n"] == n and out["total"] == total
+
+
+@pytest.mark.parametrize("task", ["sudoku", "countdown", "math500"])
+def test_reward_parser_runs(task, capsys):
+    files = baseline_files(task)
+    assert main(["--task", task, "--parser", "reward", "--generations", *map(str, files)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["parser"] == "reward" and 0.0 <= out["accuracy"] <= 100.0
+    assert 0.0 <= out["mean_reward"] <= out["max_reward"]
+
+
+def test_cli_prints_one_json_object(capsys):
+    files = baseline_files("countdown")
+    assert main(["--task", "countdown", "--generations", *map(str, files)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    assert {"accuracy", "mean_reward", "n", "parser"} <= set(out) and out["parser"] == "eval"
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_format(tmp_path):
+    p = write_jsonl(
+        tmp_path / "cd.jsonl",
+        [
+            {"prompt_id": "a", "question": "Numbers: [49, 55, 53]\nTarget: 51", "completion": "<answer>49 + 55 - 53</answer>", "ground_truth": [[49, 55, 53], 51]},
+            {"question": "q", "completion": "<answer>49 + 55</answer>", "ground_truth": {"numbers": [49, 55, 53], "target": 51}},
+        ],
+    )
+    out = score_files("countdown", [p])
+    assert out["n"] == 2 and out["accuracy"] == 50.0 and out["mean_reward"] == pytest.approx(0.55)
+    s = write_jsonl(
+        tmp_path / "s.jsonl",
+        [{"question": "Solve the following Sudoku puzzle: 3014002020004130\n", "completion": "<answer>3214142300000000</answer>", "ground_truth": "3214142323414132"}],
+    )
+    out = score_files("sudoku", [s])
+    assert out["total"] == 8 and out["correct"] == 4 and out["accuracy"] == 50.0 and out["mean_reward"] == 0.5
+
+
+def test_pooling_over_files(tmp_path):
+    rows = [{"question": "q", "completion": "\\boxed{2}", "ground_truth": "2"}, {"question": "q", "completion": "3", "ground_truth": "2"}]
+    a = write_jsonl(tmp_path / "a.jsonl", rows[:1])
+    b = write_jsonl(tmp_path / "b.jsonl", rows[1:] * 3)
+    out = score_files("math500", [a, b])
+    assert out["n"] == 4 and out["accuracy"] == 25.0
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"question": "q", "completion": "x", "ground_truth": "2"}\n{broken\n', "bad.jsonl:2: not valid JSON"),
+        ('{"question": "q", "ground_truth": "2"}\n', "bad.jsonl:1: 'completion' must be a string"),
+        ('{"completion": "x", "ground_truth": "2"}\n', "bad.jsonl:1: needs 'question' and 'ground_truth'"),
+        ('[1, 2]\n', "bad.jsonl:1: expected a JSON object"),
+        ('{"generations": 5}', "bad.jsonl: d1 JSON needs a top-level 'generations' list"),
+        ('{"generations": [{"question": "q", "generations": "x", "ground_truth": 7}]}', "bad.jsonl: generations[0]: 'ground_truth'"),
+    ],
+)
+def test_malformed_input(tmp_path, capsys, content, message):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(content)
+    assert main(["--task", "math500", "--generations", str(p)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert message in captured.err and "Traceback" not in captured.err
+    assert captured.err.count("\n") == 1
+
+
+def test_malformed_task_specific(tmp_path, capsys):
+    p = write_jsonl(tmp_path / "s.jsonl", [{"question": "no puzzle here", "completion": "x", "ground_truth": "3214142323414132"}])
+    assert main(["--task", "sudoku", "--generations", str(p)]) == 2
+    assert "s.jsonl:1: no 16-digit puzzle" in capsys.readouterr().err
+    p = write_jsonl(tmp_path / "c.jsonl", [{"question": "q", "completion": "x", "ground_truth": "nope"}])
+    assert main(["--task", "countdown", "--generations", str(p)]) == 2
+    assert "c.jsonl:1: 'ground_truth' must be [numbers, target]" in capsys.readouterr().err
+
+
+def test_missing_file_and_bad_args(tmp_path, capsys):
+    assert main(["--task", "sudoku", "--generations", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: cannot read" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["--task", "chess", "--generations", "x"])
+    assert e.value.code == 2
+    with pytest.raises(InputError):
+        score_files("sudoku", [])
