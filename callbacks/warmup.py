@@ -104,7 +104,7 @@ class FormatWarmup(L.Callback):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
-            loss_val = float(loss)
+            loss_val = loss.item()
             if (step + 1) % 100 == 0:
                 rank_zero_info(f"format warm-up step {step + 1}/{self.steps}: loss {loss_val:.3f}")
         return loss_val

@@ -213,6 +213,12 @@ class RolloutDataModule(L.LightningDataModule):
         self.cursor = int(state["cursor"])
 
     # -- rollouts at batch start -------------------------------------------------------------------
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Prompt batches hold text only; rollouts are built directly on the policy's device."""
+        if isinstance(batch, PromptBatch):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         trainer = getattr(self, "trainer", None)
         if not isinstance(batch, PromptBatch) or trainer is None:

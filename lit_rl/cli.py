@@ -30,7 +30,8 @@ def run_lightning_cli(args: list[str] | None = None, run: bool = True):
     """Build the LightningCLI (``fit``, ``validate``, ``test``)."""
     import torch
     from lightning.pytorch import LightningDataModule, LightningModule
-    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+    from lightning.pytorch.loggers import MLFlowLogger
 
     if "LIT_RL_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["LIT_RL_THREADS"]))
@@ -45,6 +46,22 @@ def run_lightning_cli(args: list[str] | None = None, run: bool = True):
             if threads:
                 torch.set_num_threads(int(threads))
 
+    class SaveConfigToRun(SaveConfigCallback):
+        """Save the resolved config next to the run (MLflow runs have no local log_dir) and log it to MLflow."""
+
+        def __init__(self, *args, **kwargs) -> None:
+            kwargs["save_to_log_dir"] = False
+            super().__init__(*args, **kwargs)
+
+        def save_config(self, trainer, pl_module, stage) -> None:
+            run_dir = trainer.log_dir or trainer.default_root_dir
+            os.makedirs(run_dir, exist_ok=True)
+            path = os.path.join(run_dir, self.config_filename)
+            self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=self.multifile)
+            for logger in trainer.loggers:
+                if isinstance(logger, MLFlowLogger):
+                    logger.experiment.log_artifact(logger.run_id, path)
+
     extra = "\n".join(f"  {name:<10} {desc}" for name, (_, desc) in EXTRA_COMMANDS.items())
     return LitRLCLI(
         LightningModule,
@@ -54,6 +71,7 @@ def run_lightning_cli(args: list[str] | None = None, run: bool = True):
         args=args,
         run=run,
         auto_configure_optimizers=False,
+        save_config_callback=SaveConfigToRun,
         save_config_kwargs={"overwrite": True},
         parser_kwargs={
             "description": "lit_rl: RL for language models with verifiable rewards (dLLM-ERILS, double-rollout GRPO).\n"
@@ -63,6 +81,7 @@ def run_lightning_cli(args: list[str] | None = None, run: bool = True):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     _set_threads()
     if argv and argv[0] in EXTRA_COMMANDS:
@@ -71,5 +90,5 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(EXTRA_COMMANDS[argv[0]][0])
         entry: Callable[[list[str]], int] = module.main
         return int(entry(argv[1:]) or 0)
-    run_lightning_cli(argv)
+    run_lightning_cli(None if from_command_line else argv)
     return 0

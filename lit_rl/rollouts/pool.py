@@ -18,12 +18,13 @@ file atomically (temp file + rename). Readers name the file and line of any malf
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 POOL_VERSION = 1
 #: ERILS App. B: external completions longer than this (external-tokenizer tokens) are unusable.
@@ -96,7 +97,8 @@ def iter_pool(path: str | Path) -> tuple[dict[str, Any], Iterator[PoolRecord]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"pool file not found: {path}")
-    fh = path.open("r", encoding="utf-8")
+    # a committed pool may be gzipped (``.jsonl.gz``); builders write plain JSONL
+    fh = gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open("r", encoding="utf-8")
     first = fh.readline()
     try:
         header = json.loads(first)
@@ -184,3 +186,130 @@ def reorder_usable_first(records: list[PoolRecord], max_tokens: int = MAX_USABLE
     for i, r in enumerate(ordered):
         r.index = i
     return ordered
+
+
+# -- append-mode writing (crash-safe builds) -------------------------------------------------------------
+def pool_stem(path: str | Path) -> Path:
+    """``data/pools/sudoku.jsonl[.gz]`` -> ``data/pools/sudoku``: the base name of a pool's side files
+    (``.build.json``, ``.stats.md``, ``.stats.json``, ``.lengths.png``)."""
+    path = Path(path)
+    name = path.name
+    for suffix in (".gz", ".jsonl", ".json"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    return path.with_name(name)
+
+
+def create_pool(path: str | Path, header: dict[str, Any]) -> None:
+    """Start an empty pool (header only), atomically."""
+    write_pool_atomic(path, header, [])
+
+
+def record_line(rec: PoolRecord) -> str:
+    """The JSONL line of one record (the same serialisation as :func:`write_pool_atomic`)."""
+    return json.dumps(asdict(rec), sort_keys=True, ensure_ascii=False) + "\n"
+
+
+class PoolAppender:
+    """Appends whole prompts to a pool: one ``write`` of all a prompt's lines, then ``flush`` + ``fsync``.
+
+    A prompt is therefore complete or absent after a crash (a torn write can only leave a partial last
+    prompt or line, which :func:`repair_pool_for_resume` removes).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._fh = self.path.open("ab")
+
+    def append_prompt(self, records: Sequence[PoolRecord]) -> None:
+        data = "".join(record_line(r) for r in records).encode("utf-8")
+        self._fh.write(data)
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "PoolAppender":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@dataclass
+class ResumeState:
+    """What :func:`repair_pool_for_resume` found.
+
+    Attributes:
+        header: the pool header.
+        done: complete prompt ids, in file order.
+        records: number of records kept.
+        dropped_lines: lines removed from the end (a truncated line or an incomplete last prompt).
+    """
+
+    header: dict[str, Any]
+    done: list[str]
+    records: int
+    dropped_lines: int
+
+
+def repair_pool_for_resume(path: str | Path, per_prompt: int) -> ResumeState:
+    """Check a partially built pool and cut a torn tail so that appending can continue.
+
+    The file must be a prefix of whole prompts (``per_prompt`` consecutive records each) possibly followed
+    by one incomplete prompt and/or a line without its newline (a killed writer); that tail is removed
+    (the file is truncated and fsynced). Anything else (bad JSON or a short prompt in the middle, a
+    prompt id twice) is a :class:`PoolFormatError` naming the line: such a file was not written by an
+    interrupted build and is not touched.
+    """
+    path = Path(path)
+    with path.open("rb") as fh:
+        data = fh.read()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline, else a truncated last line
+    if not lines:
+        raise PoolFormatError(f"{path}:1: no complete header line")
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError as e:
+        raise PoolFormatError(f"{path}:1: header is not JSON ({e.msg})") from None
+    if not isinstance(header, dict) or header.get("lit_rl_pool") != POOL_VERSION:
+        raise PoolFormatError(f"{path}:1: not a lit_rl pool header")
+    offset = len(lines[0]) + 1
+    keep = offset  # byte offset after the last complete prompt
+    done: list[str] = []
+    seen: set[str] = set()
+    group: list[str] = []
+    records = kept_records = 0
+    dropped = 1 if tail else 0
+    body = lines[1:]
+    for k, raw in enumerate(body):
+        lineno = k + 2
+        where = f"{path}:{lineno}"
+        try:
+            rec = PoolRecord.from_json(json.loads(raw), where)
+        except (json.JSONDecodeError, PoolFormatError) as e:
+            if k == len(body) - 1:  # a bad last line: torn write
+                dropped += 1
+                break
+            raise PoolFormatError(f"{where}: {e}" if isinstance(e, json.JSONDecodeError) else str(e)) from None
+        if group and rec.prompt_id != group[0]:
+            raise PoolFormatError(f"{where}: prompt {group[0]!r} has {len(group)} records before {rec.prompt_id!r} starts (expected {per_prompt})")
+        if not group and rec.prompt_id in seen:
+            raise PoolFormatError(f"{where}: prompt {rec.prompt_id!r} appears twice")
+        group.append(rec.prompt_id)
+        records += 1
+        offset += len(raw) + 1
+        if len(group) == per_prompt:
+            done.append(group[0])
+            seen.add(group[0])
+            group = []
+            keep, kept_records = offset, records
+    dropped += len(group)
+    if keep < len(data):
+        with path.open("r+b") as fh:
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return ResumeState(header=header, done=done, records=kept_records, dropped_lines=dropped)
