@@ -1,0 +1,521 @@
+"""Autoregressive generation backends for GRPO and double-rollout GRPO (ALGORITHMS.md §6).
+
+One interface, :class:`ARBackend`, two jobs:
+
+* ``generate(prompt_ids, prompt_mask, n=G, ...)`` — first stage: G rollouts per (left-padded) prompt;
+* ``continue_from(prefixes, n=N, max_new_tokens=budgets)`` — second stage: N continuations of each cut
+  prefix ``x ⊕ t_i[:ρT_i]`` with a per-prefix budget ``ceil((1-ρ)T_i) + buffer``.
+
+Both return completion ids ``(R*n, L)``, rows prompt-major (prefix 0's n samples first), EOS-filled after
+the first EOS. A row stopped by its own (per-prefix) budget is EOS-filled after the budget too; tell the two
+apart with :func:`hit_budget`.
+
+Implementations:
+
+* :class:`HFBackend` — a KV-cached sampling loop over a :class:`~lit_rl.models.ar.CausalPolicy` (CPU or
+  GPU). Each prefix is prefilled ONCE (all prefixes in one left-padded batch) and its KV cache is expanded
+  n ways (``Cache.batch_repeat_interleave``) before sampling; ``share_prefix=False`` re-encodes every
+  prefix n times instead (the baseline of ``benchmarks/double_rollout_cost.py``). Sampling draws the same
+  noise in both modes (exponential race: ``argmax(p / E)``, ``E ~ Exp(1)`` from a seeded
+  ``torch.Generator``), so both return the same samples up to float round-off.
+* :class:`VLLMBackend` — ``vllm.LLM(enable_prefix_caching=True)`` with ``SamplingParams(n=N)``; the
+  engine's prefix cache shares the prefill. ``push_weights`` loads the trained weights (LoRA merged) into
+  the engine after an optimizer step, as TRL's colocate mode does. vLLM is an optional extra
+  (``pip install lit-rl[vllm]``); it is imported lazily.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+__all__ = ["ARBackend", "HFBackend", "VLLMBackend", "hit_budget", "left_pad", "merged_state_dict", "sample_next"]
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists to a common width: ``(ids (R, S), mask (R, S))``."""
+    if not rows:
+        raise ValueError("left_pad: no rows")
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if len(r) == 0:
+            raise ValueError(f"left_pad: row {i} is empty (a prefix needs at least one token)")
+        ids[i, width - len(r):] = torch.as_tensor(list(r), dtype=torch.long)
+        mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+def hit_budget(completion_ids: torch.Tensor, budgets: torch.Tensor | Sequence[int] | int, eos_id: int) -> torch.Tensor:
+    """``(R,)`` bool: the row generated no EOS within its first ``budget`` tokens (it was cut)."""
+    width = completion_ids.shape[1]
+    b = torch.as_tensor(budgets, device=completion_ids.device).expand(completion_ids.shape[0])  # (R,)
+    within = torch.arange(width, device=completion_ids.device)[None, :] < b[:, None]  # (R, L)
+    return ~((completion_ids == eos_id) & within).any(-1)
+
+
+def _budgets(max_new_tokens: int | Sequence[int], rows: int) -> list[int]:
+    if isinstance(max_new_tokens, int):
+        budgets = [max_new_tokens] * rows
+    else:
+        budgets = [int(b) for b in max_new_tokens]
+        if len(budgets) != rows:
+            raise ValueError(f"max_new_tokens: {len(budgets)} budgets for {rows} prefixes")
+    if any(b < 1 for b in budgets):
+        raise ValueError(f"max_new_tokens must be >= 1, got {min(budgets)}")
+    return budgets
+
+
+def _check_sampling(temperature: float, top_p: float, n: int) -> None:
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+
+
+class ARBackend(ABC):
+    """Generation for AR policies: first-stage rollouts and double-rollout continuations."""
+
+    eos_id: int
+
+    @abstractmethod
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        n: int = 1,
+        seed: int = 0,
+    ) -> torch.Tensor:
+        """``n`` completions of each left-padded prompt ``(B, P)``: ids ``(B*n, max_new_tokens)``,
+        prompt-major, EOS-filled after the first EOS."""
+
+    @abstractmethod
+    def continue_from(
+        self,
+        prefix_ids: Sequence[Sequence[int]],
+        n: int,
+        max_new_tokens: int | Sequence[int],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> torch.Tensor:
+        """``n`` continuations of each unpadded prefix (prompt ⊕ cut trace): ids ``(R*n, max budget)``,
+        prefix-major. ``max_new_tokens`` is one budget or one per prefix; a row is EOS-filled after its
+        first EOS or after its budget (see :func:`hit_budget`)."""
+
+    def push_weights(self, weights: nn.Module | Mapping[str, torch.Tensor]) -> None:  # noqa: B027
+        """Make the backend sample from updated weights (no-op when it shares the policy's modules)."""
+
+
+# -- sampling ------------------------------------------------------------------------------------------
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row from ``logits (R, V)``: ``(R,)``.
+
+    ``temperature == 0`` is argmax. Otherwise an exponential race, ``argmax(p / E)`` with ``E ~ Exp(1)``
+    (equivalent to sampling from ``p``): the noise has a fixed shape ``(R, V)`` per step, so the same seed
+    gives the same draws whatever path produced the logits. ``top_p < 1`` keeps the smallest set of tokens
+    whose probability reaches ``top_p`` (nucleus sampling).
+    """
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (R, V)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)  # (R, V)
+        drop = sorted_p.cumsum(-1) - sorted_p >= top_p  # mass before this token already reaches top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (R, V)
+    noise = torch.empty_like(probs).exponential_(generator=generator)  # (R, V)
+    return (probs / noise).argmax(-1)
+
+
+class HFBackend(ARBackend):
+    """KV-cached sampling with a transformers causal LM; continuations of a prefix share its prefill.
+
+    Args:
+        policy: a :class:`~lit_rl.models.ar.CausalPolicy` (its ``model``, ``eos_id``, ``pad_id`` are used;
+            the backend shares the policy's modules, so trained weights are used at once).
+        share_prefix: prefill each prefix once and expand its KV cache ``n`` ways (default). ``False``
+            re-encodes the prefix for every sample (same samples, more compute; for benchmarks).
+        max_rows: at most this many sampled rows per forward pass (prefixes are processed in chunks of
+            ``max_rows // n``); ``None`` does everything in one batch.
+        prune_finished: when at least this fraction of the batch has ended (EOS or budget), drop the
+            ended rows from the batch and the KV cache (``Cache.batch_select_indices``); ``0`` never
+            prunes. The samples depend on it (the noise is drawn for the active rows only), so keep it
+            fixed across runs that must match.
+    """
+
+    def __init__(
+        self, policy: nn.Module, share_prefix: bool = True, max_rows: int | None = None, prune_finished: float = 0.25
+    ) -> None:
+        if not 0 <= prune_finished <= 1:
+            raise ValueError(f"prune_finished must be in [0, 1], got {prune_finished}")
+        self.policy = policy
+        self.share_prefix = share_prefix
+        self.max_rows = max_rows
+        self.prune_finished = prune_finished
+        self.eos_id = int(policy.eos_id)
+        self.pad_id = int(policy.pad_id)
+        self._kwargs: tuple[str, dict[str, int]] | None = None  # resolved on first use
+
+    # -- public API --------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        n: int = 1,
+        seed: int = 0,
+    ) -> torch.Tensor:
+        _check_sampling(temperature, top_p, n)
+        budgets = _budgets(max_new_tokens, prompt_ids.shape[0])
+        return self._run(prompt_ids, prompt_mask, n, budgets, temperature, top_p, seed)
+
+    def continue_from(
+        self,
+        prefix_ids: Sequence[Sequence[int]],
+        n: int,
+        max_new_tokens: int | Sequence[int],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> torch.Tensor:
+        _check_sampling(temperature, top_p, n)
+        budgets = _budgets(max_new_tokens, len(prefix_ids))
+        ids, mask = left_pad(prefix_ids, self.pad_id)  # (R, S)
+        return self._run(ids, mask, n, budgets, temperature, top_p, seed)
+
+    # -- internals ---------------------------------------------------------------------------------
+    @property
+    def model(self) -> nn.Module:
+        return self.policy.model
+
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _forward_kwargs(self) -> tuple[str, dict[str, int]]:
+        """Keyword names of this transformers version, read from the model's ``forward`` signature.
+
+        The KV cache is ``cache`` from transformers 5.2x (``past_key_values`` before, still accepted as
+        a deprecated alias); last-position-only logits are ``logits_to_keep`` (>= 4.50) or
+        ``num_logits_to_keep`` (4.45-4.49), so the prefill never materialises ``(R, S, V)`` logits.
+        """
+        if self._kwargs is None:
+            base = self.model
+            get_base = getattr(base, "get_base_model", None)  # peft
+            if callable(get_base):
+                base = get_base()
+            params = inspect.signature(type(base).forward).parameters
+            cache_kw = "cache" if "cache" in params else "past_key_values"
+            keep = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
+            self._kwargs = (cache_kw, {keep: 1} if keep else {})
+        return self._kwargs
+
+    def _step(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        """One forward that appends to ``cache`` (a ``DynamicCache``, updated in place): last logits ``(R, V)``."""
+        cache_kw, keep = self._forward_kwargs()
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{cache_kw: cache},
+            **keep,
+        )
+        return out.logits[:, -1]
+
+    @torch.no_grad()
+    def _run(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        n: int,
+        budgets: list[int],
+        temperature: float,
+        top_p: float,
+        seed: int,
+    ) -> torch.Tensor:
+        device = self._device()
+        generator = torch.Generator(device=device).manual_seed(seed)
+        width = max(budgets)
+        per_chunk = len(budgets) if self.max_rows is None else max(1, self.max_rows // n)
+        was_training = self.model.training
+        self.model.eval()  # no dropout; gradient checkpointing would turn the cache off in train mode
+        try:
+            chunks = []
+            for s in range(0, len(budgets), per_chunk):
+                c_ids, c_mask = ids[s : s + per_chunk], mask[s : s + per_chunk]  # (r, S)
+                start = int((c_mask.sum(0) > 0).long().argmax())  # drop padding columns no row needs
+                chunks.append(self._sample_chunk(
+                    c_ids[:, start:].to(device), c_mask[:, start:].to(device), n,
+                    budgets[s : s + per_chunk], width, temperature, top_p, generator,
+                ))
+        finally:
+            self.model.train(was_training)
+        return torch.cat(chunks).cpu()  # (R*n, width)
+
+    def _sample_chunk(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        n: int,
+        budgets: list[int],
+        width: int,
+        temperature: float,
+        top_p: float,
+        generator: torch.Generator,
+    ) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        device = ids.device
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (R, S)
+        if self.share_prefix:
+            # prefill each prefix once, then give each of its n samples a view of that KV cache
+            cache = DynamicCache()
+            logits = self._step(ids, mask, positions, cache)  # (R, V)
+            cache.batch_repeat_interleave(n)  # every layer's K/V: (R, ...) -> (R*n, ...)
+            logits = logits.repeat_interleave(n, 0)  # (R*n, V)
+            mask = mask.repeat_interleave(n, 0)  # (R*n, S)
+            positions = positions.repeat_interleave(n, 0)  # (R*n, S)
+        else:
+            ids, mask, positions = (t.repeat_interleave(n, 0) for t in (ids, mask, positions))  # (R*n, S)
+            cache = DynamicCache()
+            logits = self._step(ids, mask, positions, cache)  # (R*n, V)
+        rows = logits.shape[0]
+        budget = torch.tensor(budgets, device=device).repeat_interleave(n)  # (A,) A = active rows, R*n at first
+        next_pos = positions[:, -1] + 1  # (A,)
+        out = torch.full((rows, width), self.eos_id, dtype=torch.long, device=device)
+        active = torch.arange(rows, device=device)  # (A,) row of `out` of each active row
+        done = torch.zeros(rows, dtype=torch.bool, device=device)  # (A,)
+        for t in range(width):
+            token = sample_next(logits, temperature, top_p, generator)  # (A,)
+            token = token.masked_fill(done, self.eos_id)
+            out[active, t] = token
+            done |= (token == self.eos_id) | (budget <= t + 1)
+            if bool(done.all()):
+                break
+            if self.prune_finished and float(done.float().mean()) >= self.prune_finished:
+                # drop finished rows from the batch: one copy of the cache, then cheaper steps
+                keep = (~done).nonzero().squeeze(-1)  # (A',)
+                cache.batch_select_indices(keep)
+                active, token, mask, next_pos, budget, done = (
+                    x[keep] for x in (active, token, mask, next_pos, budget, done)
+                )
+            ones = torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=device)
+            mask = torch.cat([mask, ones], dim=1)  # (A, S + t + 1)
+            logits = self._step(token[:, None], mask, next_pos[:, None], cache)  # (A, V)
+            next_pos = next_pos + 1
+        return out  # (R*n, width)
+
+
+# -- vLLM ----------------------------------------------------------------------------------------------
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as err:  # pragma: no cover - exercised through a fake sys.modules entry
+        raise ImportError(
+            "VLLMBackend needs vLLM, which is an optional extra: `pip install 'lit-rl[vllm]'` on a CUDA "
+            "machine (vLLM pins transformers<5.21 and a CUDA torch). Without it use "
+            "`lit_rl.generation.ar.HFBackend` (CPU or GPU)."
+        ) from err
+    return vllm
+
+
+def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Plain HF parameter names and tensors of ``model``, LoRA adapters merged when it is a peft model.
+
+    peft names look like ``base_model.model.<hf name>`` with ``.base_layer`` inserted before the adapted
+    Linear's weight; merging writes ``W + BA`` into ``base_layer.weight``, which we read, then unmerge.
+    """
+    if not (hasattr(model, "merge_adapter") and hasattr(model, "unmerge_adapter")):
+        return {k: v.detach() for k, v in model.state_dict().items()}
+    model.merge_adapter()
+    try:
+        out: dict[str, torch.Tensor] = {}
+        prefix = getattr(model, "prefix", "lora_")
+        for name, tensor in model.state_dict().items():
+            if prefix in name or "original_module" in name:  # adapter weights; pre-training copies
+                continue
+            clean = name.removeprefix("base_model.model.").replace(".base_layer", "")
+            clean = clean.replace(".modules_to_save.default", "")
+            out[clean] = tensor.detach().clone()
+    finally:
+        model.unmerge_adapter()
+    return out
+
+
+class VLLMBackend(ARBackend):
+    """vLLM generation with prefix caching; weights pushed from the trained policy (colocate mode).
+
+    Args:
+        model_path: the checkpoint vLLM loads first (same architecture and tokenizer as the policy).
+        eos_id: EOS id used to fill finished rows; ``None`` reads the engine tokenizer's ``eos_token_id``.
+        dtype: engine weight dtype.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (the trainer shares the GPU).
+        max_model_len: longest prompt + completion; ``None`` uses the model's.
+        enable_prefix_caching: reuse KV blocks of shared prefixes (the n samples of a request, and a
+            prefix's continuations); keep it on.
+        tensor_parallel_size: GPUs per engine.
+        enable_sleep_mode: let the trainer free vLLM's memory between generations.
+        llm_kwargs: any other ``vllm.LLM`` arguments.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        eos_id: int | None = None,
+        dtype: str = "bfloat16",
+        gpu_memory_utilization: float = 0.3,
+        max_model_len: int | None = None,
+        enable_prefix_caching: bool = True,
+        tensor_parallel_size: int = 1,
+        enable_sleep_mode: bool = False,
+        seed: int = 0,
+        llm_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.vllm = _import_vllm()
+        # colocate: run the engine in this process so push_weights can reach the model
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        kwargs: dict[str, Any] = {
+            "model": model_path,
+            "dtype": dtype,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "enable_prefix_caching": enable_prefix_caching,
+            "tensor_parallel_size": tensor_parallel_size,
+            "enable_sleep_mode": enable_sleep_mode,
+            "seed": seed,
+        }
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        kwargs.update(llm_kwargs or {})
+        self.llm = self.vllm.LLM(**kwargs)
+        self.eos_id = int(eos_id if eos_id is not None else self.llm.get_tokenizer().eos_token_id)
+
+    def sampling_params(self, *, n: int, temperature: float, top_p: float, max_tokens: int, seed: int) -> Any:
+        return self.vllm.SamplingParams(
+            n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
+        )
+
+    def _requests(
+        self, prompts: list[list[int]], n: int, budgets: list[int], temperature: float, top_p: float, seed: int
+    ) -> torch.Tensor:
+        # one seed per request, n apart: vLLM V1 gives the j-th of n samples seed + j, and two samples
+        # with the same seed would draw the same noise stream
+        params = [
+            self.sampling_params(n=n, temperature=temperature, top_p=top_p, max_tokens=b, seed=seed + i * n)
+            for i, b in enumerate(budgets)
+        ]
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        width = max(budgets)
+        out = torch.full((len(prompts) * n, width), self.eos_id, dtype=torch.long)
+        for i, request in enumerate(outputs):
+            samples = sorted(request.outputs, key=lambda o: getattr(o, "index", 0))
+            if len(samples) != n:
+                raise RuntimeError(f"vLLM returned {len(samples)} samples for request {i}, expected {n}")
+            for j, sample in enumerate(samples):
+                out[i * n + j] = self._row(sample, width)
+        return out
+
+    def _row(self, sample: Any, width: int) -> torch.Tensor:
+        """One vLLM ``CompletionOutput`` as an EOS-filled row ``(width,)``.
+
+        A stop on another stop token id (``stop_reason`` an int, e.g. ``<|endoftext|>`` next to
+        ``<|im_end|>``) or on a stop string (``stop_reason`` a str) is rewritten as our EOS, so every
+        finished row ends the same way.
+        """
+        tokens = [int(t) for t in sample.token_ids]
+        stop_reason = getattr(sample, "stop_reason", None)
+        if getattr(sample, "finish_reason", None) == "stop":
+            if isinstance(stop_reason, int) and tokens and tokens[-1] == stop_reason:
+                tokens[-1] = self.eos_id
+            elif not tokens or tokens[-1] != self.eos_id:
+                tokens.append(self.eos_id)
+        row = torch.full((width,), self.eos_id, dtype=torch.long)
+        tokens = tokens[:width]
+        if tokens:
+            row[: len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        return row
+
+    def generate(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        n: int = 1,
+        seed: int = 0,
+    ) -> torch.Tensor:
+        _check_sampling(temperature, top_p, n)
+        prompts = [row[m.bool()].tolist() for row, m in zip(prompt_ids.cpu(), prompt_mask.cpu())]  # strip padding
+        return self._requests(prompts, n, _budgets(max_new_tokens, len(prompts)), temperature, top_p, seed)
+
+    def continue_from(
+        self,
+        prefix_ids: Sequence[Sequence[int]],
+        n: int,
+        max_new_tokens: int | Sequence[int],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> torch.Tensor:
+        _check_sampling(temperature, top_p, n)
+        prompts = [list(map(int, p)) for p in prefix_ids]
+        return self._requests(prompts, n, _budgets(max_new_tokens, len(prompts)), temperature, top_p, seed)
+
+    def _engine_model(self) -> Any | None:
+        """The engine's ``nn.Module`` when it runs in this process (vLLM V0, or V1 without multiprocessing)."""
+        executor = getattr(getattr(self.llm, "llm_engine", None), "model_executor", None)
+        worker = getattr(executor, "driver_worker", None)
+        for path in (("worker", "model_runner", "model"), ("model_runner", "model")):
+            obj = worker
+            for attr in path:
+                obj = getattr(obj, attr, None)
+            if obj is not None and hasattr(obj, "load_weights"):
+                return obj
+        return None
+
+    def push_weights(self, weights: nn.Module | Mapping[str, torch.Tensor]) -> None:
+        """Load updated weights into the engine (LoRA merged) and drop its now stale prefix cache.
+
+        ``weights``: the policy's HF model (plain or peft; a :class:`CausalPolicy` works too) or a state
+        dict with HF parameter names.
+        """
+        if isinstance(weights, nn.Module):
+            model = getattr(weights, "model", weights) if not hasattr(weights, "merge_adapter") else weights
+            state = merged_state_dict(model)
+        else:
+            state = dict(weights)
+        items: Iterable[tuple[str, torch.Tensor]] = list(state.items())
+        engine_model = self._engine_model()
+        if engine_model is not None:
+            engine_model.load_weights(weights=items)
+        elif hasattr(self.llm, "apply_model"):  # newer vLLM: run a function on each worker's model
+            self.llm.apply_model(lambda m: m.load_weights(weights=items))
+        else:
+            raise RuntimeError(
+                "VLLMBackend.push_weights: cannot reach the engine's model; run vLLM in-process "
+                "(VLLM_ENABLE_V1_MULTIPROCESSING=0, set before the engine starts)"
+            )
+        if hasattr(self.llm, "reset_prefix_cache"):
+            self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights

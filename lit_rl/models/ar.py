@@ -1,0 +1,244 @@
+"""Autoregressive (causal) LM policies for double-rollout GRPO (ALGORITHMS.md §6).
+
+A :class:`CausalPolicy` owns a causal LM and its tokenizer and exposes the same text helpers as the dLLM
+:class:`~lit_rl.models.policy.DiffusionPolicy` (the helpers are shared, not copied: they only need
+``tokenizer``, ``eos_id`` and ``pad_id``), plus what GRPO needs:
+
+* ``forward(input_ids, attention_mask) -> logits (B, T, V)``, position ids from the attention mask, so a
+  left-padded prompt sees the same positions as it would alone;
+* ``token_logprobs(input_ids, attention_mask, prompt_len) -> (B, L)``: log pi(token_t | tokens_<t) of the
+  completion tokens ``input_ids[:, P:]`` (the usual causal shift: logits at t-1 score token t).
+
+Rows follow the :class:`~lit_rl.rollouts.types.RolloutBatch` layout: prompt left-padded to ``P``, the
+completion in the last ``L`` positions (EOS-filled after its first EOS).
+
+Two concrete policies, both built by LightningCLI from YAML:
+
+* :class:`TinyCausalLM` — a ``transformers.LlamaForCausalLM`` built from a config with the character
+  tokenizer of :mod:`lit_rl.models.tokenizer` (offline, CPU, seconds to build). Its reasoning delimiter is
+  the atomic ``</reasoning>`` tag;
+* :class:`PretrainedCausalLM` — ``AutoModelForCausalLM.from_pretrained(path)`` (Qwen3 thinking models,
+  Nemotron, ...; delimiter ``</think>``), optionally 4-bit NF4 (bitsandbytes) and LoRA (peft).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from lit_rl.models.policy import DiffusionPolicy, LoraSettings, QuantizationSettings, apply_lora
+from lit_rl.models.tokenizer import build_char_tokenizer
+
+__all__ = ["CausalPolicy", "PretrainedCausalLM", "TinyCausalLM", "position_ids_from_mask"]
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counting real tokens only, ``(B, T)``; padding positions get 0.
+
+    With left padding this makes a prompt's positions independent of how much padding its batch needed.
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+
+
+class CausalPolicy(nn.Module):
+    """Base class: a causal LM with its tokenizer.
+
+    Subclasses set ``self.model`` (a ``*ForCausalLM``, possibly peft-wrapped), ``self.tokenizer``,
+    ``self.eos_id``, ``self.pad_id``.
+    """
+
+    model: nn.Module
+    tokenizer: Any
+    eos_id: int
+    pad_id: int
+    #: the text that closes the thinking trace (double rollout cuts the trace before it)
+    think_end: str = "</think>"
+
+    # -- model call --------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``(B, T, V)`` for ``input_ids (B, T)``; ``attention_mask`` 1 on real tokens."""
+        kwargs: dict[str, Any] = {}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+            kwargs["position_ids"] = position_ids_from_mask(attention_mask)  # (B, T)
+        return self.model(input_ids=input_ids, use_cache=False, **kwargs).logits  # (B, T, V)
+
+    def token_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_len: int,
+        temperature: float = 1.0,
+    ) -> torch.Tensor:
+        """Log-probabilities of the completion tokens, ``(B, L)`` with ``L = T - prompt_len``.
+
+        Logits at position t-1 score the token at t (causal shift), so the completion's first token is
+        scored by the last prompt position. ``temperature`` divides the logits (match the sampling
+        temperature so pi_old and pi_theta describe the same distribution). Computed in float32.
+        Positions after a row's first EOS are scored too; mask them with ``completion_mask``.
+        """
+        if not 0 < prompt_len < input_ids.shape[1]:
+            raise ValueError(f"prompt_len must be in (0, {input_ids.shape[1]}), got {prompt_len}")
+        logits = self.forward(input_ids, attention_mask)[:, prompt_len - 1 : -1]  # (B, L, V)
+        logits = logits.float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        targets = input_ids[:, prompt_len:]  # (B, L)
+        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+        return picked - torch.logsumexp(logits, dim=-1)  # (B, L)
+
+    # -- text <-> ids: identical to the dLLM policy's (they use tokenizer / eos_id / pad_id only) ---
+    encode_prompts = DiffusionPolicy.encode_prompts
+    encode_completions = DiffusionPolicy.encode_completions
+    completion_lengths = DiffusionPolicy.completion_lengths
+    decode_completions = DiffusionPolicy.decode_completions
+    count_tokens = DiffusionPolicy.count_tokens
+    tokenizer_name = DiffusionPolicy.tokenizer_name
+    load_init_checkpoint = DiffusionPolicy.load_init_checkpoint
+
+    def think_end_ids(self) -> list[int]:
+        """Token ids of :attr:`think_end` (for ``double_rollout_math.split_thinking``)."""
+        return list(self.tokenizer(self.think_end, add_special_tokens=False)["input_ids"])
+
+
+class TinyCausalLM(CausalPolicy):
+    """A tiny causal LM (``LlamaForCausalLM`` from a config) with the char tokenizer.
+
+    The reasoning trace is closed by the atomic ``</reasoning>`` tag of the char tokenizer (no extra
+    ``<think>`` tokens are added, so the tiny dLLM and AR models share one vocabulary).
+
+    Args:
+        hidden_size: width of the transformer.
+        num_layers: transformer layers.
+        num_heads: attention heads (and key/value heads).
+        intermediate_size: MLP width.
+        max_positions: maximum sequence length (prompt + completion).
+        seed: seed for the weight initialisation (the model is the same on every machine).
+        init_checkpoint: optional weights to start from (``torch.save`` state dict or Lightning ckpt).
+        lora: optional LoRA adapters (peft); ``None`` trains all weights.
+    """
+
+    think_end = "</reasoning>"
+
+    def __init__(
+        self,
+        hidden_size: int = 128,
+        num_layers: int = 4,
+        num_heads: int = 4,
+        intermediate_size: int = 512,
+        max_positions: int = 512,
+        seed: int = 0,
+        init_checkpoint: str | None = None,
+        lora: LoraSettings | None = None,
+    ) -> None:
+        super().__init__()
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+        self.tokenizer = build_char_tokenizer()
+        config = LlamaConfig(
+            vocab_size=len(self.tokenizer),
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=num_heads,
+            num_key_value_heads=num_heads,
+            max_position_embeddings=max_positions,
+            pad_token_id=self.tokenizer.pad_token_id,
+            bos_token_id=self.tokenizer.bos_token_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+            tie_word_embeddings=True,
+            attention_dropout=0.0,
+        )
+        config._attn_implementation = "sdpa"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.model = LlamaForCausalLM(config)
+        self.eos_id = int(self.tokenizer.eos_token_id)
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.max_positions = max_positions
+        if init_checkpoint:
+            self.load_init_checkpoint(init_checkpoint)
+        if lora is not None:
+            self.model = apply_lora(self.model, lora)
+
+
+def _dtype_kwarg() -> str:
+    """``from_pretrained`` takes ``dtype`` from transformers 4.56 on, ``torch_dtype`` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
+class PretrainedCausalLM(CausalPolicy):
+    """A causal LM loaded with ``AutoModelForCausalLM.from_pretrained(path)``.
+
+    Args:
+        path: local directory or hub name (e.g. ``Qwen/Qwen3-30B-A3B-Thinking-2507``).
+        dtype: weight dtype when not quantised (``"bfloat16"``, ``"float32"``).
+        quantization: optional 4-bit loading (bitsandbytes).
+        lora: optional LoRA adapters (peft).
+        gradient_checkpointing: trade compute for memory in the training forward passes.
+        think_end: text that closes the thinking trace (``</think>`` for Qwen3 / Nemotron thinking models).
+        eos_id: EOS id; ``None`` reads ``tokenizer.eos_token_id`` (``<|im_end|>`` for Qwen chat models).
+        pad_id: id used for left padding; ``None`` uses the tokenizer's pad id or EOS.
+        trust_remote_code: allow the checkpoint's own modeling code.
+        attn_implementation: ``"sdpa"``, ``"flash_attention_2"``, ... ; ``None`` lets transformers choose.
+        init_checkpoint: optional weights to start from.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        dtype: str = "bfloat16",
+        quantization: QuantizationSettings | None = None,
+        lora: LoraSettings | None = None,
+        gradient_checkpointing: bool = False,
+        think_end: str = "</think>",
+        eos_id: int | None = None,
+        pad_id: int | None = None,
+        trust_remote_code: bool = False,
+        attn_implementation: str | None = None,
+        init_checkpoint: str | None = None,
+    ) -> None:
+        super().__init__()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.path = path
+        self.think_end = think_end
+        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        self.tokenizer.padding_side = "left"
+        kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, _dtype_kwarg(): getattr(torch, dtype)}
+        if attn_implementation is not None:
+            kwargs["attn_implementation"] = attn_implementation
+        if quantization is not None and quantization.load_in_4bit:
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True,
+                bnb_4bit_quant_type=quantization.quant_type,
+                bnb_4bit_compute_dtype=getattr(torch, quantization.compute_dtype),
+                bnb_4bit_use_double_quant=quantization.double_quant,
+            )
+        self.model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        tok_eos = self.tokenizer.eos_token_id
+        if eos_id is None and tok_eos is None:
+            raise ValueError(f"eos_id: tokenizer of {path} has no eos_token_id; set model.eos_id")
+        self.eos_id = int(eos_id if eos_id is not None else tok_eos)
+        tok_pad = getattr(self.tokenizer, "pad_token_id", None)
+        self.pad_id = int(pad_id if pad_id is not None else (tok_pad if tok_pad is not None else self.eos_id))
+        if init_checkpoint:
+            self.load_init_checkpoint(init_checkpoint)
+        if quantization is not None and quantization.load_in_4bit:
+            from peft import prepare_model_for_kbit_training
+
+            self.model = prepare_model_for_kbit_training(self.model, use_gradient_checkpointing=gradient_checkpointing)
+        elif gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
+            self.model.gradient_checkpointing_enable()
+        if lora is not None:
+            self.model = apply_lora(self.model, lora)
+

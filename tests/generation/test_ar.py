@@ -1,0 +1,315 @@
+import sys
+import types
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from torch import nn
+
+from lit_rl.generation.ar import HFBackend, VLLMBackend, hit_budget, left_pad, merged_state_dict, sample_next
+from lit_rl.models import LoraSettings
+from lit_rl.models.ar import TinyCausalLM
+
+
+def tiny(**kw) -> TinyCausalLM:
+    args = dict(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=128, seed=0)
+    args.update(kw)
+    return TinyCausalLM(**args).eval()
+
+
+class EOSBias(nn.Module):
+    """lm_head followed by +bias on the EOS logit: EOS becomes likely, so rows stop at varied steps."""
+
+    def __init__(self, head: nn.Module, eos_id: int, bias: float) -> None:
+        super().__init__()
+        self.head, self.eos_id, self.bias = head, eos_id, bias
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        out = self.head(h)
+        out[..., self.eos_id] += self.bias
+        return out
+
+
+class CallLog:
+    """Wraps the HF model's forward and records each call's input shape."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.shapes: list[tuple[int, int]] = []
+        inner = model.forward
+
+        def forward(*args, **kwargs):
+            self.shapes.append(tuple(kwargs["input_ids"].shape))
+            return inner(*args, **kwargs)
+
+        model.forward = forward
+
+    @property
+    def prefills(self) -> list[tuple[int, int]]:
+        return [s for s in self.shapes if s[1] > 1]
+
+
+PREFIXES = [[10, 11, 12], [13, 14, 15, 16, 17, 18], [19, 20]]  # unequal: exercises left padding
+
+
+def prompts(p):
+    return p.encode_prompts([[{"role": "user", "content": "12"}], [{"role": "user", "content": "12345"}]])
+
+
+def test_generate_is_deterministic_per_seed_and_prompt_major():
+    p = tiny()
+    ids, mask = prompts(p)
+    b = HFBackend(p)
+    a1 = b.generate(ids, mask, max_new_tokens=12, n=3, seed=7)
+    a2 = b.generate(ids, mask, max_new_tokens=12, n=3, seed=7)
+    other = b.generate(ids, mask, max_new_tokens=12, n=3, seed=8)
+    assert a1.shape == (6, 12)
+    assert torch.equal(a1, a2)
+    assert not torch.equal(a1, other)
+    # prompt-major: rows 0-2 continue prompt 0. At T=0 the n samples of a prompt are identical.
+    g = b.generate(ids, mask, max_new_tokens=12, n=3, temperature=0.0)
+    assert torch.equal(g[0], g[1]) and torch.equal(g[1], g[2]) and torch.equal(g[3], g[5])
+    assert torch.equal(g[::3], b.generate(ids, mask, max_new_tokens=12, n=1, temperature=0.0))
+
+
+def test_rows_are_eos_filled_after_the_first_eos_and_generation_stops_early():
+    p = tiny()
+    p.model.lm_head = EOSBias(p.model.lm_head, p.eos_id, bias=4.0)
+    log = CallLog(p.model)
+    ids, mask = prompts(p)
+    out = HFBackend(p).generate(ids, mask, max_new_tokens=40, n=8, seed=0)  # (16, 40)
+    is_eos = out == p.eos_id
+    first = is_eos.float().argmax(-1)  # (16,)
+    assert is_eos.any(-1).all(), "with the EOS bias every row ends within 40 tokens for this seed"
+    assert len(set(first.tolist())) > 1, "rows end at different steps"
+    for row, f in zip(is_eos, first.tolist()):
+        assert row[f:].all()
+    # the loop stops once every row has ended: prefill + one step per generated column before that
+    assert len(log.shapes) == int(first.max()) + 1 < 41
+
+
+def test_max_new_tokens_and_per_prefix_budgets_are_respected():
+    p = tiny()
+    b = HFBackend(p)
+    ids, mask = prompts(p)
+    assert b.generate(ids, mask, max_new_tokens=5, n=2, seed=0).shape == (4, 5)
+    log = CallLog(p.model)
+    out = b.continue_from(PREFIXES, n=2, max_new_tokens=[2, 6, 4], seed=0)  # (6, 6)
+    assert out.shape == (6, 6)
+    assert len(log.shapes) <= 6  # never more forwards than the widest budget
+    budgets = torch.tensor([2, 2, 6, 6, 4, 4])
+    for row, budget in zip(out, budgets.tolist()):
+        assert (row[budget:] == p.eos_id).all()
+    cut = hit_budget(out, budgets, p.eos_id)  # the random tiny model rarely emits EOS
+    assert cut.tolist() == [(r[:k] != p.eos_id).all().item() for r, k in zip(out, budgets.tolist())]
+    with pytest.raises(ValueError, match="3 prefixes"):
+        b.continue_from(PREFIXES, n=2, max_new_tokens=[2, 6])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_shared_prefix_gives_the_samples_of_re_encoding_with_one_prefill_per_prefix(temperature):
+    p = tiny()
+    p.model.double()  # float64: the two paths then agree to ~1e-15, far below any sampling tie
+    shared, again = HFBackend(p, share_prefix=True), HFBackend(p, share_prefix=False)
+    log = CallLog(p.model)
+    a = shared.continue_from(PREFIXES, n=4, max_new_tokens=[5, 9, 7], temperature=temperature, seed=11)
+    shared_calls = list(log.shapes)
+    log.shapes.clear()
+    b = again.continue_from(PREFIXES, n=4, max_new_tokens=[5, 9, 7], temperature=temperature, seed=11)
+    assert torch.equal(a, b)
+    # shared: ONE prefill forward over the 3 prefixes (left-padded to 6), then 1-token steps on the
+    # 12 rows, fewer once the rows with budget 5 and 7 have ended and are pruned
+    assert [s for s in shared_calls if s[1] > 1] == [(3, 6)]
+    assert [s[0] for s in shared_calls[1:]] == [12] * 4 + [8] * 2 + [4] * 2
+    # re-encoding: the prefill runs over 3 x 4 = 12 rows
+    assert log.prefills == [(12, 6)]
+
+
+@pytest.mark.parametrize("prune", [0.0, 0.25])
+def test_kv_cached_greedy_decoding_matches_full_recompute(prune):
+    p = tiny()
+    out = HFBackend(p, prune_finished=prune).continue_from(PREFIXES, n=1, max_new_tokens=[6, 2, 4], temperature=0.0)
+    for prefix, row, budget in zip(PREFIXES, out, [6, 2, 4]):
+        seq = list(prefix)
+        for _ in range(6):  # no cache, no padding: argmax of the last position, one token at a time
+            with torch.no_grad():
+                logits = p(torch.tensor([seq]), torch.ones(1, len(seq), dtype=torch.long))
+            seq.append(int(logits[0, -1].argmax()))
+        assert row[:budget].tolist() == seq[len(prefix):len(prefix) + budget]
+
+
+def test_top_p_nucleus_and_chunking():
+    logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 0.0]])
+    g = torch.Generator().manual_seed(0)
+    # a tiny nucleus keeps only the most likely token: top_p -> 0 is greedy
+    assert sample_next(logits, 1.0, 1e-6, g).tolist() == [1, 0]
+    p = tiny()
+    whole = HFBackend(p).continue_from(PREFIXES, n=2, max_new_tokens=4, temperature=0.0)
+    log = CallLog(p.model)
+    chunked = HFBackend(p, max_rows=2).continue_from(PREFIXES, n=2, max_new_tokens=4, temperature=0.0)
+    assert torch.equal(whole, chunked)
+    assert log.prefills == [(1, 3), (1, 6), (1, 2)]  # one prefix (2 rows) per chunk
+
+
+def test_backend_runs_a_lora_policy_and_restores_train_mode():
+    p = tiny(lora=LoraSettings(r=4, alpha=8, dropout=0.1)).train()
+    ids, mask = prompts(p)
+    out = HFBackend(p).generate(ids, mask, max_new_tokens=4, n=2, seed=0)
+    assert out.shape == (4, 4)
+    assert p.model.training
+
+
+def test_left_pad():
+    ids, mask = left_pad([[5, 6], [7]], pad_id=0)
+    assert ids.tolist() == [[5, 6], [0, 7]] and mask.tolist() == [[1, 1], [0, 1]]
+
+
+# -- vLLM, with a fake module --------------------------------------------------------------------------
+@dataclass
+class FakeSamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 16
+    seed: int | None = None
+
+
+@dataclass
+class FakeCompletion:
+    index: int
+    token_ids: list[int]
+    finish_reason: str
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class FakeRequestOutput:
+    outputs: list[FakeCompletion]
+
+
+@dataclass
+class FakeLLM:
+    """Records what VLLMBackend passes to vllm.LLM / LLM.generate and returns scripted samples."""
+
+    kwargs: dict = field(default_factory=dict)
+    calls: list = field(default_factory=list)
+    loaded: list = field(default_factory=list)
+    resets: int = 0
+
+    def __post_init__(self):
+        runner = types.SimpleNamespace(model=types.SimpleNamespace(load_weights=lambda weights: self.loaded.append(list(weights))))
+        self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=types.SimpleNamespace(model_runner=runner)))
+
+    def get_tokenizer(self):
+        return types.SimpleNamespace(eos_token_id=2)
+
+    def generate(self, prompts, sampling_params, use_tqdm=True):
+        self.calls.append((prompts, sampling_params))
+        out = []
+        for i, (_, sp) in enumerate(zip(prompts, sampling_params)):
+            # sample 0 stops on EOS, sample 1 on another stop token (99), the rest run to the limit;
+            # returned out of order to check the sort by index
+            comps = []
+            for j in reversed(range(sp.n)):
+                if j == 0:
+                    comps.append(FakeCompletion(j, [50 + i, 2], "stop", None))
+                elif j == 1:
+                    comps.append(FakeCompletion(j, [60 + i, 99], "stop", 99))
+                else:
+                    comps.append(FakeCompletion(j, [70 + i] * sp.max_tokens, "length"))
+            out.append(FakeRequestOutput(comps))
+        return out
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    made = []
+
+    def make_llm(**kwargs):
+        llm = FakeLLM(kwargs=kwargs)
+        made.append(llm)
+        return llm
+
+    module = types.ModuleType("vllm")
+    module.LLM = make_llm
+    module.SamplingParams = FakeSamplingParams
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    return made
+
+
+def test_vllm_backend_builds_llm_and_sampling_params(fake_vllm):
+    backend = VLLMBackend("some/model", gpu_memory_utilization=0.4, max_model_len=2048, seed=3)
+    (llm,) = fake_vllm
+    assert llm.kwargs == {
+        "model": "some/model", "dtype": "bfloat16", "gpu_memory_utilization": 0.4,
+        "enable_prefix_caching": True, "tensor_parallel_size": 1, "enable_sleep_mode": False,
+        "seed": 3, "max_model_len": 2048,
+    }
+    assert backend.eos_id == 2  # read from the engine's tokenizer
+    import os
+
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # in-process engine for push_weights
+
+    ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    out = backend.generate(ids, mask, max_new_tokens=4, temperature=0.7, top_p=0.9, n=3, seed=10)
+    prompts, params = llm.calls[-1]
+    assert prompts == [{"prompt_token_ids": [5, 6]}, {"prompt_token_ids": [7, 8, 9, 10]}]  # padding stripped
+    # seeds n apart: vLLM gives the j-th of n samples seed + j, so no two samples share a stream
+    assert params == [FakeSamplingParams(3, 0.7, 0.9, 4, 10), FakeSamplingParams(3, 0.7, 0.9, 4, 13)]
+    assert out.tolist() == [
+        [50, 2, 2, 2], [60, 2, 2, 2], [70, 70, 70, 70],  # the stop token 99 became EOS
+        [51, 2, 2, 2], [61, 2, 2, 2], [71, 71, 71, 71],
+    ]
+
+
+def test_vllm_backend_continuations_use_per_prefix_budgets(fake_vllm):
+    backend = VLLMBackend("m", eos_id=2)
+    out = backend.continue_from([[1, 2, 3], [4]], n=3, max_new_tokens=[2, 5], temperature=1.0)
+    prompts, params = fake_vllm[0].calls[-1]
+    assert [p["prompt_token_ids"] for p in prompts] == [[1, 2, 3], [4]]
+    assert [sp.max_tokens for sp in params] == [2, 5] and all(sp.n == 3 for sp in params)
+    assert out.shape == (6, 5)
+    assert out[2].tolist() == [70, 70, 2, 2, 2]  # budget 2, then EOS fill
+    assert hit_budget(out, [2, 2, 2, 5, 5, 5], 2).tolist() == [False, False, True, False, False, True]
+
+
+def test_vllm_push_weights_merges_lora_and_resets_the_prefix_cache(fake_vllm):
+    backend = VLLMBackend("m", eos_id=2)
+    llm = fake_vllm[0]
+    p = tiny(lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    with torch.no_grad():  # make the adapter non-trivial
+        for n, q in p.model.named_parameters():
+            if "lora_B" in n:
+                q.normal_()
+    ids = torch.tensor([[10, 11, 12]])
+    before = p(ids, torch.ones_like(ids)).detach()
+    backend.push_weights(p)
+    (loaded,) = llm.loaded
+    names = [k for k, _ in loaded]
+    assert not any("lora_" in k or "base_layer" in k or k.startswith("base_model") for k in names)
+    assert "model.layers.0.self_attn.q_proj.weight" in names
+    # the pushed q_proj is W + (alpha/r) B A
+    layer = p.model.base_model.model.model.layers[0].self_attn.q_proj
+    expected = layer.base_layer.weight + 2.0 * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
+    torch.testing.assert_close(dict(loaded)["model.layers.0.self_attn.q_proj.weight"], expected)
+    assert llm.resets == 1
+    # the policy itself is unmerged again
+    torch.testing.assert_close(p(ids, torch.ones_like(ids)), before)
+    # a plain state dict goes through as is
+    backend.push_weights({"x.weight": torch.zeros(1)})
+    assert [k for k, _ in llm.loaded[-1]] == ["x.weight"] and llm.resets == 2
+
+
+def test_merged_state_dict_of_a_plain_model_is_its_state_dict():
+    p = tiny()
+    assert merged_state_dict(p.model).keys() == p.model.state_dict().keys()
+
+
+def test_vllm_missing_gives_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    with pytest.raises(ImportError, match=r"optional extra.*lit-rl\[vllm\].*HFBackend"):
+        VLLMBackend("m")
