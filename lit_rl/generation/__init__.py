@@ -1,0 +1,17 @@
+"""Decoding: masked-diffusion (dLLM) generation; AR backends live next to it."""
+
+from lit_rl.generation.diffusion import (
+    ModelFn,
+    diffusion_generate,
+    hf_model_fn,
+    num_transfer_tokens,
+    position_ids_from_attention_mask,
+)
+
+__all__ = [
+    "ModelFn",
+    "diffusion_generate",
+    "hf_model_fn",
+    "num_transfer_tokens",
+    "position_ids_from_attention_mask",
+]
