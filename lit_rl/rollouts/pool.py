@@ -12,8 +12,11 @@ task verifier's reward of the final completion; ``num_tokens`` is counted with `
 model's tokenizer). ``meta`` holds generation metadata (temperature, seed, first-stage text and reward of a
 two-stage length-controlled build, wall time, ...).
 
-Writers append one line at a time and ``fsync`` (a killed build leaves a valid prefix), or write a whole
-file atomically (temp file + rename). Readers name the file and line of any malformed record.
+Writers either append whole prompts (:class:`PoolAppender`: all ``n`` lines of a prompt in one write, then
+``fsync``; a killed build leaves a valid prefix that :func:`repair_pool_for_resume` checks and trims before
+the build continues) or write a whole file atomically (temp file + rename). Readers name the file and line
+of any malformed record. Side files share the pool's stem (:func:`pool_stem`): ``<stem>.build.json``
+(build sessions, wall time), ``<stem>.stats.md`` / ``.stats.json`` / ``.lengths.png`` (statistics).
 """
 
 from __future__ import annotations

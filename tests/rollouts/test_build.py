@@ -1,0 +1,296 @@
+"""The pool builder: configs, length control, filtering/ordering, crash safety and resume (a real
+subprocess killed with SIGKILL), a server that dies mid-build, faults during a build (nothing lost)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_rl.rollouts.backends import BackendError, GenResult, ScriptedBackend
+from lit_rl.rollouts.build import BuildConfigError, build_info_path, build_pool, load_build_config, resolve_env
+from lit_rl.rollouts.length_control import LengthControl
+from lit_rl.rollouts.pool import PoolFormatError, iter_pool, load_pool, repair_pool_for_resume
+from lit_rl.tasks import get_task
+from openai_test_server import FakeOpenAIServer
+
+ROOT = Path(__file__).resolve().parents[2]
+N_PROMPTS, N = 8, 3
+
+
+def _config(tmp_path, url, name="pool", **over):
+    cfg = {
+        "task": {"class_path": "lit_rl.tasks.SudokuTask", "init_args": {"num_train": N_PROMPTS}},
+        "out": str(tmp_path / f"{name}.jsonl"),
+        "n": N,
+        "seed": 42,
+        "g_ext": 2,
+        "length_tokenizer": "lit_rl/char",
+        "prompts_per_wave": 3,
+        "sampling": {"temperature": 1.0, "max_tokens": 4096},
+        "length_control": {"mode": "two_stage", "target_total_tokens": 256},
+        "backend": {"type": "openai", "base_url": "${LIT_RL_TEST_URL}", "model": "fake-qwen3", "concurrency": 4, "timeout_s": 10, "max_retries": 3, "backoff_s": 0.01, "max_backoff_s": 0.05},
+    }
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k] = {**cfg[k], **v}
+        else:
+            cfg[k] = v
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    os.environ["LIT_RL_TEST_URL"] = url
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted two-stage build against a fault-free server (the pool every other build must equal)."""
+    tmp = tmp_path_factory.mktemp("ref")
+    with FakeOpenAIServer() as srv:
+        res = build_pool(load_build_config(_config(tmp, srv.url, "ref")), progress=False)
+    assert res.prompts_done == N_PROMPTS and res.retries == 0
+    return Path(res.pool).read_bytes()
+
+
+def test_reference_pool_content(reference, tmp_path):
+    path = tmp_path / "ref.jsonl"
+    path.write_bytes(reference)
+    header, records = iter_pool(path)
+    records = list(records)
+    assert header["task"] == "sudoku" and header["policy"] == "fake-qwen3" and header["tokenizer"] == "lit_rl/char"
+    assert header["length_unit"] == "tokens" and header["n"] == N and header["seed"] == 42
+    assert header["length_control"]["mode"] == "two_stage" and header["sampling"]["max_tokens"] == 4096
+    ids = [f"sudoku-train-{i}" for i in range(N_PROMPTS)]
+    assert [r.prompt_id for r in records] == [pid for pid in ids for _ in range(N)]  # prompt order, n each
+    task = get_task("sudoku", num_train=N_PROMPTS)
+    by_id = {ex.id: ex for ex in task.train_examples()}
+    for r in records:
+        s1 = r.meta["stage1"]
+        # the verifier was re-run on the final (rewritten) text; stage-1 text/reward kept for analysis
+        assert r.reward == task.reward(r.completion, by_id[r.prompt_id])
+        assert s1["reward"] == task.reward(s1["completion"], by_id[r.prompt_id])
+        assert r.num_tokens == len(r.completion) or "<answer>" in r.completion  # char tokenizer: tags are 1 token
+        assert s1["num_tokens"] > r.num_tokens
+        assert r.usable == (r.num_tokens <= 500)
+    # usable first within every prompt, reward never looked at
+    for pid in ids:
+        group = [r for r in records if r.prompt_id == pid]
+        assert [r.index for r in group] == list(range(N))
+        flags = [r.usable for r in group]
+        assert flags == sorted(flags, reverse=True)
+
+
+def test_resume_after_torn_tail_reproduces_the_pool(reference, tmp_path):
+    with FakeOpenAIServer() as srv:
+        cfg_path = _config(tmp_path, srv.url)
+        out = tmp_path / "pool.jsonl"
+        lines = reference.split(b"\n")
+        header_len = len(lines[0]) + 1
+        # cut points: right after the header, inside a prompt (line boundary), in the middle of a line
+        for cut in (header_len, header_len + sum(len(x) + 1 for x in lines[1:3]), header_len + sum(len(x) + 1 for x in lines[1:5]) + 40):
+            out.write_bytes(reference[:cut])
+            res = build_pool(load_build_config(cfg_path), progress=False)
+            assert out.read_bytes() == reference and res.prompts_done == N_PROMPTS
+        state = repair_pool_for_resume(out, N)
+        assert state.done == [f"sudoku-train-{i}" for i in range(N_PROMPTS)] and state.dropped_lines == 0
+
+
+def test_repair_rejects_damage_in_the_middle(reference, tmp_path):
+    out = tmp_path / "pool.jsonl"
+    lines = reference.split(b"\n")
+    out.write_bytes(b"\n".join(lines[:2] + [b"{broken"] + lines[3:]))
+    with pytest.raises(PoolFormatError, match="pool.jsonl:3"):
+        repair_pool_for_resume(out, N)
+    out.write_bytes(b"\n".join(lines[:1] + lines[1:3] + lines[4:]))  # a prompt with 2 of 3 records mid-file
+    with pytest.raises(PoolFormatError, match="has 2 records before"):
+        repair_pool_for_resume(out, N)
+
+
+def test_transient_faults_during_a_build_lose_nothing(reference, tmp_path):
+    faults = ["timeout", "500", "503", "malformed", "no_choices", "truncated", "reset", None]
+
+    def fault(i, body, attempt):  # a different fault on the first attempt of most requests
+        return faults[body["seed"] % len(faults)] if attempt == 1 else None
+
+    with FakeOpenAIServer(fault=fault, timeout_sleep_s=3.0) as srv:
+        cfg_path = _config(tmp_path, srv.url, backend={"timeout_s": 1.5, "max_retries": 4, "concurrency": 8}, prompts_per_wave=8)
+        res = build_pool(load_build_config(cfg_path), progress=False)
+        assert set(srv.faults_sent) == set(faults) - {None}
+    assert (tmp_path / "pool.jsonl").read_bytes() == reference
+    info = json.loads(build_info_path(tmp_path / "pool.jsonl").read_text())
+    assert res.retries >= sum(srv.faults_sent.values()) and info["sessions"][0]["retries"] == res.retries
+    assert set(info["sessions"][0]["retry_reasons"]) >= {"timeout", "http_500", "http_503", "malformed", "truncated", "connection"}
+
+
+def test_server_dies_mid_build_then_resume(reference, tmp_path):
+    srv = FakeOpenAIServer(die_after=20).start()  # dies during the second wave
+    try:
+        cfg_path = _config(tmp_path, srv.url, backend={"max_retries": 2})
+        with pytest.raises(BackendError, match=r"(?s)failed after 3 attempts; last error: connection: cannot reach.*keeps the \d+ complete prompts; rerun"):
+            build_pool(load_build_config(cfg_path), progress=False)
+        out = tmp_path / "pool.jsonl"
+        header, records = iter_pool(out)  # valid file: whole prompts only
+        done = [r.prompt_id for r in records]
+        assert 0 < len(done) < N_PROMPTS * N and len(done) % N == 0
+        info = json.loads(build_info_path(out).read_text())
+        assert info["status"].startswith("failed: ") and info["prompts_done"] == len(done) // N
+        srv.restart()  # the same port
+        res = build_pool(load_build_config(cfg_path), progress=False)
+        assert res.resumed_from == len(done) // N and res.prompts_done == N_PROMPTS
+        assert out.read_bytes() == reference
+        info = json.loads(build_info_path(out).read_text())
+        assert [s["status"][:6] for s in info["sessions"]] == ["failed", "comple"] and info["status"] == "complete"
+    finally:
+        srv.stop()
+
+
+def test_kill_and_resume_subprocess(reference, tmp_path):
+    """SIGKILL a real ``rollouts build`` mid-way; the resumed pool equals the uninterrupted one."""
+    with FakeOpenAIServer(delay_s=0.15) as srv:
+        cfg_path = _config(tmp_path, srv.url, backend={"concurrency": 2}, prompts_per_wave=2)
+        out = tmp_path / "pool.jsonl"
+        env = {**os.environ, "LIT_RL_TEST_URL": srv.url, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([sys.executable, "-m", "lit_rl", "rollouts", "build", "--config", str(cfg_path), "--no-progress", "--no-stats"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.time() + 120
+        lines = 0
+        while time.time() < deadline and proc.poll() is None:
+            lines = out.read_bytes().count(b"\n") - 1 if out.exists() else 0
+            if lines >= 2 * N:  # at least two prompts written
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        killed_at = out.read_bytes()
+        header, records = iter_pool(out)
+        written = len(list(records))
+        assert 0 < written < N_PROMPTS * N  # killed mid-build, the file is a valid prefix
+        assert reference.startswith(killed_at)
+        res = build_pool(load_build_config(cfg_path), progress=False)
+    assert res.resumed_from == written // N and res.prompts_generated == N_PROMPTS - written // N
+    assert out.read_bytes() == reference  # same prompts, same records, no duplicates
+    ids = [r.prompt_id for r in iter_pool(out)[1]]
+    assert len(ids) == N_PROMPTS * N and len(set(ids)) == N_PROMPTS
+
+
+def test_resume_with_a_different_config_is_refused(reference, tmp_path):
+    out = tmp_path / "pool.jsonl"
+    out.write_bytes(reference)
+    with FakeOpenAIServer() as srv:
+        cfg_path = _config(tmp_path, srv.url, sampling={"temperature": 0.7})
+        with pytest.raises(BuildConfigError, match=r"different settings \(sampling: pool has .*\"temperature\": 1.0.*--overwrite"):
+            build_pool(load_build_config(cfg_path), progress=False)
+        # a larger limit (or an unchanged config) extends/keeps the pool; --overwrite starts over
+        res = build_pool(load_build_config(_config(tmp_path, srv.url)), progress=False)
+        assert res.prompts_generated == 0 and out.read_bytes() == reference
+
+
+def test_instruction_mode_appends_the_instruction(tmp_path):
+    seen = []
+    with FakeOpenAIServer(fault=lambda i, body, attempt: seen.append(body["messages"]) or None) as srv:
+        cfg = load_build_config(_config(tmp_path, srv.url, length_control={"mode": "instruction", "target_total_tokens": 77, "instruction": "Be brief: about {target_total_tokens} tokens."}, n=2), {"limit": 2})
+        res = build_pool(cfg, progress=False)
+    assert res.prompts_done == 2 and len(seen) == 4
+    task = get_task("sudoku", num_train=2)
+    assert seen[0][-1]["content"] == task.messages(task.train_examples()[0])[-1]["content"].rstrip() + "\n\nBe brief: about 77 tokens."
+    recs = list(iter_pool(res.pool)[1])
+    assert all("stage1" not in r.meta and r.meta["length_control"] == "instruction" for r in recs)
+
+
+def test_rewrite_prompt_holds_task_completion_and_instruction():
+    task = get_task("sudoku", num_train=1)
+    ex = task.train_examples()[0]
+    lc = LengthControl(mode="two_stage", target_total_tokens=256)
+    msgs = lc.rewrite_messages(task, ex, "  <reasoning>long</reasoning>\n<answer>1234</answer>  ")
+    assert len(msgs) == 1 and msgs[0]["role"] == "user"
+    body = msgs[0]["content"]
+    assert ex.meta["puzzle"] in body and "<reasoning>long</reasoning>\n<answer>1234</answer>\n" in body
+    assert body.endswith(lc.length_instruction()) and "about 256 tokens" in body
+    assert lc.first_stage_messages(task, ex) == task.messages(ex)  # the first stage sees P_task only
+    with pytest.raises(ValueError, match="must contain {completion}"):
+        LengthControl(mode="two_stage", rewrite_prompt="{task_prompt} only")
+    with pytest.raises(ValueError, match="mode='short'"):
+        LengthControl(mode="short")
+
+
+class _Canned(ScriptedBackend):
+    """Hand-made candidates: lengths and rewards known in advance."""
+
+    def __init__(self, texts):
+        super().__init__("sudoku")
+        self.texts = texts
+
+    def generate(self, requests, sampling, on_result=None, hooks=None):
+        out = []
+        for i, r in enumerate(requests):
+            res = GenResult(self.texts[r.example.id][i % len(self.texts[r.example.id])])  # n consecutive requests per prompt
+            out.append(res)
+            if on_result:
+                on_result(i, res)
+        return out
+
+
+def test_filtering_and_ordering_by_length_only(tmp_path):
+    task = get_task("sudoku", num_train=2)
+    e0, e1 = task.train_examples()
+    right0, right1 = f"<answer>{e0.answer}</answer>", f"<answer>{e1.answer}</answer>"
+    pad = lambda k: "<reasoning>" + "x" * k + "</reasoning>\n"  # noqa: E731  (k + 3 tokens with the char tokenizer)
+    texts = {
+        # prompt 0: candidates 0 and 2 too long (one of them correct), 1 and 3 usable (one wrong)
+        e0.id: [pad(600) + right0, pad(10) + "<answer>0</answer>", pad(700) + right0, pad(20) + right0],
+        # prompt 1: only one usable candidate -> not usable with G_ext = 2
+        e1.id: [pad(900) + right1, pad(5) + right1, pad(800) + right1, pad(501) + right1],
+    }
+    cfg = load_build_config(_config(tmp_path, "http://unused", n=4, length_control={"mode": "instruction"}, task={"init_args": {"num_train": 2}}))
+    res = build_pool(cfg, progress=False, backend=_Canned(texts), task=task)
+    recs = list(iter_pool(res.pool)[1])
+    p0 = [r for r in recs if r.prompt_id == e0.id]
+    assert [r.meta["candidate"] for r in p0] == [1, 3, 0, 2]  # usable first, original order kept
+    assert [r.usable for r in p0] == [True, True, False, False]
+    assert [r.reward for r in p0] == [0.0, 1.0, 1.0, 1.0]  # a wrong usable one stays ahead of right long ones
+    pool = load_pool(res.pool, g_ext=2, valid_ids=[e0.id, e1.id], task="sudoku")
+    assert list(pool) == [e0.id] and [r.meta["candidate"] for r in pool[e0.id]] == [1, 3]
+
+
+def test_config_errors_are_clear(tmp_path, monkeypatch):
+    monkeypatch.delenv("LIT_RL_EXTERNAL_URL", raising=False)
+    with pytest.raises(BuildConfigError, match=r"backend.base_url uses \$\{LIT_RL_EXTERNAL_URL\}, but the environment variable LIT_RL_EXTERNAL_URL is not set"):
+        load_build_config(ROOT / "conf/external/sudoku.yaml")
+    assert resolve_env({"a": "${NOPE_NOT_SET:-dflt}/v1", "b": "$x$ ${x}"}) == {"a": "dflt/v1", "b": "$x$ ${x}"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"task": "sudoku", "out": "x", "backend": {"type": "scripted", "task": "sudoku"}, "temprature": 1}))
+    with pytest.raises(BuildConfigError, match=r"unknown key\(s\) \['temprature'\]"):
+        load_build_config(bad)
+    bad.write_text(yaml.safe_dump({"task": "sudoku", "out": "x", "backend": {"type": "scripted", "task": "sudoku"}, "n": 2, "g_ext": 3}))
+    with pytest.raises(BuildConfigError, match="g_ext=3 > n=2"):
+        load_build_config(bad)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "conf/external").glob("*.yaml")))
+def test_every_external_config_parses(name, monkeypatch):
+    monkeypatch.setenv("LIT_RL_EXTERNAL_URL", "http://vllm-host:8000/v1")
+    monkeypatch.setenv("LIT_RL_MATH_TRAIN", "/data/math_train.jsonl")
+    cfg = load_build_config(ROOT / "conf/external" / name)
+    assert cfg.n >= cfg.g_ext and cfg.max_usable_tokens == 500 and cfg.length_control.target_total_tokens == 256
+    if name in ("sudoku.yaml", "countdown.yaml", "math500.yaml"):  # the paper's settings (Table III)
+        assert cfg.backend_spec["type"] == "openai" and cfg.backend_spec["base_url"] == "http://vllm-host:8000/v1"
+        assert cfg.backend_spec["model"] == "Qwen/Qwen3-30B-A3B-Instruct-2507" and cfg.length_tokenizer == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+        assert (cfg.n, cfg.seed, cfg.sampling.temperature) == (6, 42, 1.0)
+        assert cfg.sampling.max_tokens == (4096 if name == "sudoku.yaml" else 2048)
+        assert cfg.length_control.mode == ("two_stage" if name == "sudoku.yaml" else "instruction")
+        assert cfg.mlflow["tracking_uri"].startswith("sqlite:///")
+
+
+def test_embedded_config_builds_here(tmp_path):
+    cfg = load_build_config(ROOT / "conf/external/sudoku_embedded.yaml", {"out": str(tmp_path / "emb.jsonl"), "limit": 12})
+    res = build_pool(cfg, progress=False)
+    header, recs = iter_pool(res.pool)
+    recs = list(recs)
+    assert res.prompts_done == 12 and len(recs) == 72 and header["policy"] == "scripted-sudoku"
+    assert all(r.meta["stage1"]["num_tokens"] > 500 for r in recs)  # verbose first stage
+    assert sum(r.usable for r in recs) > 60
