@@ -433,6 +433,9 @@ def build_pool(
             raise BuildConfigError(f"{out}: holds prompt {unknown[0]!r}, which is not a training prompt of this task config")
         done, dropped = set(state.done), state.dropped_lines
         info = read_build_info(out) or info
+        for old in info.get("sessions", []):
+            if old.get("status") == "running":  # that process died without a word (SIGKILL, power loss)
+                old["status"] = "killed"
         if dropped:
             log(f"resume: removed {dropped} torn line(s) at the end of {out}")
         log(f"resume: {len(done & set(ids))}/{len(ids)} prompts already in {out}")
@@ -466,6 +469,7 @@ def build_pool(
         _write_json_atomic(info_path, info)
 
     save_info("running")
+    last_save = [time.perf_counter()]
     n, two_stage = cfg.n, cfg.length_control.two_stage
     lc = cfg.length_control
     status = "failed"
@@ -494,6 +498,9 @@ def build_pool(
                         session["prompts_generated"] += 1
                         next_prompt[0] += 1
                         bar.advance()
+                    if time.perf_counter() - last_save[0] > 2.0:  # keep the session record fresh for a kill
+                        save_info("running")
+                        last_save[0] = time.perf_counter()
 
                 if two_stage:
                     bar.stage("stage 1: generate")

@@ -173,6 +173,8 @@ def test_kill_and_resume_subprocess(reference, tmp_path):
         assert reference.startswith(killed_at)
         res = build_pool(load_build_config(cfg_path), progress=False)
     assert res.resumed_from == written // N and res.prompts_generated == N_PROMPTS - written // N
+    sessions = json.loads(build_info_path(out).read_text())["sessions"]
+    assert [s["status"] for s in sessions] == ["killed", "complete"]
     assert out.read_bytes() == reference  # same prompts, same records, no duplicates
     ids = [r.prompt_id for r in iter_pool(out)[1]]
     assert len(ids) == N_PROMPTS * N and len(set(ids)) == N_PROMPTS
