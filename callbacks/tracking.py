@@ -19,6 +19,9 @@ A sample table of prompt / completion / reward per source (``samples_per_source`
 at each Pass@k evaluation (when a :class:`callbacks.passk.PassAtKEvaluation` is present) and/or every
 ``samples_every_n_batches`` batches: appended to ``<run dir>/rollout_samples.jsonl`` and logged to MLflow
 with ``log_table`` (``rollout_samples.json``, one table across training with a ``step`` column).
+
+DDP: statistics and samples are those of rank 0's rollouts (each rank holds its own prompts); they are
+not gathered across ranks.
 """
 
 from __future__ import annotations
