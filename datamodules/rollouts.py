@@ -29,7 +29,6 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lit_rl.generation.diffusion import diffusion_generate
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.rollouts.pool import load_pool
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
@@ -232,27 +231,6 @@ class RolloutDataModule(L.LightningDataModule):
             batch.rollouts = self.evaluate_batch(batch, policy)
         return batch
 
-    def _generate(self, policy: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, settings: DecodeSettings, seed: int) -> torch.Tensor:
-        gen = torch.Generator(device=prompt_ids.device).manual_seed(seed)
-        was_training = policy.training
-        policy.eval()
-        try:
-            with torch.no_grad():
-                out = diffusion_generate(
-                    lambda ids, mask: policy(ids, mask),
-                    prompt_ids,
-                    prompt_mask,
-                    gen_length=settings.gen_length,
-                    block_length=settings.block_length,
-                    steps=settings.steps,
-                    temperature=settings.temperature,
-                    mask_id=policy.mask_id,
-                    generator=gen,
-                )
-        finally:
-            policy.train(was_training)
-        return out[:, prompt_ids.shape[1]:]  # (B, L_gen)
-
     def produce_rollouts(self, batch: PromptBatch, policy: torch.nn.Module) -> RolloutBatch:
         """On-policy generation + external rollouts of ``batch``, all scored by the task verifier."""
         device = next(policy.parameters()).device
@@ -267,7 +245,7 @@ class RolloutDataModule(L.LightningDataModule):
         if self.g_on:
             on_prompt = prompt_ids.repeat_interleave(self.g_on, 0)  # (B_p*G_on, P)
             on_mask = prompt_mask.repeat_interleave(self.g_on, 0)
-            comp = self._generate(policy, on_prompt, on_mask, self.generation, _step_seed(self.seed, batch.step))  # (B_p*G_on, L_gen)
+            comp = policy.generate(on_prompt, on_mask, self.generation, _step_seed(self.seed, batch.step))  # (B_p*G_on, L_gen)
             on_texts = policy.decode_completions(comp)
             for k, text in enumerate(on_texts):
                 g = k // self.g_on
@@ -328,7 +306,7 @@ class RolloutDataModule(L.LightningDataModule):
         device = next(policy.parameters()).device
         prompt_ids, prompt_mask = policy.encode_prompts([self.task.messages(e) for e in batch.examples], self.max_prompt_len)
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
-        comp = self._generate(policy, prompt_ids, prompt_mask, self.eval_generation, _step_seed(self.seed, 0, salt=1))
+        comp = policy.generate(prompt_ids, prompt_mask, self.eval_generation, _step_seed(self.seed, 0, salt=1))
         texts = policy.decode_completions(comp)
         scores = [self.task.evaluate(t, e) for t, e in zip(texts, batch.examples)]
         lengths = policy.completion_lengths(comp)

@@ -106,6 +106,7 @@ class ERILSModule(L.LightningModule):
             raise RuntimeError("training batch has no rollouts: use datamodules.RolloutDataModule (it generates them)")
         # 2. advantages per source (Eq. 9 / Eq. 11 / single-source variants)
         adv, keep = self.advantages(ro.rewards, ro.source, ro.group)  # (N,), (N,)
+        self.last_advantages, self.last_advantages_keep = adv.detach(), keep  # read by RolloutTracker
         self._log_rollout_stats(ro, adv, keep)
         ro, adv = ro.select(keep), adv[keep]
         # 3. μ optimizer updates on this rollout batch
@@ -194,9 +195,18 @@ class ERILSModule(L.LightningModule):
         correct = torch.tensor([self._val_correct, self._val_total], device=self.device)
         correct = self.trainer.strategy.reduce(correct, reduce_op="sum") if self.trainer.world_size > 1 else correct
         acc = (correct[0] / correct[1].clamp(min=1)).item()
-        self.log(f"val/{task}/greedy/accuracy", acc, prog_bar=True, sync_dist=False, rank_zero_only=True)
+        metrics = {f"val/{task}/greedy/accuracy": acc}
         if self._val_len:
-            self.log(f"val/{task}/greedy/length_mean", torch.cat(self._val_len).mean().item(), rank_zero_only=True)
+            metrics[f"val/{task}/greedy/length_mean"] = torch.cat(self._val_len).mean().item()
+        if self.trainer.sanity_checking:
+            # Lightning drops metrics logged during the sanity check; the starting policy's score is the
+            # first point of the learning curve, so write it to the loggers directly (step 0).
+            if self.trainer.is_global_zero:
+                for logger in self.trainer.loggers:
+                    logger.log_metrics(metrics, step=0)
+            return
+        for k, v in metrics.items():
+            self.log(k, v, prog_bar=k.endswith("accuracy"), rank_zero_only=True)
 
     test_step = validation_step
     on_test_epoch_start = on_validation_epoch_start

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch import nn
 
 from lit_rl.models.tokenizer import build_char_tokenizer
+
+if TYPE_CHECKING:
+    from lit_rl.generation.settings import DecodeSettings
 
 # LoRA targets per architecture (``config.model_type``): attention and MLP projections.
 LORA_TARGETS: dict[str, list[str]] = {
@@ -119,6 +122,34 @@ class DiffusionPolicy(nn.Module):
         if self.logits_shift:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # (B, T, V)
         return logits
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, settings: "DecodeSettings", seed: int) -> torch.Tensor:
+        """Completions ``(B, L_gen)`` by semi-autoregressive confidence decoding (§1), in eval mode.
+
+        ``prompt_ids``/``prompt_mask`` are left-padded ``(B, P)``; sampling noise comes from a generator
+        seeded with ``seed``, so the same weights, prompts and seed give the same completions.
+        """
+        from lit_rl.generation.diffusion import diffusion_generate
+
+        gen = torch.Generator(device=prompt_ids.device).manual_seed(int(seed))
+        was_training = self.training
+        self.eval()
+        try:
+            out = diffusion_generate(
+                lambda ids, mask: self(ids, mask),
+                prompt_ids,
+                prompt_mask,
+                gen_length=settings.gen_length,
+                block_length=settings.block_length,
+                steps=settings.steps,
+                temperature=settings.temperature,
+                mask_id=self.mask_id,
+                generator=gen,
+            )
+        finally:
+            self.train(was_training)
+        return out[:, prompt_ids.shape[1]:]  # (B, L_gen)
 
     # -- text <-> ids ------------------------------------------------------------------------------
     def encode_prompts(self, messages: Sequence[list[dict[str, str]]], max_prompt_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
