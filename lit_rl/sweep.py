@@ -1,0 +1,927 @@
+"""``python -m lit_rl sweep``: Optuna studies over any training-config key, linked to MLflow.
+
+A sweep YAML (``conf/sweeps/*.yaml``, fields documented on :class:`SweepConfig`) names the base training
+configs, the objective (a logged metric name and direction), the sampler, the pruner, the storage and the
+search space. Each trial builds a fresh model/trainer with :func:`lit_rl.cli.run_lightning_cli`
+(``run=False``) from ``base`` + ``overrides`` + ``--<key>=<value>`` for every sampled and derived
+parameter, then calls ``trainer.fit``.
+
+How it departs from a plain ``study.optimize`` loop, and why:
+
+* **Exact trial counts under several workers.** The process that creates the study enqueues ``n_trials``
+  WAITING slots (TPE/random: empty slots the sampler fills when a worker pops one; grid: one slot per grid
+  point). Workers pop slots atomically in the storage, so two workers on one SQLite file (or PostgreSQL)
+  never run more than ``n_trials`` trials and never repeat a grid point; Optuna's ``GridSampler`` picks
+  unvisited points at random and can repeat them under concurrency.
+* **Crash-safe resume.** Storage is an ``RDBStorage`` (``sqlite:///`` by default, any SQLAlchemy URL) with
+  a heartbeat: a RUNNING trial whose process died stops beating, is marked FAIL by the next worker (after
+  ``grace_period`` seconds) and re-enqueued with the same parameters by ``RetryFailedTrialCallback`` (up to
+  ``max_retry`` times). Its MLflow child run is marked FAILED. ``load_if_exists`` semantics: re-running the
+  same command resumes the study.
+* **Step-based pruning.** :class:`StepPruningCallback` reports the monitored metric at ``global_step``
+  (RL runs are step-based; optuna-integration's ``PyTorchLightningPruningCallback`` reports
+  ``current_epoch`` from ``on_validation_end``, which is one value per epoch here). It never raises inside
+  ``fit``: it sets ``trainer.should_stop`` (agreed across DDP ranks by a broadcast) and records the
+  decision in the trial's system attributes; :meth:`StepPruningCallback.check_pruned` raises
+  ``TrialPruned`` after ``fit`` — in the main process too under ``ddp_spawn``, where the callback that
+  decided ran in a child process (the same protocol as optuna-integration's ``check_pruned()``).
+* **MLflow without the deprecated ``MLflowCallback``.** One parent run per study; one nested child run
+  per trial (tag ``mlflow.parentRunId``) created before the trial starts and handed to the trial's own
+  ``MLFlowLogger`` (``run_id``), so training metrics, the sampled/derived parameters, the Optuna trial
+  number and state (``optuna.trial_state``: COMPLETE/PRUNED/FAIL; run status FINISHED/KILLED/FAILED)
+  and the objective all sit on one run, which the MLflow UI's compare view can line up.
+
+DDP: use ``trainer.strategy: ddp_spawn`` in ``overrides`` (the trial's trainer then runs in spawned
+children and the sweep process keeps its Optuna/MLflow state; Lightning's ``ddp`` launcher would re-run
+the whole ``sweep`` command on every rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import itertools
+import json
+import logging
+import math
+import operator
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+__all__ = [
+    "DerivedRule",
+    "Objective",
+    "ParamSpec",
+    "StepPruningCallback",
+    "SweepConfig",
+    "main",
+    "run_sweep",
+]
+
+log = logging.getLogger("lit_rl.sweep")
+
+PRUNED_STEP_KEY = "lit_rl:pruned_step"
+INTERMEDIATE_KEY = "lit_rl:intermediate_values"
+SURPLUS_KEY = "lit_rl:slot"
+
+
+# --------------------------------------------------------------------------------------------- config
+
+
+@dataclass
+class ParamSpec:
+    """One searched config key.
+
+    Args:
+        name: the dotted training-config key, e.g. ``model.init_args.rho`` (passed as ``--<name>=<value>``).
+        type: ``float``, ``int`` or ``categorical``.
+        low: lower bound (float/int).
+        high: upper bound (float/int), inclusive.
+        log: sample on a log scale (float/int).
+        step: discretisation step (float/int).
+        choices: the values of a ``categorical`` parameter.
+        grid: the values this parameter takes under the grid sampler (float/int; categoricals use ``choices``).
+    """
+
+    name: str
+    type: str = "float"
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: list[Any] | None = None
+    grid: list[Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in ("float", "int", "categorical"):
+            raise ValueError(f"space.{self.name}.type must be float, int or categorical, got {self.type!r}")
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError(f"space.{self.name}.choices must list the values of a categorical parameter")
+        elif self.low is None or self.high is None or self.low > self.high:
+            raise ValueError(f"space.{self.name} needs low <= high for a {self.type} parameter")
+        for v in self.grid or []:
+            if self.type != "categorical" and not (self.low <= v <= self.high):
+                raise ValueError(f"space.{self.name}.grid value {v} lies outside [{self.low}, {self.high}]")
+
+    def suggest(self, trial) -> Any:
+        if self.type == "categorical":
+            return trial.suggest_categorical(self.name, self.choices)
+        if self.type == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
+        return trial.suggest_float(self.name, float(self.low), float(self.high), step=self.step, log=self.log)
+
+    def grid_values(self) -> list[Any]:
+        if self.grid is not None:
+            return list(self.grid)
+        if self.type == "categorical":
+            return list(self.choices)
+        if self.type == "int":
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        raise ValueError(f"space.{self.name}: a float parameter needs `grid: [...]` under the grid sampler")
+
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+}
+_CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+}
+_FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "int": int, "float": float, "round": round, "abs": abs}
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+@dataclass
+class DerivedRule:
+    """A config key computed from the sampled ones, e.g. ``data.init_args.g_on: 6 - data.init_args.g_ext``.
+
+    The expression is arithmetic (``+ - * / // % **``, comparisons, ``a if c else b``, ``min max int float
+    round abs``) over numbers and parameter names written as their dotted config keys (or the last
+    component alone when unambiguous: ``6 - g_ext``). Evaluated without ``eval``.
+    """
+
+    name: str
+    expr: str
+
+    def __post_init__(self) -> None:
+        try:
+            self._tree = ast.parse(str(self.expr), mode="eval").body
+        except SyntaxError as e:
+            raise ValueError(f"derived.{self.name}: cannot parse {self.expr!r}: {e}") from None
+
+    def __call__(self, params: dict[str, Any]) -> Any:
+        short: dict[str, list[str]] = {}
+        for key in params:
+            short.setdefault(key.rsplit(".", 1)[-1], []).append(key)
+
+        def ev(node: ast.AST) -> Any:
+            name = _dotted(node)
+            if name is not None:
+                if name in params:
+                    return params[name]
+                if len(short.get(name, [])) == 1:
+                    return params[short[name][0]]
+                raise ValueError(f"derived.{self.name}: unknown or ambiguous name {name!r} in {self.expr!r}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
+                return node.value
+            if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+                return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd, ast.Not)):
+                v = ev(node.operand)
+                return -v if isinstance(node.op, ast.USub) else (+v if isinstance(node.op, ast.UAdd) else not v)
+            if isinstance(node, ast.Compare):
+                left = ev(node.left)
+                for op, comp in zip(node.ops, node.comparators):
+                    right = ev(comp)
+                    if type(op) not in _CMPOPS or not _CMPOPS[type(op)](left, right):
+                        return False
+                    left = right
+                return True
+            if isinstance(node, ast.IfExp):
+                return ev(node.body) if ev(node.test) else ev(node.orelse)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
+                return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+            raise ValueError(f"derived.{self.name}: unsupported expression {ast.dump(node)} in {self.expr!r}")
+
+        return ev(self._tree)
+
+
+@dataclass
+class Objective:
+    """What a trial returns.
+
+    Args:
+        metric: a logged metric name, as in ``trainer.callback_metrics`` (``val/sudoku/greedy/accuracy``,
+            ``val/sudoku/det64/pass@1``); looked up in the trial's MLflow run (``@`` → ``_at_``) when absent.
+        direction: ``maximize`` or ``minimize``.
+        reduce: ``last`` (the final value) or ``best`` (best over the run's MLflow history, by ``direction``).
+    """
+
+    metric: str = "val/sudoku/greedy/accuracy"
+    direction: str = "maximize"
+    reduce: str = "last"
+
+    def __post_init__(self) -> None:
+        if self.direction not in ("maximize", "minimize"):
+            raise ValueError(f"objective.direction must be maximize or minimize, got {self.direction!r}")
+        if self.reduce not in ("last", "best"):
+            raise ValueError(f"objective.reduce must be last or best, got {self.reduce!r}")
+
+
+@dataclass
+class SweepConfig:
+    """A sweep (one Optuna study).
+
+    Args:
+        study_name: the Optuna study name; also names the MLflow parent run and tags every trial's run.
+        base: training configs, applied in order (``--config`` each), e.g. ``[conf/erils.yaml]``.
+        overrides: a config overlay (same nesting as the training YAMLs) applied after ``base`` to every
+            trial, e.g. a shorter ``trainer.max_steps``.
+        space: ``{dotted.key: {type, low, high, log, step, choices, grid}}`` (see :class:`ParamSpec`).
+        derived: ``{dotted.key: expression}`` computed from the sampled values (see :class:`DerivedRule`).
+        objective: metric, direction and reduction (see :class:`Objective`).
+        n_trials: total trials of the study over all workers and resumes (grid: defaults to the grid size).
+        sampler: ``{name: tpe|random|grid|<class path>, ...constructor kwargs}`` (TPE by default).
+        pruner: ``{name: none|median|percentile|successive_halving|hyperband|threshold|patient|<class path>,
+            ...kwargs}``.
+        prune_monitor: the metric reported for pruning (default: ``objective.metric``).
+        report_every_n_steps: report every this many optimizer steps (``global_step``), from
+            ``on_train_batch_end``.
+        storage: an SQLAlchemy URL (``sqlite:///runs/sweeps/optuna.db``, ``postgresql://...``).
+        heartbeat_interval: seconds between a running trial's heartbeats in the storage.
+        grace_period: seconds without a heartbeat after which a RUNNING trial counts as crashed.
+        max_retry: how many times a crashed trial is re-enqueued with the same parameters.
+        wait_for_running: when no slot is left, keep polling while other workers' trials run (so a
+            crashed one is retried here once it goes stale) instead of exiting.
+        catch_exceptions: a trial that raises is marked FAIL and the sweep continues (else it re-raises).
+        tracking_uri: the MLflow store (``sqlite:///`` — MLflow 3's file store is not supported here).
+        experiment_name: the MLflow experiment of the parent and child runs.
+        output_dir: trial run folders (``<output_dir>/trial_<n>``) and the resolved overlay.
+    """
+
+    study_name: str
+    base: list[str]
+    space: dict[str, ParamSpec]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    derived: dict[str, DerivedRule] = field(default_factory=dict)
+    objective: Objective = field(default_factory=Objective)
+    n_trials: int | None = None
+    sampler: dict[str, Any] = field(default_factory=lambda: {"name": "tpe", "seed": 0})
+    pruner: dict[str, Any] = field(default_factory=lambda: {"name": "median"})
+    prune_monitor: str | None = None
+    report_every_n_steps: int = 1
+    storage: str = "sqlite:///runs/sweeps/optuna.db"
+    heartbeat_interval: int = 20
+    grace_period: int = 60
+    max_retry: int = 1
+    wait_for_running: bool = True
+    catch_exceptions: bool = True
+    tracking_uri: str = "sqlite:///runs/mlflow.db"
+    experiment_name: str = "lit_rl-sweeps"
+    output_dir: str = "runs/sweeps"
+
+    def __post_init__(self) -> None:
+        if not self.base:
+            raise ValueError("base must list at least one training config")
+        if not self.space:
+            raise ValueError("space must define at least one parameter")
+        clash = set(self.space) & set(self.derived)
+        if clash:
+            raise ValueError(f"derived keys {sorted(clash)} are also in space")
+        if self.n_trials is None and self.sampler_name != "grid":
+            raise ValueError("n_trials is required unless sampler.name is grid")
+        if self.n_trials is not None and self.n_trials < 1:
+            raise ValueError("n_trials must be >= 1")
+        if self.grace_period <= self.heartbeat_interval:
+            raise ValueError("grace_period must exceed heartbeat_interval")
+        if self.report_every_n_steps < 1:
+            raise ValueError("report_every_n_steps must be >= 1")
+        if self.tracking_uri.startswith(("file:", "./", "/")) or "://" not in self.tracking_uri:
+            raise ValueError(f"tracking_uri {self.tracking_uri!r}: use a database URI such as sqlite:///runs/mlflow.db")
+
+    @property
+    def sampler_name(self) -> str:
+        return str(self.sampler.get("name", "tpe")).lower()
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "SweepConfig":
+        raw = dict(raw)
+        base = raw.pop("base", None)
+        raw["base"] = [base] if isinstance(base, str) else list(base or [])
+        raw["space"] = {k: ParamSpec(name=k, **(v or {})) for k, v in (raw.get("space") or {}).items()}
+        raw["derived"] = {k: DerivedRule(k, v) for k, v in (raw.get("derived") or {}).items()}
+        raw["objective"] = Objective(**(raw.get("objective") or {}))
+        unknown = set(raw) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown sweep keys: {sorted(unknown)}")
+        return cls(**raw)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> "SweepConfig":
+        return cls.from_dict(yaml.safe_load(Path(path).read_text()) or {})
+
+    # ----------------------------------------------------------------------------------------- pieces
+
+    def grid(self) -> list[dict[str, Any]]:
+        names = list(self.space)
+        return [dict(zip(names, combo)) for combo in itertools.product(*(self.space[n].grid_values() for n in names))]
+
+    def target_trials(self) -> int:
+        if self.sampler_name == "grid":
+            size = len(self.grid())
+            return min(size, self.n_trials) if self.n_trials else size
+        assert self.n_trials is not None
+        return self.n_trials
+
+    def make_sampler(self):
+        import optuna
+
+        kwargs = {k: v for k, v in self.sampler.items() if k != "name"}
+        name = self.sampler_name
+        if name == "tpe":
+            return optuna.samplers.TPESampler(**kwargs)
+        if name in ("random", "grid"):  # grid: every trial arrives with all parameters fixed (enqueued)
+            return optuna.samplers.RandomSampler(seed=kwargs.get("seed"))
+        return _import(self.sampler["name"])(**kwargs)
+
+    def make_pruner(self):
+        return build_pruner(self.pruner)
+
+    def make_storage(self, failed_trial_callback=None):
+        import optuna
+
+        engine_kwargs: dict[str, Any] = {}
+        if self.storage.startswith("sqlite:///"):
+            Path(self.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            engine_kwargs = {"connect_args": {"timeout": 60}}
+        return optuna.storages.RDBStorage(
+            self.storage,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=self.heartbeat_interval,
+            grace_period=self.grace_period,
+            failed_trial_callback=failed_trial_callback,
+        )
+
+    def trial_values(self, sampled: dict[str, Any]) -> dict[str, Any]:
+        """Sampled values plus the derived ones (derived rules may use earlier derived keys)."""
+        values = dict(sampled)
+        for name, rule in self.derived.items():
+            values[name] = rule(values)
+        return values
+
+    def cli_args(self, values: dict[str, Any], trial_dir: Path, overlay: Path, run_id: str, run_name: str) -> list[str]:
+        """The LightningCLI arguments of one trial (no subcommand: ``run_lightning_cli(args, run=False)``)."""
+        args: list[str] = []
+        for path in self.base:
+            args += ["--config", path]
+        args += ["--config", str(overlay)]
+        for key, value in values.items():
+            args.append(f"--{key}={_cli_value(value)}")
+        args += [
+            f"--trainer.default_root_dir={trial_dir}",
+            "--trainer.logger.class_path=lightning.pytorch.loggers.MLFlowLogger",
+            f"--trainer.logger.init_args.tracking_uri={self.tracking_uri}",
+            f"--trainer.logger.init_args.experiment_name={self.experiment_name}",
+            f"--trainer.logger.init_args.run_name={run_name}",
+            f"--trainer.logger.init_args.run_id={run_id}",
+        ]
+        return args
+
+
+def build_pruner(spec: dict[str, Any] | None):
+    """``{name: alias or class path, **kwargs}`` → an Optuna pruner (``patient`` takes ``wrapped: {...}``)."""
+    import optuna
+
+    spec = dict(spec or {"name": "none"})
+    name = str(spec.pop("name", "none"))
+    aliases = {
+        "none": optuna.pruners.NopPruner, "nop": optuna.pruners.NopPruner,
+        "median": optuna.pruners.MedianPruner, "percentile": optuna.pruners.PercentilePruner,
+        "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+        "hyperband": optuna.pruners.HyperbandPruner, "threshold": optuna.pruners.ThresholdPruner,
+        "patient": optuna.pruners.PatientPruner, "wilcoxon": optuna.pruners.WilcoxonPruner,
+    }
+    if name.lower() == "patient":
+        spec["wrapped_pruner"] = build_pruner(spec.pop("wrapped")) if spec.get("wrapped") else None
+        spec.pop("wrapped", None)
+    cls = aliases.get(name.lower()) or _import(name)
+    return cls(**spec)
+
+
+def _import(path: str):
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    if not module:
+        raise ValueError(f"unknown name {path!r}: use an alias or a dotted class path")
+    return getattr(importlib.import_module(module), name)
+
+
+def _cli_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float) and value.is_integer() is False:
+        return repr(value)
+    return json.dumps(value)
+
+
+# ------------------------------------------------------------------------------------------ pruning
+
+
+def _backend(storage):
+    """The uncached storage behind Optuna's ``_CachedStorage`` (what another process wrote)."""
+    return getattr(storage, "_backend", storage)
+
+
+try:  # Lightning is a hard dependency of lit_rl; the guard keeps `--help` importable without it
+    from lightning.pytorch.callbacks import Callback as _Callback
+except ImportError:  # pragma: no cover
+    _Callback = object  # type: ignore[assignment,misc]
+
+
+class StepPruningCallback(_Callback):
+    """Report ``monitor`` to an Optuna trial at ``global_step`` and stop unpromising trials.
+
+    Every ``every_n_steps`` optimizer steps (checked in ``on_train_batch_end``, after the callbacks that log
+    there, e.g. :class:`callbacks.PassAtKEvaluation`) rank 0 reports ``trainer.callback_metrics[monitor]``
+    at step ``global_step`` and asks the pruner. The decision is broadcast so every DDP rank stops together
+    (``trainer.should_stop``); nothing is raised inside ``fit`` (the MLflow run ends cleanly and the last
+    checkpoint is written). Call :meth:`check_pruned` right after ``fit``: it raises ``TrialPruned``.
+
+    Under DDP rank 0 also writes the reported values and the decision to the trial's system attributes,
+    so :meth:`check_pruned` in the launching process (``ddp_spawn``) can replay them; this needs an
+    ``RDBStorage`` (like optuna-integration's callback).
+    """
+
+    def __init__(self, trial, monitor: str, every_n_steps: int = 1) -> None:
+        super().__init__()
+        self._trial = trial
+        self.monitor = monitor
+        self.every_n_steps = every_n_steps
+        self.pruned_step: int | None = None
+        self.reported: dict[int, float] = {}
+        self._last_step: int | None = None
+        self._is_ddp = False
+        self._warned = False
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._is_ddp = trainer.world_size > 1
+        if self._is_ddp:
+            from optuna.storages import RDBStorage
+
+            if not isinstance(_backend(self._trial.storage), RDBStorage):
+                raise ValueError("StepPruningCallback under DDP needs an RDBStorage (sqlite:/// or another database URL)")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        # The same condition on every rank (global_step agrees), so the broadcast below is collective.
+        if step == self._last_step or step % self.every_n_steps or self.pruned_step is not None:
+            return
+        self._last_step = step
+        should_stop = False
+        if trainer.is_global_zero:
+            value = trainer.callback_metrics.get(self.monitor)
+            if value is None:
+                if not self._warned:
+                    log.warning("pruning monitor %r is not in trainer.callback_metrics at step %d", self.monitor, step)
+                    self._warned = True
+            else:
+                value = float(value)
+                if math.isfinite(value):
+                    self._trial.report(value, step=step)
+                    self.reported[step] = value
+                    should_stop = self._trial.should_prune()
+                    if self._is_ddp:
+                        self._trial.storage.set_trial_system_attr(self._trial._trial_id, INTERMEDIATE_KEY, {str(k): v for k, v in self.reported.items()})
+        should_stop = bool(trainer.strategy.broadcast(should_stop))
+        if should_stop:
+            self.pruned_step = step
+            trainer.should_stop = True
+            if trainer.is_global_zero:
+                self._trial.storage.set_trial_system_attr(self._trial._trial_id, PRUNED_STEP_KEY, step)
+
+    def check_pruned(self) -> None:
+        """Raise ``optuna.TrialPruned`` if this trial was pruned (in this process or a DDP child)."""
+        import optuna
+
+        if self.pruned_step is None:
+            attrs = _backend(self._trial.storage).get_trial_system_attrs(self._trial._trial_id)
+            for step, value in sorted((int(k), v) for k, v in (attrs.get(INTERMEDIATE_KEY) or {}).items()):
+                if step not in self.reported:  # replay what a spawned rank 0 reported
+                    self._trial.report(value, step=step)
+                    self.reported[step] = value
+            if attrs.get(PRUNED_STEP_KEY) is not None:
+                self.pruned_step = int(attrs[PRUNED_STEP_KEY])
+        if self.pruned_step is not None:
+            raise optuna.TrialPruned(f"pruned at step {self.pruned_step}")
+
+
+# ------------------------------------------------------------------------------------------- MLflow
+
+
+class StudyTracker:
+    """MLflow bookkeeping: the study's parent run and one nested child run per trial."""
+
+    def __init__(self, cfg: SweepConfig) -> None:
+        from mlflow.tracking import MlflowClient
+
+        if cfg.tracking_uri.startswith("sqlite:///"):
+            Path(cfg.tracking_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        self.cfg = cfg
+        self.client = MlflowClient(tracking_uri=cfg.tracking_uri)
+        exp = self.client.get_experiment_by_name(cfg.experiment_name)
+        if exp is None:
+            try:
+                self.experiment_id = self.client.create_experiment(cfg.experiment_name)
+            except Exception:  # another worker created it first
+                self.experiment_id = self.client.get_experiment_by_name(cfg.experiment_name).experiment_id
+        else:
+            self.experiment_id = exp.experiment_id
+
+    def create_parent(self, study) -> str:
+        cfg = self.cfg
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"study:{cfg.study_name}",
+            tags={"lit_rl.sweep": cfg.study_name, "lit_rl.role": "study", "optuna.study_name": cfg.study_name},
+        )
+        params = {
+            "objective.metric": cfg.objective.metric, "objective.direction": cfg.objective.direction,
+            "sampler": json.dumps(cfg.sampler), "pruner": json.dumps(cfg.pruner), "n_trials": cfg.target_trials(),
+            "base": ",".join(cfg.base), "space": json.dumps({k: {kk: vv for kk, vv in vars(v).items() if vv not in (None, False) and kk != "name"} for k, v in cfg.space.items()}),
+            "derived": json.dumps({k: v.expr for k, v in cfg.derived.items()}),
+        }
+        for k, v in params.items():
+            self.client.log_param(run.info.run_id, k, str(v)[:6000])
+        return run.info.run_id
+
+    def create_child(self, parent_id: str, trial_number: int, values: dict[str, Any], derived: Iterable[str]) -> str:
+        from mlflow.entities import Param, RunTag
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        cfg = self.cfg
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"{cfg.study_name}-trial-{trial_number}",
+            tags={
+                MLFLOW_PARENT_RUN_ID: parent_id, "lit_rl.sweep": cfg.study_name, "lit_rl.role": "trial",
+                "optuna.study_name": cfg.study_name, "optuna.trial_number": str(trial_number),
+                "optuna.trial_state": "RUNNING", "lit_rl.worker": f"{socket.gethostname()}:{os.getpid()}",
+            },
+        )
+        self.client.log_batch(
+            run.info.run_id,
+            params=[Param(k, str(v)) for k, v in values.items()],
+            tags=[RunTag("lit_rl.derived", ",".join(derived))] if derived else [],
+        )
+        return run.info.run_id
+
+    _STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+
+    def finish_child(self, run_id: str, state: str, value: float | None = None, step: int | None = None, error: str | None = None) -> None:
+        self.client.set_tag(run_id, "optuna.trial_state", state)
+        if value is not None and math.isfinite(value):
+            self.client.log_metric(run_id, "sweep/objective", value, step=step or 0)
+        if error:
+            self.client.set_tag(run_id, "lit_rl.error", error[:4000])
+        self.client.set_terminated(run_id, self._STATUS[state])
+
+    def update_parent(self, parent_id: str, study) -> None:
+        import optuna
+
+        trials = study.get_trials(deepcopy=False)
+        states = [t.state for t in trials]
+        TS = optuna.trial.TrialState
+        counts = {s.name.lower(): states.count(s) for s in (TS.COMPLETE, TS.PRUNED, TS.FAIL, TS.RUNNING, TS.WAITING)}
+        for k, v in counts.items():
+            self.client.log_metric(parent_id, f"study/n_{k}", v, step=len(trials))
+        try:
+            best = study.best_trial
+        except ValueError:
+            return
+        self.client.log_metric(parent_id, "study/best_value", best.value, step=best.number)
+        self.client.set_tag(parent_id, "optuna.best_trial_number", str(best.number))
+        self.client.set_tag(parent_id, "optuna.best_params", json.dumps(best.params))
+        run = best.user_attrs.get("mlflow_run_id")
+        if run:
+            self.client.set_tag(parent_id, "optuna.best_run_id", run)
+
+
+# --------------------------------------------------------------------------------------------- study
+
+
+class _Heartbeat:
+    """Record the trial's heartbeat every ``interval`` seconds while it runs (Optuna does this only
+    inside ``study.optimize``; this sweep drives trials itself to pop enqueued slots exactly)."""
+
+    def __init__(self, storage, trial_id: int, interval: int) -> None:
+        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception as e:  # a transient lock on SQLite must not kill the trial
+                log.debug("heartbeat failed: %s", e)
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _retry(fn: Callable[[], Any], what: str, attempts: int = 5) -> Any:
+    """SQLite schema creation races when two fresh workers start together: retry briefly."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - any DB error here is worth a retry
+            if i == attempts - 1:
+                raise
+            log.warning("%s failed (%s); retrying", what, e)
+            time.sleep(0.5 + i)
+
+
+class SweepRunner:
+    """Drives one worker of a study: create or join it, pop slots, run trials, keep MLflow in sync."""
+
+    def __init__(self, cfg: SweepConfig, fit_trial: Callable[..., float] | None = None) -> None:
+        import optuna
+
+        self.cfg = cfg
+        self.tracker = StudyTracker(cfg)
+        self.fit_trial = fit_trial or fit_trial_with_lightning_cli
+        self.storage = _retry(lambda: cfg.make_storage(failed_trial_callback=self._on_stale_trial), "opening the storage")
+        self._retry_cb = optuna.storages.RetryFailedTrialCallback(max_retry=cfg.max_retry)
+        direction = cfg.objective.direction
+        try:
+            self.study = optuna.create_study(
+                study_name=cfg.study_name, storage=self.storage, sampler=cfg.make_sampler(),
+                pruner=cfg.make_pruner(), direction=direction, load_if_exists=False,
+            )
+            self.creator = True
+        except optuna.exceptions.DuplicatedStudyError:
+            self.study = optuna.load_study(study_name=cfg.study_name, storage=self.storage, sampler=cfg.make_sampler(), pruner=cfg.make_pruner())
+            self.creator = False
+            if self.study.direction.name.lower() != direction:
+                raise ValueError(f"study {cfg.study_name!r} exists with direction {self.study.direction.name.lower()}, config says {direction}")
+        self.out = Path(cfg.output_dir) / cfg.study_name
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.overlay = self.out / "overrides.yaml"
+        self.overlay.write_text(yaml.safe_dump(cfg.overrides or {}, sort_keys=False))
+        self.ran: list[int] = []
+
+    # -- setup: exactly one worker (the creator) creates the parent run and the slots -----------------
+
+    def setup(self, n_trials: int | None = None, wait_s: float = 120.0) -> None:
+        attrs = self.study.user_attrs
+        if self.creator:
+            parent = self.tracker.create_parent(self.study)
+            self.study.set_user_attr("mlflow_parent_run_id", parent)
+            self.study.set_user_attr("mlflow_experiment_id", self.tracker.experiment_id)
+            self._top_up(n_trials or self.cfg.target_trials())
+            self.study.set_user_attr("ready", True)
+        else:
+            deadline = time.time() + wait_s
+            while not attrs.get("ready") and time.time() < deadline:
+                time.sleep(0.5)
+                attrs = self.study.user_attrs
+            if not attrs.get("ready"):  # the creator died before finishing setup: finish it here
+                log.warning("study %s was never set up by its creator; setting it up", self.cfg.study_name)
+                if "mlflow_parent_run_id" not in attrs:
+                    self.study.set_user_attr("mlflow_parent_run_id", self.tracker.create_parent(self.study))
+                self._top_up(n_trials or self.cfg.target_trials())
+                self.study.set_user_attr("ready", True)
+            elif n_trials is not None and n_trials != attrs.get("n_trials"):
+                self._top_up(n_trials)
+        self.parent_id = self.study.user_attrs["mlflow_parent_run_id"]
+        self.tracker.client.set_terminated(self.parent_id, "RUNNING")
+
+    def _top_up(self, n_trials: int) -> None:
+        """Enqueue slots until the study holds ``n_trials`` trials that are not FAIL."""
+        import optuna
+
+        TS = optuna.trial.TrialState
+        live = [t for t in self.study.get_trials(deepcopy=False) if t.state != TS.FAIL]
+        self.study.set_user_attr("n_trials", n_trials)
+        missing = n_trials - len(live)
+        if missing <= 0:
+            return
+        if self.cfg.sampler_name == "grid":
+            def key(params: dict[str, Any]) -> tuple:
+                return tuple(sorted((k, json.dumps(v)) for k, v in params.items() if k in self.cfg.space))
+
+            seen = {key({**t.params, **t.system_attrs.get("fixed_params", {})}) for t in live}
+            todo = [p for p in self.cfg.grid() if key(p) not in seen][:missing]
+            for params in todo:
+                self.study.enqueue_trial(params, user_attrs={SURPLUS_KEY: "grid"})
+        else:
+            for _ in range(missing):
+                self.study.enqueue_trial({}, user_attrs={SURPLUS_KEY: "slot"})
+
+    # -- crashed trials ------------------------------------------------------------------------------
+
+    def _on_stale_trial(self, study, trial) -> None:
+        """A RUNNING trial stopped beating (its process died): FAILED in MLflow, then retried."""
+        run_id = trial.user_attrs.get("mlflow_run_id")
+        if run_id:
+            try:
+                self.tracker.finish_child(run_id, "FAIL", error="stale heartbeat: the worker process died")
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not mark MLflow run %s failed: %s", run_id, e)
+        log.warning("trial %d went stale (crashed worker); re-enqueueing it", trial.number)
+        self._retry_cb(study, trial)
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def _pop(self):
+        import optuna
+
+        TS = optuna.trial.TrialState
+        for t in self.study.get_trials(deepcopy=False, states=(TS.WAITING,)):
+            try:
+                if self.study._storage.set_trial_state_values(t._trial_id, state=TS.RUNNING):
+                    return optuna.Trial(self.study, t._trial_id)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+        return None
+
+    def run(self) -> list[int]:
+        import optuna
+
+        TS = optuna.trial.TrialState
+        while True:
+            optuna.storages.fail_stale_trials(self.study)
+            trial = self._pop()
+            if trial is None:
+                running = self.study.get_trials(deepcopy=False, states=(TS.RUNNING,))
+                if running and self.cfg.wait_for_running:
+                    time.sleep(min(2.0, self.cfg.heartbeat_interval))
+                    continue
+                break
+            self._run_one(trial)
+        self.tracker.update_parent(self.parent_id, self.study)
+        if not self.study.get_trials(deepcopy=False, states=(TS.RUNNING, TS.WAITING)):
+            self.tracker.client.set_terminated(self.parent_id, "FINISHED")
+        return self.ran
+
+    def _run_one(self, trial) -> None:
+        import optuna
+
+        TS = optuna.trial.TrialState
+        cfg = self.cfg
+        with _Heartbeat(self.storage, trial._trial_id, cfg.heartbeat_interval):
+            sampled = {name: spec.suggest(trial) for name, spec in cfg.space.items()}
+            values = cfg.trial_values(sampled)
+            for name in cfg.derived:
+                trial.set_user_attr(name, values[name])
+            run_id = self.tracker.create_child(self.parent_id, trial.number, values, cfg.derived)
+            trial.set_user_attr("mlflow_run_id", run_id)
+            trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+            log.info("trial %d: %s", trial.number, values)
+            state, value, error = "FAIL", None, None
+            try:
+                value = self.fit_trial(cfg, trial, values, run_id, self.out / f"trial_{trial.number}", self.overlay)
+                state = "COMPLETE"
+            except optuna.TrialPruned as e:
+                state, error = "PRUNED", str(e)
+            except (KeyboardInterrupt, SystemExit):  # interrupted: FAIL now, retried on the next run
+                self.tracker.finish_child(run_id, "FAIL", error="interrupted")
+                frozen = self.study.tell(trial, state=TS.FAIL)
+                self._retry_cb(self.study, frozen)
+                raise
+            except Exception as e:  # noqa: BLE001
+                error = f"{type(e).__name__}: {e}"
+                log.exception("trial %d failed", trial.number)
+                if not cfg.catch_exceptions:
+                    self.tracker.finish_child(run_id, "FAIL", error=error)
+                    self.study.tell(trial, state=TS.FAIL)
+                    raise
+        if state == "COMPLETE" and (value is None or not math.isfinite(value)):
+            state, error = "FAIL", f"objective {cfg.objective.metric} is {value}"
+        if state == "COMPLETE":
+            frozen = self.study.tell(trial, value)
+        elif state == "PRUNED":
+            frozen = self.study.tell(trial, state=TS.PRUNED)
+            value = frozen.value
+        else:
+            frozen = self.study.tell(trial, state=TS.FAIL)
+        last_step = max(frozen.intermediate_values) if frozen.intermediate_values else None
+        if frozen.state == TS.PRUNED:
+            self.tracker.client.set_tag(run_id, "optuna.pruned_step", str(last_step))
+            error = None
+            if (cfg.prune_monitor or cfg.objective.metric) != cfg.objective.metric:
+                value = None  # Optuna's value of a pruned trial is the last *monitor* value: not the objective
+        self.tracker.finish_child(run_id, frozen.state.name, value, last_step, error)
+        self.tracker.update_parent(self.parent_id, self.study)
+        self.ran.append(trial.number)
+        log.info("trial %d %s value=%s", trial.number, frozen.state.name, value)
+
+
+def objective_from_mlflow(tracking_uri: str, run_id: str, objective: Objective) -> float | None:
+    """The objective from a run's MLflow history (``last`` value or ``best`` by direction)."""
+    from mlflow.tracking import MlflowClient
+
+    name = objective.metric.replace("@", "_at_")
+    history = MlflowClient(tracking_uri=tracking_uri).get_metric_history(run_id, name)
+    if not history:
+        return None
+    if objective.reduce == "last":
+        return sorted(history, key=lambda m: (m.step, m.timestamp))[-1].value
+    pick = max if objective.direction == "maximize" else min
+    return pick(m.value for m in history)
+
+
+def fit_trial_with_lightning_cli(cfg: SweepConfig, trial, values: dict[str, Any], run_id: str, trial_dir: Path, overlay: Path) -> float:
+    """Build a fresh model/trainer through the LightningCLI, fit, check pruning, return the objective."""
+    import gc
+
+    from lit_rl.cli import run_lightning_cli
+
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    args = cfg.cli_args(values, trial_dir, overlay, run_id, f"{cfg.study_name}-trial-{trial.number}")
+    (trial_dir / "cli_args.json").write_text(json.dumps(args, indent=1))
+    try:
+        cli = run_lightning_cli(args, run=False)
+    except SystemExit as e:  # jsonargparse exits on a bad config: a failed trial, not a dead sweep
+        raise ValueError(f"the trial's config did not parse (exit {e.code}); see stderr") from None
+    trainer = cli.trainer
+    for cb in trainer.checkpoint_callbacks:  # the base config's dirpath is shared by all trials
+        cb.dirpath = str(trial_dir / "checkpoints")
+    pruning = StepPruningCallback(trial, cfg.prune_monitor or cfg.objective.metric, cfg.report_every_n_steps)
+    trainer.callbacks.append(pruning)
+    try:
+        trainer.fit(cli.model, datamodule=cli.datamodule)
+        pruning.check_pruned()
+        value = None
+        if cfg.objective.reduce == "last" and cfg.objective.metric in trainer.callback_metrics:
+            value = float(trainer.callback_metrics[cfg.objective.metric])
+        if value is None:
+            value = objective_from_mlflow(cfg.tracking_uri, run_id, cfg.objective)
+        if value is None:
+            raise KeyError(f"objective metric {cfg.objective.metric!r} was not logged")
+        return value
+    finally:
+        del cli, trainer
+        gc.collect()
+
+
+def run_sweep(cfg: SweepConfig, n_trials: int | None = None, fit_trial: Callable[..., float] | None = None) -> "Any":
+    """Create or join the study, run trials until no slot is left, return the Optuna study."""
+    runner = SweepRunner(cfg, fit_trial)
+    runner.setup(n_trials)
+    runner.run()
+    return runner.study
+
+
+def summarize(study) -> str:
+    import optuna
+
+    TS = optuna.trial.TrialState
+    lines = [f"study {study.study_name}:"]
+    for t in study.get_trials(deepcopy=False):
+        lines.append(f"  trial {t.number:>3} {t.state.name:<8} value={t.value} params={t.params}")
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    lines.append(f"  complete={states.count(TS.COMPLETE)} pruned={states.count(TS.PRUNED)} failed={states.count(TS.FAIL)}")
+    try:
+        lines.append(f"  best: trial {study.best_trial.number} value={study.best_value} params={study.best_params}")
+    except ValueError:
+        lines.append("  best: none (no complete trial)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lit_rl sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="a sweep YAML (conf/sweeps/<name>.yaml)")
+    parser.add_argument("--n-trials", type=int, default=None, help="total trials of the study (tops up a resumed study)")
+    parser.add_argument("--study-name", default=None, help="override study_name")
+    parser.add_argument("--storage", default=None, help="override storage (any SQLAlchemy URL)")
+    parser.add_argument("--tracking-uri", default=None, help="override the MLflow tracking URI")
+    parser.add_argument("--sampler", default=None, help="override sampler.name (tpe, random, grid, class path)")
+    parser.add_argument("--output-dir", default=None, help="override output_dir")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    raw = yaml.safe_load(Path(args.config).read_text()) or {}
+    for key, attr in (("study_name", "study_name"), ("storage", "storage"), ("tracking_uri", "tracking_uri"), ("output_dir", "output_dir")):
+        if getattr(args, attr) is not None:
+            raw[key] = getattr(args, attr)
+    if args.sampler:
+        raw["sampler"] = {**copy.deepcopy(raw.get("sampler") or {}), "name": args.sampler}
+    if args.n_trials is not None:
+        raw["n_trials"] = args.n_trials
+    cfg = SweepConfig.from_dict(raw)
+    study = run_sweep(cfg, args.n_trials)
+    print(summarize(study))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
