@@ -1,5 +1,6 @@
 """Decoding: masked-diffusion (dLLM) generation; AR backends live next to it."""
 
+from lit_rl.generation.ar import ARBackend, HFBackend, VLLMBackend, hit_budget
 from lit_rl.generation.diffusion import (
     ModelFn,
     diffusion_generate,
@@ -9,6 +10,10 @@ from lit_rl.generation.diffusion import (
 )
 
 __all__ = [
+    "ARBackend",
+    "HFBackend",
+    "VLLMBackend",
+    "hit_budget",
     "ModelFn",
     "diffusion_generate",
     "hf_model_fn",

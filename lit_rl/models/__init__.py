@@ -1,5 +1,6 @@
-"""Policies: masked diffusion LMs (tiny offline and LLaDA-style) with optional LoRA / 4-bit."""
+"""Policies: masked diffusion LMs and causal LMs (tiny offline and pretrained) with optional LoRA / 4-bit."""
 
+from lit_rl.models.ar import CausalPolicy, PretrainedCausalLM, TinyCausalLM
 from lit_rl.models.policy import (
     DiffusionPolicy,
     LoraSettings,
@@ -10,6 +11,9 @@ from lit_rl.models.policy import (
 from lit_rl.models.tokenizer import build_char_tokenizer
 
 __all__ = [
+    "CausalPolicy",
+    "PretrainedCausalLM",
+    "TinyCausalLM",
     "DiffusionPolicy",
     "LoraSettings",
     "PretrainedDiffusionLM",

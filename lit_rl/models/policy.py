@@ -26,12 +26,15 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 from torch import nn
 
+from lit_rl.generation.diffusion import position_ids_from_attention_mask
 from lit_rl.models.tokenizer import build_char_tokenizer
 
 if TYPE_CHECKING:
     from lit_rl.generation.settings import DecodeSettings
 
-# LoRA targets per architecture (``config.model_type``): attention and MLP projections.
+# LoRA targets per architecture (``config.model_type``, matched case-insensitively): the attention and MLP
+# projections. LLaDA names its MLP down-projection ``ff_out``, like its LM head (``model.transformer.ff_out``):
+# the head (and any Linear that projects to the vocabulary) is never adapted, see ``lora_excluded_modules``.
 LORA_TARGETS: dict[str, list[str]] = {
     "bert": ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"],
     "llada": ["q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"],
@@ -63,15 +66,22 @@ class LoraSettings:
 
 
 def resolve_lora_targets(model: nn.Module, requested: Sequence[str] | None) -> list[str]:
-    """Module-name suffixes to adapt, checked against the model's Linear layers."""
+    """Module-name suffixes to adapt, checked against the model's Linear layers.
+
+    ``requested`` wins; otherwise the defaults of ``config.model_type`` (case-insensitive: Dream's
+    ``model_type`` is ``"Dream"``). Suffixes that match no Linear layer are dropped; none matching is an error.
+    """
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    targets = list(requested) if requested else LORA_TARGETS.get(str(model_type))
+    targets = list(requested) if requested else (LORA_TARGETS.get(str(model_type)) or LORA_TARGETS.get(str(model_type).lower()))
     if not targets:
         raise ValueError(
             f"lora.target_modules: no default for model_type={model_type!r}; set it in the config "
             f"(known: {sorted(LORA_TARGETS)})"
         )
-    linear_names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) or type(m).__name__ == "Linear4bit"]
+    from lit_rl.models.loading import is_linear, lora_excluded_modules
+
+    excluded = set(lora_excluded_modules(model))
+    linear_names = [n for n, m in model.named_modules() if is_linear(m) and n not in excluded]
     found = [t for t in targets if any(n == t or n.endswith("." + t) for n in linear_names)]
     if not found:
         raise ValueError(f"lora.target_modules {targets} match no Linear layer of {type(model).__name__}")
@@ -79,14 +89,18 @@ def resolve_lora_targets(model: nn.Module, requested: Sequence[str] | None) -> l
 
 
 def apply_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
-    """Wrap ``model`` with peft LoRA adapters (base weights frozen)."""
+    """Wrap ``model`` with peft LoRA adapters (base weights frozen; the LM head is never adapted)."""
     from peft import LoraConfig, get_peft_model
 
+    from lit_rl.models.loading import lora_excluded_modules
+
+    excluded = lora_excluded_modules(model)
     cfg = LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
         target_modules=resolve_lora_targets(model, settings.target_modules),
+        exclude_modules=excluded or None,
         bias="none",
     )
     return get_peft_model(model, cfg)
@@ -117,7 +131,7 @@ class DiffusionPolicy(nn.Module):
             if self.accepts_position_ids:
                 # left padding: positions count real tokens only, so a prompt's positions do not
                 # depend on how much padding its batch needed
-                kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+                kwargs["position_ids"] = position_ids_from_attention_mask(attention_mask)  # (B, T)
         logits = self.model(input_ids=input_ids, **kwargs).logits  # (B, T, V)
         if self.logits_shift:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # (B, T, V)
@@ -290,33 +304,52 @@ class QuantizationSettings:
     """bitsandbytes 4-bit loading (paper: NF4 base weights, bf16 compute).
 
     Attributes:
-        load_in_4bit: quantise Linear weights to 4 bits.
+        load_in_4bit: quantise Linear weights to 4 bits (the LM head stays in ``dtype``).
         quant_type: ``"nf4"`` or ``"fp4"``.
-        compute_dtype: dtype of the 4-bit matmuls.
+        compute_dtype: dtype of the 4-bit matmuls (``"bfloat16"``; ``"float32"`` for exact CPU tests).
         double_quant: nested quantisation of the scales.
+        upcast_non_quantized: peft's ``prepare_model_for_kbit_training``: keep the non-quantised weights
+            (norms, embeddings, head) in float32 for stable training; ``False`` keeps them in ``dtype``.
     """
 
     load_in_4bit: bool = True
     quant_type: str = "nf4"
     compute_dtype: str = "bfloat16"
     double_quant: bool = False
+    upcast_non_quantized: bool = True
+
+    def __post_init__(self) -> None:
+        if self.quant_type not in ("nf4", "fp4"):
+            raise ValueError(f"quantization.quant_type must be 'nf4' or 'fp4', got {self.quant_type!r}")
+        if self.compute_dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError(f"quantization.compute_dtype must be bfloat16/float16/float32, got {self.compute_dtype!r}")
 
 
 class PretrainedDiffusionLM(DiffusionPolicy):
     """A LLaDA-style dLLM loaded with ``AutoModel.from_pretrained(path, trust_remote_code=True)``.
+
+    The paper's setting (ERILS Table VII): LLaDA-8B-Instruct, 4-bit NF4 base weights with bf16 compute,
+    LoRA r=128 α=64 dropout 0.05 on the attention and MLP projections (module names per architecture,
+    :data:`LORA_TARGETS`; the LM head is never adapted), gradient checkpointing; bf16 autocast comes from
+    ``trainer.precision: bf16-mixed``. Dream-style models (logits at t-1 predict token t) set
+    ``logits_shift: true``. 4-bit layers get the CPU packing guard of :mod:`lit_rl.models.quantization`
+    before any forward pass.
 
     Args:
         path: local directory or hub name of the model (LLaDA-8B-Instruct: ``GSAI-ML/LLaDA-8B-Instruct``).
         mask_id: the ``[MASK]`` token id (LLaDA 126336); ``None`` reads ``tokenizer.mask_token_id``.
         eos_id: EOS id (LLaDA 126081); ``None`` reads ``tokenizer.eos_token_id``.
         pad_id: id used for left padding; ``None`` uses the tokenizer's pad id or EOS.
-        dtype: weight dtype when not quantised (``"bfloat16"``, ``"float32"``).
+        dtype: weight dtype of what is not quantised (``"bfloat16"``, ``"float32"``).
         trust_remote_code: allow the checkpoint's own modeling code (needed for LLaDA).
         logits_shift: Dream-style models: logits at t-1 predict token t.
         quantization: optional 4-bit loading (bitsandbytes).
         lora: optional LoRA adapters (peft).
         gradient_checkpointing: trade compute for memory during the surrogate's forward passes.
         init_checkpoint: optional weights to start from.
+        device: where to load (and quantise) the weights: ``None`` = transformers' default (CPU; Lightning
+            moves the model later), ``"cuda"`` = this process's GPU (``cuda:$LOCAL_RANK``), so each DDP rank
+            quantises straight onto its own GPU instead of holding a full-precision copy in host memory.
     """
 
     def __init__(
@@ -332,14 +365,22 @@ class PretrainedDiffusionLM(DiffusionPolicy):
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
         init_checkpoint: str | None = None,
+        device: str | None = None,
     ) -> None:
         super().__init__()
+        import os
+
         from transformers import AutoModel, AutoTokenizer
 
+        from lit_rl.models.loading import enable_activation_checkpointing
+        from lit_rl.models.quantization import disable_cpu_weight_packing
+
+        self.path = path
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         self.tokenizer.padding_side = "left"
         kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": getattr(torch, dtype)}
-        if quantization is not None and quantization.load_in_4bit:
+        quantized = quantization is not None and quantization.load_in_4bit
+        if quantized:
             from transformers import BitsAndBytesConfig
 
             kwargs["quantization_config"] = BitsAndBytesConfig(
@@ -348,7 +389,14 @@ class PretrainedDiffusionLM(DiffusionPolicy):
                 bnb_4bit_compute_dtype=getattr(torch, quantization.compute_dtype),
                 bnb_4bit_use_double_quant=quantization.double_quant,
             )
+        if device is not None:
+            if device == "cuda" and torch.cuda.is_available():
+                kwargs["device_map"] = {"": f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"}
+            elif device != "cuda":
+                kwargs["device_map"] = {"": device}
         self.model = AutoModel.from_pretrained(path, **kwargs)
+        # before any forward: eval-mode no-grad passes must not pack 4-bit weights (lit_rl.models.quantization)
+        disable_cpu_weight_packing(self.model)
         self.mask_id = int(mask_id if mask_id is not None else self.tokenizer.mask_token_id)
         self.eos_id = int(eos_id if eos_id is not None else self.tokenizer.eos_token_id)
         tok_pad = getattr(self.tokenizer, "pad_token_id", None)
@@ -356,11 +404,15 @@ class PretrainedDiffusionLM(DiffusionPolicy):
         self.logits_shift = logits_shift
         if init_checkpoint:
             self.load_init_checkpoint(init_checkpoint)
-        if quantization is not None and quantization.load_in_4bit:
+        if quantized and quantization.upcast_non_quantized:
             from peft import prepare_model_for_kbit_training
 
-            self.model = prepare_model_for_kbit_training(self.model, use_gradient_checkpointing=gradient_checkpointing)
-        elif gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
-            self.model.gradient_checkpointing_enable()
+            # checkpointing is enabled below: LLaDA has no HF gradient_checkpointing_enable()
+            self.model = prepare_model_for_kbit_training(self.model, use_gradient_checkpointing=False)
+        elif quantized:
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+        self.checkpointing = enable_activation_checkpointing(self.model) if gradient_checkpointing else None
         if lora is not None:
             self.model = apply_lora(self.model, lora)
+        disable_cpu_weight_packing(self.model)
