@@ -416,3 +416,5 @@ class PretrainedDiffusionLM(DiffusionPolicy):
         if lora is not None:
             self.model = apply_lora(self.model, lora)
         disable_cpu_weight_packing(self.model)
+        # from_pretrained returns eval mode; Lightning keeps module modes, and LoRA dropout needs train mode
+        self.model.train()

@@ -1,0 +1,105 @@
+"""Export a trained policy from a Lightning checkpoint: PEFT adapters, and optionally a merged model.
+
+Training keeps the base weights 4-bit (NF4) and trains LoRA adapters only. An export therefore:
+
+1. rebuilds the run's policy from its saved config (``config.yaml`` in the run folder, or ``--config``)
+   with a **full-precision** base (quantisation off, ``dtype``): the adapters are the same tensors either
+   way, and merging into a full-precision base is exact where merging into NF4 would re-quantise;
+2. loads the checkpoint's adapter weights (``policy.*lora_*`` entries) into it — every adapter of the
+   policy must be found;
+3. writes ``<out>/adapter`` with peft's ``save_pretrained`` (``adapter_config.json`` +
+   ``adapter_model.safetensors``; ``PeftModel.from_pretrained(base, "<out>/adapter")`` loads it) and the
+   tokenizer;
+4. with ``merge``, folds the adapters into the base (``merge_and_unload``) and writes ``<out>/merged``: a
+   plain model directory (remote-code models keep their modeling files and ``auto_map``) with the
+   tokenizer, loadable by ``AutoModel.from_pretrained(..., trust_remote_code=True)``.
+
+A policy trained without LoRA is written to ``<out>/merged`` only. ``<out>/export.json`` records the sources.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from lit_rl.models.policy import DiffusionPolicy
+
+
+def find_run_config(ckpt: Path) -> Path:
+    """The ``config.yaml`` LightningCLI saved for the run of ``ckpt`` (its folder or up to two levels above)."""
+    for d in [ckpt.parent, *list(ckpt.parents)[1:3]]:
+        if (d / "config.yaml").exists():
+            return d / "config.yaml"
+    raise FileNotFoundError(f"no config.yaml next to or above {ckpt}; pass --config with the run's config")
+
+
+def policy_config(config_path: Path) -> dict[str, Any]:
+    """``model.init_args.policy`` (``class_path`` + ``init_args``) of a saved run config."""
+    cfg = yaml.safe_load(config_path.read_text()) or {}
+    cfg = cfg.get("fit", cfg)  # a config saved from `fit` may be nested under the subcommand
+    try:
+        policy = cfg["model"]["init_args"]["policy"]
+    except (KeyError, TypeError):
+        raise ValueError(f"{config_path}: no model.init_args.policy") from None
+    if not isinstance(policy, dict) or "class_path" not in policy:
+        raise ValueError(f"{config_path}: model.init_args.policy has no class_path")
+    return policy
+
+
+def build_full_precision_policy(policy: dict[str, Any], dtype: str = "bfloat16") -> DiffusionPolicy:
+    """Instantiate the policy of a run config with quantisation and checkpointing off (``dtype`` weights)."""
+    from jsonargparse import ArgumentParser
+
+    policy = {"class_path": policy["class_path"], "init_args": dict(policy.get("init_args") or {})}
+    args = policy["init_args"]
+    if policy["class_path"].endswith("PretrainedDiffusionLM"):
+        args.update(quantization=None, gradient_checkpointing=False, dtype=dtype)
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(DiffusionPolicy, "policy")
+    cfg = parser.parse_object({"policy": policy})
+    return parser.instantiate_classes(cfg).policy
+
+
+def checkpoint_policy_state(ckpt: Path) -> dict[str, torch.Tensor]:
+    """The ``policy.*`` entries of a Lightning checkpoint, prefix removed."""
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    sd = state.get("state_dict", state)
+    return {k.removeprefix("policy."): v for k, v in sd.items() if k.startswith("policy.")}
+
+
+def export_policy(ckpt: str | Path, out: str | Path, merge: bool = False, config: str | Path | None = None, dtype: str = "bfloat16") -> dict[str, Any]:
+    """Export the policy of ``ckpt`` to ``out`` (see the module docstring); returns the manifest."""
+    ckpt, out = Path(ckpt), Path(out)
+    config_path = Path(config) if config else find_run_config(ckpt)
+    policy_cfg = policy_config(config_path)
+    policy = build_full_precision_policy(policy_cfg, dtype=dtype)
+    state = checkpoint_policy_state(ckpt)
+    names = [n for n, _ in policy.named_parameters() if "lora_" in n]
+    out.mkdir(parents=True, exist_ok=True)
+    manifest: dict[str, Any] = {"checkpoint": str(ckpt), "config": str(config_path), "policy": policy_cfg["class_path"], "dtype": dtype}
+    if names:
+        missing = [n for n in names if n not in state]
+        if missing:
+            raise ValueError(f"{ckpt}: {len(missing)} adapter weights missing (e.g. {missing[:3]}); wrong --config?")
+        policy.load_state_dict({n: state[n] for n in names}, strict=False)
+        adapter_dir = out / "adapter"
+        policy.model.save_pretrained(str(adapter_dir))
+        policy.tokenizer.save_pretrained(str(adapter_dir))
+        manifest["adapter"] = str(adapter_dir)
+        manifest["adapter_tensors"] = len(names)
+    else:
+        # full fine-tuning: the checkpoint holds every weight of the (unquantised) model
+        policy.load_state_dict(state, strict=True)
+        merge = True
+    if merge:
+        model = policy.model.merge_and_unload() if names else policy.model
+        merged_dir = out / "merged"
+        model.save_pretrained(str(merged_dir), safe_serialization=True)
+        policy.tokenizer.save_pretrained(str(merged_dir))
+        manifest["merged"] = str(merged_dir)
+    (out / "export.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest

@@ -1,0 +1,271 @@
+"""The paper's policy path on CPU: remote-code dLLM + 4-bit NF4 base + LoRA (+ checkpointing, export).
+
+``tests/fixtures/tiny_llada`` is a tiny LLaDA-style model with its own modeling file, loaded with
+``trust_remote_code=True`` through :class:`PretrainedDiffusionLM` exactly as LLaDA-8B-Instruct is.
+
+The gradient check guards against the bitsandbytes CPU packing trap (:mod:`lit_rl.models.quantization`):
+an eval-mode no-grad forward (Lightning's sanity check, greedy evaluation, rollout generation) must not
+change the LoRA gradients of later training steps. The trap needs ``Linear4bit.support_avx512bf16_for_cpu``,
+which bitsandbytes sets from the CPU's AVX512-BF16 flag; ``simulated_avx512bf16`` patches that probe so
+the check exercises the trap on any CPU (the packed path then runs bitsandbytes' generic CPU kernel).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+bnb = pytest.importorskip("bitsandbytes")
+
+from lit_rl.models import LoraSettings, PretrainedDiffusionLM, QuantizationSettings  # noqa: E402
+from lit_rl.models.quantization import PACKING_FLAG, disable_cpu_weight_packing, linear4bit_modules, packed_layers  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests/fixtures/tiny_llada"
+BLOCK_TARGETS = {"q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"}
+PROMPTS = [[{"role": "user", "content": "1030040200310040"}], [{"role": "user", "content": "12"}]]
+
+
+def cpu_has_avx512bf16() -> bool:
+    from bitsandbytes.functional import has_avx512bf16
+
+    return bool(has_avx512bf16())
+
+
+@pytest.fixture(params=["native", "simulated_avx512bf16"])
+def cpu_flag(request, monkeypatch):
+    """``native``: this CPU's bitsandbytes behaviour; ``simulated_avx512bf16``: as on an AVX512-BF16 CPU."""
+    if request.param == "simulated_avx512bf16":
+        monkeypatch.setattr(bnb.nn.modules, "has_avx512bf16", lambda: True)
+    return request.param
+
+
+def build(lora_dropout: float = 0.0, gradient_checkpointing: bool = False, seed: int = 0, **kw) -> PretrainedDiffusionLM:
+    torch.manual_seed(seed)
+    return PretrainedDiffusionLM(
+        str(FIXTURE),
+        mask_id=None,
+        eos_id=None,
+        dtype="float32",
+        quantization=QuantizationSettings(compute_dtype="float32"),
+        lora=LoraSettings(r=8, alpha=16, dropout=lora_dropout),
+        gradient_checkpointing=gradient_checkpointing,
+        **kw,
+    )
+
+
+def randomize_adapters(policy: PretrainedDiffusionLM, seed: int = 1) -> None:
+    """peft initialises lora_B to zero (so lora_A grads are 0 at init): give every adapter weight a value."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in sorted(policy.named_parameters()):
+            if "lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+
+
+def adapter_grads(policy: PretrainedDiffusionLM) -> dict[str, torch.Tensor]:
+    """Gradients of a fixed loss (masked-token log-likelihood of a left-padded batch) w.r.t. the adapters."""
+    ids, mask = policy.encode_prompts(PROMPTS)  # (2, P) left-padded
+    ids = ids.clone()
+    ids[:, -4:] = policy.mask_id  # the last positions masked, as in the surrogate's forward passes
+    policy.train()
+    policy.zero_grad(set_to_none=True)
+    logits = policy(ids, mask)  # (2, P, V)
+    logp = torch.log_softmax(logits.float(), -1)[:, -4:]  # (2, 4, V)
+    target = torch.arange(4).expand(2, 4) + 40
+    (-logp.gather(-1, target[..., None]).mean()).backward()
+    return {n: p.grad.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
+
+
+def eval_pass(policy: PretrainedDiffusionLM) -> None:
+    """What Lightning's sanity check / greedy evaluation does to the policy: eval mode, no grad."""
+    ids, mask = policy.encode_prompts(PROMPTS)
+    policy.eval()
+    with torch.no_grad():
+        policy(ids, mask)
+    policy.train()
+
+
+# -- loading --------------------------------------------------------------------------------------------
+def test_remote_code_4bit_lora_loading():
+    p = build()
+    base = p.model.get_base_model()
+    # the fixture's own modeling file, loaded through trust_remote_code (transformers_modules.*)
+    assert type(base).__name__ == "LLaDAModelLM" and "transformers_modules" in type(base).__module__
+    assert base.config.model_type == "llada"
+    # every block projection is 4-bit NF4; the LM head (model.transformer.ff_out) is not quantised ...
+    q4 = dict(linear4bit_modules(base))
+    assert {n.removesuffix(".base_layer").rsplit(".", 1)[-1] for n in q4} == BLOCK_TARGETS and len(q4) == 2 * len(BLOCK_TARGETS)
+    assert all(m.weight.quant_state.quant_type == "nf4" for m in q4.values())
+    assert all(getattr(m, PACKING_FLAG) is False for m in q4.values())
+    # ... and not adapted, although its name (ff_out) is a LLaDA LoRA target
+    adapted = {n.split(".lora_A")[0] for n, _ in p.named_parameters() if ".lora_A." in n}
+    assert len(adapted) == 2 * len(BLOCK_TARGETS)
+    assert not any(n.endswith("transformer.ff_out") for n in adapted)
+    assert all("lora_" in n for n, q in p.named_parameters() if q.requires_grad)
+    # ids from the tokenizer, LLaDA call shape, left padding
+    tok = p.tokenizer
+    assert (p.mask_id, p.eos_id) == (tok.mask_token_id, tok.eos_token_id) == (2, 0)
+    ids, mask = p.encode_prompts(PROMPTS)
+    assert mask[1, 0] == 0 and ids[1, 0] == p.pad_id
+    assert p(ids, mask).shape == (2, ids.shape[1], base.config.vocab_size)
+
+
+def test_4bit_forward_tracks_the_full_precision_model():
+    """NF4 is a close approximation of the float32 weights (same logits up to quantisation error)."""
+    torch.manual_seed(0)
+    q = build()
+    full = PretrainedDiffusionLM(str(FIXTURE), mask_id=None, eos_id=None, dtype="float32").eval()
+    ids, mask = q.encode_prompts(PROMPTS)
+    with torch.no_grad():
+        a, b = q.eval()(ids, mask), full(ids, mask)
+    assert torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1] > 0.95
+
+
+# -- the gradient check (bitsandbytes CPU packing trap) ---------------------------------------------------
+def test_eval_pass_keeps_lora_gradients(cpu_flag):
+    trained = build()
+    randomize_adapters(trained)
+    eval_pass(trained)  # Lightning's sanity check
+    assert packed_layers(trained) == []
+    got = adapter_grads(trained)
+    fresh = build()
+    randomize_adapters(fresh)
+    want = adapter_grads(fresh)  # never ran eval
+    assert got.keys() == want.keys() and len(got) == 4 * len(BLOCK_TARGETS)
+    for n in want:
+        assert want[n].abs().sum() > 0, f"{n}: zero gradient"
+        torch.testing.assert_close(got[n], want[n], msg=lambda m, n=n: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["simulated", "native"])
+def test_gradient_check_catches_the_trap_without_the_guard(native, monkeypatch):
+    """Control: with the guard disabled, the same check fails (here, or natively on an AVX512-BF16 CPU)."""
+    if native and not cpu_has_avx512bf16():
+        pytest.skip("this CPU has no AVX512-BF16: bitsandbytes never packs 4-bit weights here")
+    if not native:
+        monkeypatch.setattr(bnb.nn.modules, "has_avx512bf16", lambda: True)
+    monkeypatch.setattr("lit_rl.models.quantization.disable_cpu_weight_packing", lambda model: 0)
+    trained = build()
+    randomize_adapters(trained)
+    eval_pass(trained)
+    assert packed_layers(trained), "the eval pass should have packed the 4-bit weights"
+    with warnings.catch_warnings():  # torch: "bitsandbytes::gemv_4bit: an autograd kernel was not registered"
+        warnings.simplefilter("ignore", UserWarning)
+        got = adapter_grads(trained)
+    fresh = build()
+    randomize_adapters(fresh)
+    want = adapter_grads(fresh)
+    wrong = [n for n in want if not torch.allclose(got[n], want[n], rtol=1e-4, atol=1e-5)]
+    assert len(wrong) > len(want) // 2
+
+
+def test_guard_unpacks_weights_that_were_already_packed(monkeypatch):
+    monkeypatch.setattr(bnb.nn.modules, "has_avx512bf16", lambda: True)
+    monkeypatch.setattr("lit_rl.models.quantization.disable_cpu_weight_packing", lambda model: 0)
+    p = build()
+    ids, mask = p.encode_prompts(PROMPTS)
+    p.train()
+    with torch.no_grad():
+        before = p(ids, mask)
+    eval_pass(p)
+    assert packed_layers(p)
+    monkeypatch.undo()
+    from lit_rl.models import quantization
+
+    assert quantization.disable_cpu_weight_packing(p) == 2 * len(BLOCK_TARGETS)
+    assert packed_layers(p) == []
+    with torch.no_grad():
+        after = p(ids, mask)
+    # absmax went through bfloat16 in the packed layout: equal up to that rounding
+    torch.testing.assert_close(after, before, atol=0.05, rtol=0.05)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    plain = build()
+    randomize_adapters(plain)
+    ckpt = build(gradient_checkpointing=True)
+    randomize_adapters(ckpt)
+    assert ckpt.checkpointing == "whole_layer"  # LLaDA's own mechanism (no HF gradient_checkpointing_enable)
+    a, b = adapter_grads(plain), adapter_grads(ckpt)
+    for n in a:
+        torch.testing.assert_close(b[n], a[n])
+
+
+def test_disable_cpu_weight_packing_on_a_model_without_4bit_layers():
+    assert disable_cpu_weight_packing(torch.nn.Linear(4, 4)) == 0
+
+
+# -- ERILS through the CLI, then export -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A few ERILS steps through the real CLI with the 4-bit + LoRA remote-code policy (sanity check on)."""
+    from lit_rl.cli import run_lightning_cli
+
+    tmp = tmp_path_factory.mktemp("llada_fit")
+    torch.manual_seed(0)
+    cli = run_lightning_cli([
+        "fit",
+        "--config", str(ROOT / "conf/erils.yaml"),
+        "--config", str(ROOT / "tests/tiny_overlay.yaml"),
+        "--config", str(ROOT / "tests/models/tiny_llada_4bit.yaml"),
+        f"--model.init_args.policy.init_args.path={FIXTURE}",
+        f"--trainer.default_root_dir={tmp}",
+        f"--trainer.callbacks.init_args.dirpath={tmp}/checkpoints",
+        "--trainer.num_sanity_val_steps=1",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp}/mlflow.db",
+        f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz",
+    ])
+    return cli, tmp
+
+
+def test_erils_fit_with_4bit_lora_remote_code_policy(fitted):
+    cli, tmp = fitted
+    trainer, policy = cli.trainer, cli.model.policy
+    assert trainer.global_step == 4 and trainer.datamodule.cursor == 2
+    assert packed_layers(policy) == []  # the sanity check and greedy evaluation did not pack anything
+    assert policy.model.training  # LoRA dropout active (from_pretrained returns eval mode)
+    fresh = build(lora_dropout=0.05)
+    now = dict(policy.named_parameters())
+    changed = [n for n, p in fresh.named_parameters() if "lora_" in n and not torch.equal(now[n].detach(), p.detach())]
+    assert len(changed) == 4 * len(BLOCK_TARGETS)  # every adapter matrix moved
+    # the frozen 4-bit base did not
+    for (n, m), (_, m0) in zip(linear4bit_modules(policy), linear4bit_modules(fresh)):
+        assert torch.equal(m.weight.data, m0.weight.data), n
+    assert (tmp / "checkpoints/last.ckpt").exists() and (tmp / "config.yaml").exists()
+
+
+def test_export_adapters_in_peft_format_and_merge(fitted, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModel
+
+    from lit_rl.models.cli import main
+
+    cli, run = fitted
+    out = tmp_path / "export"
+    assert main(["--ckpt", str(run / "checkpoints/last.ckpt"), "--out", str(out), "--merge", "--dtype", "float32"]) == 0
+    adapter_cfg = json.loads((out / "adapter/adapter_config.json").read_text())
+    assert adapter_cfg["r"] == 8 and adapter_cfg["lora_alpha"] == 16
+    assert (out / "adapter/adapter_model.safetensors").exists()
+    # PEFT loads the adapters onto the (full-precision) base: same logits as the trained policy's adapters
+    # on a full-precision base
+    base = AutoModel.from_pretrained(str(FIXTURE), trust_remote_code=True, dtype=torch.float32)
+    peft_model = PeftModel.from_pretrained(base, str(out / "adapter")).eval()
+    trained = {n.split("base_model.model.", 1)[-1]: p for n, p in cli.model.policy.model.named_parameters() if "lora_" in n}
+    loaded = {n.split("base_model.model.", 1)[-1]: p for n, p in peft_model.named_parameters() if "lora_" in n}
+    assert trained.keys() == loaded.keys()
+    for n in trained:
+        torch.testing.assert_close(loaded[n], trained[n].detach())
+    # the merged export: a plain remote-code model directory with the adapters folded in
+    merged = AutoModel.from_pretrained(str(out / "merged"), trust_remote_code=True, dtype=torch.float32).eval()
+    assert not any("lora_" in n for n, _ in merged.named_parameters())
+    assert (out / "merged/modeling_tinyllada.py").exists() and (out / "merged/tokenizer.json").exists()
+    ids = torch.tensor([[1, 4, 41, 39, 2, 2, 2]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, peft_model(ids).logits, atol=1e-4, rtol=1e-4)
+        plain = AutoModel.from_pretrained(str(FIXTURE), trust_remote_code=True, dtype=torch.float32).eval()
+        assert not torch.allclose(merged(ids).logits, plain(ids).logits, atol=1e-4)  # the adapters mattered
