@@ -1,0 +1,233 @@
+"""Exact resume of a tiny ERILS run through the real CLI, as real subprocesses.
+
+Runs (``python -m lit_rl fit --config conf/erils.yaml --config tests/tiny_overlay.yaml --config <overlay>``,
+6 rollout batches x μ = 2 updates, a checkpoint after every rollout batch, sanity check on, validation every
+2 batches, atomic checkpoint writes):
+
+* ``ref``      uninterrupted;
+* ``kill``     SIGKILLed right before a seeded-random optimizer update (possibly between the 2 updates of
+               one rollout batch), then resumed with ``--ckpt_path last``;
+* ``term``     sent SIGTERM before a seeded-random update: it must save ``last.ckpt`` at the end of that
+               rollout batch and exit 0; then resumed;
+* ``savekill`` SIGKILLed while writing a checkpoint: the previous ``last.ckpt`` must still load; resumed.
+
+Each resumed run must match ``ref``: every logged metric at every step (MLflow sqlite store, the killed and
+the resumed MLflow runs together; wall-clock ``time/*`` metrics excluded), bitwise-equal final weights and
+optimizer state, and the same consumed prompts (``consumed_prompts.jsonl``), none skipped or repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+MU, BATCHES = 2, 6
+MAX_STEPS = MU * BATCHES
+SEED = 20261129  # seeds the kill points
+_rng = random.Random(SEED)
+KILL_STEP = _rng.randrange(MU + 1, MAX_STEPS)  # SIGKILL right before update KILL_STEP + 1 (after >= 1 checkpoint)
+TERM_STEP = _rng.randrange(1, MAX_STEPS - MU)  # SIGTERM right before update TERM_STEP + 1
+SAVEKILL_STEP = MU * _rng.randrange(2, BATCHES)  # SIGKILL while saving the checkpoint of this step
+
+pytestmark = pytest.mark.slow
+
+
+def _overlay(run_dir: Path, extra_callbacks: list[str]) -> Path:
+    text = f"""
+trainer:
+  max_steps: {MAX_STEPS}
+  val_check_interval: 2
+  num_sanity_val_steps: -1
+  enable_checkpointing: true
+  enable_progress_bar: false
+  default_root_dir: {run_dir}
+  plugins:
+    - class_path: lit_rl.reliability.AtomicCheckpointIO
+  logger:
+    class_path: lightning.pytorch.loggers.MLFlowLogger
+    init_args:
+      experiment_name: reliability
+      run_name: resume
+      tracking_uri: sqlite:///{run_dir}/mlflow.db
+  callbacks:
+    - class_path: callbacks.FormatWarmup
+      init_args: {{steps: 2, batch_size: 4, cache_dir: null}}
+    - class_path: callbacks.reliability.ExactResume
+    - class_path: callbacks.reliability.PromptLedger
+    - class_path: callbacks.reliability.CheckpointOnSigterm
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args: {{dirpath: {run_dir}/checkpoints, save_last: true, every_n_train_steps: {MU}}}
+{''.join(f'    - {c}' + chr(10) for c in extra_callbacks)}
+model:
+  init_args:
+    updates_per_batch: {MU}
+data:
+  init_args:
+    pool_path: {ROOT}/data/pools/sudoku_scripted.jsonl.gz
+"""
+    p = run_dir / "overlay.yaml"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def _start(run_dir: Path, extra_callbacks: list[str] = (), resume: bool = False) -> subprocess.Popen:
+    overlay = run_dir / "overlay.yaml" if resume else _overlay(run_dir, list(extra_callbacks))
+    if resume:  # the same run without its fault injector
+        _overlay(run_dir, [])
+    cmd = [sys.executable, "-m", "lit_rl", "fit", "--config", "conf/erils.yaml", "--config", "tests/tiny_overlay.yaml", "--config", str(overlay)]
+    if resume:
+        cmd += ["--ckpt_path", "last"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]), OMP_WAIT_POLICY="PASSIVE", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
+    log = (run_dir / ("resume.log" if resume else "run.log")).open("w")
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(19))
+
+
+def _wait(procs: dict[str, subprocess.Popen], timeout: float = 900) -> dict[str, int]:
+    t0 = time.time()
+    rcs = {}
+    for name, p in procs.items():
+        rcs[name] = p.wait(timeout=max(1, timeout - (time.time() - t0)))
+    return rcs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("resume")
+    dirs = {name: base / name for name in ("ref", "kill", "term", "savekill")}
+    t0 = time.time()
+    first = {
+        "ref": _start(dirs["ref"]),
+        "kill": _start(dirs["kill"], [f"{{class_path: rel_faults.KillAt, init_args: {{step: {KILL_STEP}, sig: SIGKILL}}}}"]),
+        "term": _start(dirs["term"], [f"{{class_path: rel_faults.KillAt, init_args: {{step: {TERM_STEP}, sig: SIGTERM}}}}"]),
+        "savekill": _start(dirs["savekill"], [f"{{class_path: rel_faults.KillDuringSave, init_args: {{step: {SAVEKILL_STEP}}}}}"]),
+    }
+    rc1 = _wait(first)
+    state_after_fault = {}
+    for name in ("kill", "term", "savekill"):
+        state_after_fault[name] = {
+            "files": sorted(p.name for p in (dirs[name] / "checkpoints").iterdir()) if (dirs[name] / "checkpoints").exists() else [],
+            "last_step": _ckpt(dirs[name] / "checkpoints" / "last.ckpt")["global_step"] if (dirs[name] / "checkpoints" / "last.ckpt").exists() else None,
+            "ledger_lines": len(_ledger(dirs[name])),
+        }
+    second = {name: _start(dirs[name], resume=True) for name in ("kill", "term", "savekill")}
+    rc2 = _wait(second)
+    for name, rc in {**{f"{k} (1st)": v for k, v in rc1.items()}, **{f"{k} (resume)": v for k, v in rc2.items()}}.items():
+        print(f"[resume] {name}: exit status {rc}")
+    print(f"[resume] wall time {time.time() - t0:.0f}s; kill before update {KILL_STEP + 1}, SIGTERM before update {TERM_STEP + 1}, SIGKILL while saving step {SAVEKILL_STEP}")
+    return {"dirs": dirs, "rc1": rc1, "rc2": rc2, "after_fault": state_after_fault}
+
+
+def _ckpt(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _ledger(run_dir: Path) -> list[dict]:
+    p = run_dir / "consumed_prompts.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def _metrics(run_dir: Path) -> list[dict[tuple[str, int], list[float]]]:
+    """Per MLflow run (in start order): {(key, step): sorted values}, wall-clock metrics excluded."""
+    con = sqlite3.connect(run_dir / "mlflow.db")
+    try:
+        run_ids = [r[0] for r in con.execute("SELECT run_uuid FROM runs ORDER BY start_time")]
+        out = []
+        for rid in run_ids:
+            d: dict[tuple[str, int], list[float]] = {}
+            for key, step, value in con.execute("SELECT key, step, value FROM metrics WHERE run_uuid = ?", (rid,)):
+                if key.startswith("time/"):
+                    continue
+                d.setdefault((key, int(step)), []).append(float(value))
+            out.append({k: sorted(v) for k, v in d.items()})
+        return out
+    finally:
+        con.close()
+
+
+def _compare(runs, name: str) -> dict:
+    ref_dir, dirs = runs["dirs"]["ref"], runs["dirs"]
+    assert runs["rc1"]["ref"] == 0, (ref_dir / "run.log").read_text()[-3000:]
+    assert runs["rc2"][name] == 0, (dirs[name] / "resume.log").read_text()[-3000:]
+    # 1. metric trajectory
+    (ref,) = _metrics(ref_dir)
+    parts = _metrics(dirs[name])
+    assert len(parts) == 2, f"expected the interrupted and the resumed MLflow run, got {len(parts)}"
+    union: dict = {}
+    for part in parts:
+        for k, v in part.items():
+            assert k in ref, f"{name}: metric {k} was logged but not by the uninterrupted run"
+            assert v == ref[k], f"{name}: metric {k}: {v} != uninterrupted {ref[k]}"
+            union[k] = v
+    missing = sorted(set(ref) - set(union))
+    assert not missing, f"{name}: metrics of the uninterrupted run never logged: {missing[:10]}"
+    steps = sorted({s for _, s in ref})
+    # 2. final weights and optimizer state, bitwise
+    a, b = _ckpt(ref_dir / "checkpoints" / "last.ckpt"), _ckpt(dirs[name] / "checkpoints" / "last.ckpt")
+    assert a["global_step"] == b["global_step"] == MAX_STEPS
+    max_diff = 0.0
+    for k, t in a["state_dict"].items():
+        u = b["state_dict"][k]
+        max_diff = max(max_diff, (t.double() - u.double()).abs().max().item() if t.numel() else 0.0)
+        assert torch.equal(t, u), f"{name}: weight {k} differs"
+    for (k, sa), sb in zip(a["optimizer_states"][0]["state"].items(), b["optimizer_states"][0]["state"].values()):
+        for field in sa:
+            assert torch.equal(torch.as_tensor(sa[field]), torch.as_tensor(sb[field])), f"{name}: optimizer state {k}.{field} differs"
+    assert a["lr_schedulers"] == b["lr_schedulers"]
+    # 3. prompts: the same batches, in order, each once
+    la, lb = _ledger(ref_dir), _ledger(dirs[name])
+    assert [r["step"] for r in la] == list(range(BATCHES))
+    assert lb == la, f"{name}: consumed prompts differ from the uninterrupted run"
+    ids = [pid for r in lb for pid in r["prompt_ids"]]
+    assert len(ids) == len(set(ids)), f"{name}: a prompt was repeated"
+    order = [json.loads(x) for x in (dirs[name] / "prompt_order.jsonl").read_text().splitlines()[1:]]
+    assert ids == order[: len(ids)], f"{name}: prompts skipped or out of order"
+    summary = {
+        "run": name,
+        "optimizer_updates": b["global_step"],
+        "metric_points": len(ref),
+        "metric_steps": f"{steps[0]}..{steps[-1]}",
+        "final_weight_max_abs_diff": max_diff,
+        "prompts_consumed": len(ids),
+        "after_fault": runs["after_fault"].get(name),
+    }
+    print(f"[resume] {json.dumps(summary)}")
+    return summary
+
+
+def test_sigkill_mid_run_then_resume_matches_uninterrupted(runs):
+    assert runs["rc1"]["kill"] == -signal.SIGKILL
+    after = runs["after_fault"]["kill"]
+    # the checkpoint is the last completed rollout batch before the kill
+    assert after["last_step"] == (KILL_STEP // MU) * MU
+    _compare(runs, "kill")
+
+
+def test_sigterm_saves_at_batch_end_and_exits_cleanly_then_resume_matches(runs):
+    assert runs["rc1"]["term"] == 0, (runs["dirs"]["term"] / "run.log").read_text()[-3000:]
+    after = runs["after_fault"]["term"]
+    # the signal arrived before update TERM_STEP + 1: that rollout batch is finished, saved, and no more
+    assert after["last_step"] == (TERM_STEP // MU + 1) * MU
+    assert after["ledger_lines"] == TERM_STEP // MU + 1
+    assert "SIGTERM: saved" in (runs["dirs"]["term"] / "run.log").read_text()
+    _compare(runs, "term")
+
+
+def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(runs):
+    assert runs["rc1"]["savekill"] == -signal.SIGKILL
+    after = runs["after_fault"]["savekill"]
+    assert after["last_step"] == SAVEKILL_STEP - MU  # the previous checkpoint, intact and loadable
+    assert not [f for f in after["files"] if f.startswith("last") and f != "last.ckpt"]
+    _compare(runs, "savekill")
