@@ -51,6 +51,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -353,12 +354,18 @@ class SweepConfig:
         if self.storage.startswith("sqlite:///"):
             Path(self.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
             engine_kwargs = {"connect_args": {"timeout": 60}}
+        # Optuna 4.9 renamed the stale-trial hook (``failed_trial_callback`` is removed in 6.0)
+        import inspect
+
+        hook = "heartbeat_stale_trial_callback"
+        if hook not in inspect.signature(optuna.storages.RDBStorage).parameters:  # Optuna < 4.9
+            hook = "failed_trial_callback"
         return optuna.storages.RDBStorage(
             self.storage,
             engine_kwargs=engine_kwargs,
             heartbeat_interval=self.heartbeat_interval,
             grace_period=self.grace_period,
-            failed_trial_callback=failed_trial_callback,
+            **{hook: failed_trial_callback},
         )
 
     def trial_values(self, sampled: dict[str, Any]) -> dict[str, Any]:
@@ -567,7 +574,8 @@ class StudyTracker:
             tags={
                 MLFLOW_PARENT_RUN_ID: parent_id, "lit_rl.sweep": cfg.study_name, "lit_rl.role": "trial",
                 "optuna.study_name": cfg.study_name, "optuna.trial_number": str(trial_number),
-                "optuna.trial_state": "RUNNING", "lit_rl.worker": f"{socket.gethostname()}:{os.getpid()}",
+                "optuna.trial_state": "RUNNING", "optuna.direction": cfg.objective.direction,
+                "lit_rl.space": ",".join(cfg.space), "lit_rl.worker": f"{socket.gethostname()}:{os.getpid()}",
             },
         )
         self.client.log_batch(
@@ -657,10 +665,11 @@ class SweepRunner:
         import optuna
 
         self.cfg = cfg
-        self.tracker = StudyTracker(cfg)
+        self.tracker = _retry(lambda: StudyTracker(cfg), "opening the MLflow store")
         self.fit_trial = fit_trial or fit_trial_with_lightning_cli
         self.storage = _retry(lambda: cfg.make_storage(failed_trial_callback=self._on_stale_trial), "opening the storage")
-        self._retry_cb = optuna.storages.RetryFailedTrialCallback(max_retry=cfg.max_retry)
+        retry_cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
+        self._retry_cb = retry_cls(max_retry=cfg.max_retry)
         direction = cfg.objective.direction
         try:
             self.study = optuna.create_study(
@@ -759,7 +768,9 @@ class SweepRunner:
 
         TS = optuna.trial.TrialState
         while True:
-            optuna.storages.fail_stale_trials(self.study)
+            with warnings.catch_warnings():  # experimental since Optuna 2.9, still the public entry point
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(self.study)
             trial = self._pop()
             if trial is None:
                 running = self.study.get_trials(deepcopy=False, states=(TS.RUNNING,))

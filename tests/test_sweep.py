@@ -1,0 +1,281 @@
+"""Sweeps: config parsing, derived parameters, step-based pruning (incl. the DDP check_pruned replay),
+a tiny real sweep through the LightningCLI with MLflow parent/child runs, two workers sharing one SQLite
+study, and resume after a worker is killed mid-trial."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from lit_rl.sweep import (
+    INTERMEDIATE_KEY,
+    PRUNED_STEP_KEY,
+    DerivedRule,
+    ParamSpec,
+    StepPruningCallback,
+    SweepConfig,
+    run_sweep,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"
+TS = optuna.trial.TrialState
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _cfg(tmp_path: Path, **kw) -> dict:
+    """A tiny sweep over tests/tiny_overlay.yaml (seconds per trial)."""
+    raw = {
+        "study_name": "tiny",
+        "base": [str(ROOT / "conf/erils.yaml"), str(ROOT / "tests/tiny_overlay.yaml")],
+        "overrides": {"data": {"init_args": {"pool_path": str(POOL)}}},
+        "space": {"data.init_args.g_ext": {"type": "categorical", "choices": [1, 2, 3]}},
+        "derived": {
+            "data.init_args.g_on": "4 - g_ext",
+            # g_ext 3 gets a learning rate the threshold pruner below stops at its first report
+            "model.init_args.optimizer.init_args.lr": "0.0002 if g_ext < 3 else 0.1",
+        },
+        "objective": {"metric": "val/sudoku/greedy/accuracy", "direction": "maximize"},
+        "sampler": {"name": "grid"},
+        "pruner": {"name": "threshold", "upper": 0.01},
+        "prune_monitor": "train/lr",
+        "storage": f"sqlite:///{tmp_path}/optuna.db",
+        "tracking_uri": f"sqlite:///{tmp_path}/mlflow.db",
+        "output_dir": str(tmp_path / "out"),
+        "heartbeat_interval": 1,
+        "grace_period": 3,
+    }
+    raw.update(kw)
+    return raw
+
+
+def _runs(tmp_path: Path, study: str):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("lit_rl-sweeps")
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`lit_rl.sweep` = '{study}'")
+    parents = [r for r in runs if r.data.tags.get("lit_rl.role") == "study"]
+    children = {int(r.data.tags["optuna.trial_number"]): r for r in runs if r.data.tags.get("lit_rl.role") == "trial"}
+    return parents, children
+
+
+# ------------------------------------------------------------------------------------------ pieces
+
+
+def test_derived_rules_use_dotted_or_short_names_and_reject_code():
+    params = {"data.init_args.g_ext": 2, "model.init_args.rho": 0.9}
+    assert DerivedRule("data.init_args.g_on", "6 - data.init_args.g_ext")(params) == 4
+    assert DerivedRule("x", "6 - g_ext")(params) == 4
+    assert DerivedRule("x", "max(1, round((1 - rho) * 10))")(params) == 1  # round(0.1 * 10) = 1
+    assert DerivedRule("x", "1e-4 if g_ext < 3 else 0.1")(params) == 1e-4
+    with pytest.raises(ValueError, match="unknown or ambiguous name 'nope'"):
+        DerivedRule("x", "nope + 1")(params)
+    with pytest.raises(ValueError, match="unsupported expression"):
+        DerivedRule("x", "__import__('os')")(params)
+
+
+def test_config_validation_names_the_key_and_builds_the_grid(tmp_path):
+    with pytest.raises(ValueError, match="space.rho needs low <= high"):
+        ParamSpec("rho", "float", low=1.0, high=0.5)
+    with pytest.raises(ValueError, match="space.rho.grid value 1.5"):
+        ParamSpec("rho", "float", low=0.5, high=0.99, grid=[1.5])
+    with pytest.raises(ValueError, match="n_trials is required"):
+        SweepConfig.from_dict(_cfg(tmp_path, sampler={"name": "tpe"}))
+    with pytest.raises(ValueError, match="tracking_uri"):
+        SweepConfig.from_dict(_cfg(tmp_path, tracking_uri="runs/mlruns"))
+    with pytest.raises(ValueError, match="unknown sweep keys"):
+        SweepConfig.from_dict(_cfg(tmp_path, n_trail=3))
+    cfg = SweepConfig.from_yaml(ROOT / "conf/sweeps/double_rollout_grid.yaml")
+    grid = cfg.grid()
+    assert len(grid) == cfg.target_trials() == 20  # {0.5, 0.75, 0.9, 0.99} x {1, 2, 4, 8, 16}
+    assert {"model.init_args.rho": 0.99, "model.init_args.num_continuations": 16} in grid
+    tpe = SweepConfig.from_yaml(ROOT / "conf/sweeps/double_rollout.yaml")
+    assert len(SweepConfig.from_dict({**yaml.safe_load((ROOT / "conf/sweeps/double_rollout.yaml").read_text()), "sampler": {"name": "grid"}}).grid()) == 20
+    assert tpe.target_trials() == 20 and tpe.space["model.init_args.rho"].low == 0.5
+    gext = SweepConfig.from_yaml(ROOT / "conf/sweeps/erils_gext.yaml")
+    assert [gext.trial_values(p)["data.init_args.g_on"] for p in gext.grid()] == [5, 4, 3, 2]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "conf/sweeps").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_sweeps_parse(path):
+    cfg = SweepConfig.from_yaml(path)
+    assert cfg.target_trials() >= 1
+    cfg.make_sampler(), cfg.make_pruner()
+
+
+def _fake_trainer(step, metrics, world_size=1, rank0=True, decision=None):
+    broadcast = (lambda x: x) if decision is None else (lambda x: decision)
+    return SimpleNamespace(global_step=step, callback_metrics=metrics, world_size=world_size,
+                           is_global_zero=rank0, strategy=SimpleNamespace(broadcast=broadcast), should_stop=False)
+
+
+def test_step_pruning_reports_global_step_and_stops_without_raising(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/o.db", pruner=optuna.pruners.ThresholdPruner(lower=0.5))
+    trial = study.ask()
+    cb = StepPruningCallback(trial, "val/acc", every_n_steps=4)
+    for step, acc in [(4, 0.9), (6, 0.0), (8, 0.7), (8, 0.7), (12, 0.2), (16, 0.9)]:
+        tr = _fake_trainer(step, {"val/acc": acc})
+        cb.on_train_batch_end(tr, None, None, None, 0)
+        if step == 12:
+            assert tr.should_stop  # 0.2 < 0.5 at step 12
+    # step 6 is not a multiple of 4; step 8 once; nothing after the decision
+    assert cb.reported == {4: 0.9, 8: 0.7, 12: 0.2}
+    assert study.trials[0].intermediate_values == {4: 0.9, 8: 0.7, 12: 0.2}
+    with pytest.raises(optuna.TrialPruned, match="step 12"):
+        cb.check_pruned()
+
+
+def test_check_pruned_replays_a_spawned_rank0_decision(tmp_path):
+    """Under ddp_spawn rank 0 runs in a child process: the launching process's callback saw nothing and
+    must learn the decision and the reported values from the storage."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/o.db")
+    trial = study.ask()
+    # what rank 0's callback wrote from the child process, through its own storage handle
+    child_view = optuna.load_study(study_name=study.study_name, storage=f"sqlite:///{tmp_path}/o.db")
+    child_view._storage.set_trial_system_attr(trial._trial_id, INTERMEDIATE_KEY, {"2": 0.1, "4": 0.05})
+    child_view._storage.set_trial_system_attr(trial._trial_id, PRUNED_STEP_KEY, 4)
+    parent = StepPruningCallback(trial, "m")
+    with pytest.raises(optuna.TrialPruned, match="step 4"):
+        parent.check_pruned()
+    assert parent.reported == {2: 0.1, 4: 0.05}
+    # ranks that are not 0 follow the broadcast decision and stop too
+    other = StepPruningCallback(trial, "m")
+    tr = _fake_trainer(2, {}, world_size=2, rank0=False, decision=True)
+    other.on_train_batch_end(tr, None, None, None, 0)
+    assert tr.should_stop and other.pruned_step == 2
+
+
+# -------------------------------------------------------------------------------- real tiny sweeps
+
+
+def test_tiny_sweep_states_and_mlflow_parent_child_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    study = run_sweep(SweepConfig.from_dict(_cfg(tmp_path)))
+    trials = sorted(study.trials, key=lambda t: t.number)
+    assert [t.params["data.init_args.g_ext"] for t in trials] == [1, 2, 3]
+    assert [t.state for t in trials] == [TS.COMPLETE, TS.COMPLETE, TS.PRUNED]
+    assert 0.0 <= trials[0].value <= 1.0
+    assert list(trials[2].intermediate_values) == [2]  # reported at global_step 2 (first rollout batch)
+
+    parents, children = _runs(tmp_path, "tiny")
+    assert len(parents) == 1 and sorted(children) == [0, 1, 2]
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["objective.metric"] == "val/sudoku/greedy/accuracy"
+    assert parent.data.tags["optuna.best_trial_number"] in ("0", "1")
+    for n, run in children.items():
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.data.params["data.init_args.g_ext"] == str(n + 1)
+        assert run.data.params["data.init_args.g_on"] == str(3 - n)  # derived: 4 - g_ext
+        assert trials[n].user_attrs["mlflow_run_id"] == run.info.run_id
+        # the trial's own MLFlowLogger logged into the child run
+        assert "train/on_policy/reward_mean" in run.data.metrics
+    assert [children[n].data.tags["optuna.trial_state"] for n in range(3)] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    assert [children[n].info.status for n in range(3)] == ["FINISHED", "FINISHED", "KILLED"]
+    assert children[0].data.metrics["sweep/objective"] == pytest.approx(trials[0].value)
+    assert "sweep/objective" not in children[2].data.metrics  # a pruned trial's value is the lr, not accuracy
+    assert (tmp_path / "out/tiny/trial_2/cli_args.json").exists()
+
+    # resuming a finished study runs nothing more
+    again = run_sweep(SweepConfig.from_dict(_cfg(tmp_path)))
+    assert len(again.trials) == 3
+
+
+def test_a_trial_that_raises_is_failed_and_the_sweep_continues(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    raw = _cfg(tmp_path, study_name="bad", space={"trainer.max_steps": {"type": "categorical", "choices": ["many"]}}, derived={})
+    study = run_sweep(SweepConfig.from_dict(raw))
+    assert [t.state for t in study.trials] == [TS.FAIL]
+    _, children = _runs(tmp_path, "bad")
+    assert children[0].info.status == "FAILED" and children[0].data.tags["optuna.trial_state"] == "FAIL"
+    assert "did not parse" in children[0].data.tags["lit_rl.error"]
+
+
+def _worker_config(tmp_path: Path, study: str) -> Path:
+    raw = _cfg(
+        tmp_path,
+        study_name=study,
+        space={
+            "data.init_args.g_ext": {"type": "categorical", "choices": [1, 2]},
+            "model.init_args.optimizer.init_args.lr": {"type": "categorical", "choices": [0.0001, 0.0002]},
+        },
+        derived={"data.init_args.g_on": "3 - g_ext"},
+        objective={"metric": "train/loss", "direction": "minimize"},
+        pruner={"name": "none"},
+        prune_monitor=None,
+    )
+    path = tmp_path / f"{study}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _worker(config: Path, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "LIT_RL_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "lit_rl.sweep", "--config", str(config)],
+        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+    )
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_sqlite_study(tmp_path):
+    config = _worker_config(tmp_path, "shared")
+    procs = [_worker(config, tmp_path / f"worker{i}.log") for i in range(2)]
+    for i, p in enumerate(procs):
+        assert p.wait(timeout=480) == 0, (tmp_path / f"worker{i}.log").read_text()[-3000:]
+    study = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path}/optuna.db")
+    trials = study.trials
+    assert len(trials) == 4 and all(t.state == TS.COMPLETE for t in trials)
+    grid_points = {(t.params["data.init_args.g_ext"], t.params["model.init_args.optimizer.init_args.lr"]) for t in trials}
+    assert len(grid_points) == 4  # every grid point once: no duplicates, none missing
+    workers = {t.user_attrs["worker"] for t in trials}
+    assert len(workers) == 2, f"one worker ran everything: {workers}"
+    parents, children = _runs(tmp_path, "shared")
+    assert len(parents) == 1 and sorted(children) == [0, 1, 2, 3]
+    assert {r.data.tags["lit_rl.worker"] for r in children.values()} == workers
+
+
+@pytest.mark.slow
+def test_resume_after_a_worker_is_killed_mid_trial(tmp_path):
+    config = _worker_config(tmp_path, "crash")
+    proc = _worker(config, tmp_path / "killed.log")
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    deadline = time.time() + 240
+    while time.time() < deadline:  # wait until trial 0 is running and its MLflow child run exists
+        try:
+            trials = optuna.load_study(study_name="crash", storage=storage).trials
+        except Exception:  # noqa: BLE001 - the study is not there yet
+            trials = []
+        if trials and trials[0].state == TS.RUNNING and "mlflow_run_id" in trials[0].user_attrs:
+            break
+        assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+        time.sleep(0.2)
+    else:
+        pytest.fail("trial 0 never started")
+    proc.send_signal(signal.SIGKILL)  # no cleanup: trial 0 stays RUNNING, its heartbeat stops
+    proc.wait()
+    killed_run = trials[0].user_attrs["mlflow_run_id"]
+    killed_params = trials[0].params or trials[0].system_attrs.get("fixed_params")
+
+    # resume in this process, as re-running the command would: the stale trial is failed and retried
+    study = run_sweep(SweepConfig.from_dict(yaml.safe_load(config.read_text())))
+    trials = sorted(study.trials, key=lambda t: t.number)
+    assert trials[0].state == TS.FAIL
+    done = [t for t in trials if t.state == TS.COMPLETE]
+    assert len(done) == 4 and len(trials) == 5
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == 0]
+    assert len(retry) == 1 and retry[0].state == TS.COMPLETE and retry[0].params == killed_params
+    assert len({tuple(sorted(t.params.items())) for t in done}) == 4
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    dead = client.get_run(killed_run)
+    assert dead.info.status == "FAILED" and dead.data.tags["optuna.trial_state"] == "FAIL"
+    assert client.get_run(retry[0].user_attrs["mlflow_run_id"]).info.status == "FINISHED"
