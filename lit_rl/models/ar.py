@@ -23,6 +23,7 @@ Two concrete policies, both built by LightningCLI from YAML:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,7 +32,47 @@ from torch import nn
 from lit_rl.models.policy import DiffusionPolicy, LoraSettings, QuantizationSettings, apply_lora
 from lit_rl.models.tokenizer import build_char_tokenizer
 
-__all__ = ["CausalPolicy", "PretrainedCausalLM", "TinyCausalLM", "position_ids_from_mask"]
+__all__ = ["CausalPolicy", "PretrainedCausalLM", "SamplingSettings", "TinyCausalLM", "position_ids_from_mask"]
+
+
+@dataclass
+class SamplingSettings:
+    """Autoregressive sampling settings (first-stage rollouts, evaluation).
+
+    Attributes:
+        max_new_tokens: completion tokens generated at most (the EOS included).
+        temperature: softmax temperature; 0 is greedy (argmax) decoding.
+        top_p: nucleus sampling mass (1.0: off).
+    """
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"generation.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"generation.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"generation.top_p must be in (0, 1], got {self.top_p}")
+
+
+def _sampling(settings: Any) -> SamplingSettings:
+    """Read AR sampling settings from ``SamplingSettings``, a dict, or anything with ``max_new_tokens`` or
+    ``gen_length`` (a dLLM ``DecodeSettings``: its length and temperature are used, the rest ignored)."""
+    if isinstance(settings, SamplingSettings):
+        return settings
+    if isinstance(settings, dict):
+        settings = type("S", (), settings)
+    length = getattr(settings, "max_new_tokens", None) or getattr(settings, "gen_length", None)
+    if length is None:
+        raise ValueError(f"AR generation settings need max_new_tokens (or gen_length), got {settings!r}")
+    return SamplingSettings(
+        max_new_tokens=int(length),
+        temperature=float(getattr(settings, "temperature", 1.0)),
+        top_p=float(getattr(settings, "top_p", 1.0)),
+    )
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -88,6 +129,25 @@ class CausalPolicy(nn.Module):
         targets = input_ids[:, prompt_len:]  # (B, L)
         picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
         return picked - torch.logsumexp(logits, dim=-1)  # (B, L)
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, settings: Any, seed: int) -> torch.Tensor:
+        """One completion per left-padded prompt ``(B, P)``: ids ``(B, max_new_tokens)``, EOS-filled.
+
+        The same signature as the dLLM policy's, so evaluation code (``PassAtKEvaluation``) works with
+        both. ``settings``: :class:`SamplingSettings` (or a dict / object with ``max_new_tokens`` or
+        ``gen_length``, ``temperature``, ``top_p``). Sampling uses the KV-cached
+        :class:`~lit_rl.generation.ar.HFBackend`, seeded with ``seed``; the module's train/eval mode is
+        restored afterwards.
+        """
+        from lit_rl.generation.ar import HFBackend
+
+        s = _sampling(settings)
+        out = HFBackend(self).generate(
+            prompt_ids, prompt_mask, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+            n=1, seed=int(seed),
+        )
+        return out.to(prompt_ids.device)  # (B, max_new_tokens)
 
     # -- text <-> ids: identical to the dLLM policy's (they use tokenizer / eos_id / pad_id only) ---
     encode_prompts = DiffusionPolicy.encode_prompts

@@ -1,0 +1,206 @@
+"""A seeded prompt stream with a checkpointed cursor, the base of rollout DataModules.
+
+The logic is that of :class:`datamodules.rollouts.RolloutDataModule` (steps 1 and 4 of its docstring),
+factored out so the AR DataModule does not copy it; ``RolloutDataModule`` can be rebased on it (its
+external-pool alignment is the only extra: a filter of the training prompts and a per-prompt payload).
+
+* The training prompts are permuted with ``seed`` (a new permutation per pass, ``seed + pass``); batch
+  ``s`` holds prompts ``[s·B·W + r·B, s·B·W + (r+1)·B)`` of that sequence for rank ``r`` of ``W``.
+* The order of the first pass is written to ``prompt_order.jsonl`` in the run folder on the first batch;
+  the cursor (next batch) is saved in every checkpoint, so a resumed run continues with the next unseen
+  batch.
+* Rollouts are produced at batch start (``on_after_batch_transfer``) by :meth:`produce_rollouts`
+  (training) or :meth:`evaluate_batch` (validation / test), which subclasses implement.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from datamodules.rollouts import _EvalSet, _identity, _PromptStream
+from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.tasks.base import Example, Task
+
+__all__ = ["PromptStreamDataModule", "step_seed"]
+
+
+def step_seed(seed: int, step: int, salt: int = 0) -> int:
+    """A seed for stream batch ``step`` (the same formula as the dLLM DataModule)."""
+    return (seed * 1_000_003 + step * 7_919 + salt * 104_729) % (2**63 - 1)
+
+
+class PromptStreamDataModule(L.LightningDataModule):
+    """Seeded, resumable prompt stream; subclasses turn each batch into rollouts.
+
+    Args:
+        task: the task (prompts, verifier, eval metric).
+        prompts_per_batch: prompt groups per device per rollout batch.
+        max_prompt_len: prompts are cut to their last ``max_prompt_len`` tokens.
+        eval_size: evaluate on the first ``eval_size`` prompts of the task's eval set (``None``: all).
+        eval_batch_size: prompts per validation batch.
+        seed: seed of the prompt order and of rollout sampling.
+        num_train_prompts: use only the first N training prompts (before shuffling); ``None``: all.
+        output_dir: where ``prompt_order.jsonl`` goes (default: the trainer's log dir).
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        prompts_per_batch: int = 8,
+        max_prompt_len: int | None = 1024,
+        eval_size: int | None = 128,
+        eval_batch_size: int = 32,
+        seed: int = 42,
+        num_train_prompts: int | None = None,
+        output_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        if prompts_per_batch <= 0:
+            raise ValueError(f"data.prompts_per_batch must be positive, got {prompts_per_batch}")
+        self.task = task
+        self.prompts_per_batch = prompts_per_batch
+        self.max_prompt_len = max_prompt_len
+        self.eval_size = eval_size
+        self.eval_batch_size = eval_batch_size
+        self.seed = seed
+        self.num_train_prompts = num_train_prompts
+        self.output_dir = output_dir
+        self.cursor = 0  # next stream step to train on (saved in checkpoints)
+        self._train: list[Example] | None = None
+        self._eval: list[Example] | None = None
+        self._orders: dict[int, list[int]] = {}
+        self.last_stats: dict[str, float] = {}
+
+    # -- data ----------------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self._train is None:
+            train = self.task.train_examples()
+            if self.num_train_prompts is not None:
+                train = train[: self.num_train_prompts]
+            if not train:
+                raise ValueError(f"data: no training prompts for task {self.task.name!r}")
+            self._train = list(train)
+        if self._eval is None:
+            ev = self.task.eval_examples()
+            self._eval = ev[: self.eval_size] if self.eval_size is not None else ev
+            if not self._eval:
+                raise ValueError(f"data: the eval set of task {self.task.name!r} is empty")
+
+    @property
+    def train_examples(self) -> list[Example]:
+        """The prompts the stream draws from."""
+        assert self._train is not None, "call setup() first"
+        return self._train
+
+    def _set_train_examples(self, examples: list[Example]) -> None:
+        """Replace the stream's prompts (e.g. after data profiling); only before the first batch."""
+        if not examples:
+            raise ValueError(f"data: no training prompts left for task {self.task.name!r}")
+        self._train = list(examples)
+        self._orders = {}
+
+    def _world(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 0, 1
+        return trainer.global_rank, trainer.world_size
+
+    def _order(self, epoch: int) -> list[int]:
+        if epoch not in self._orders:
+            idx = list(range(len(self.train_examples)))
+            random.Random(self.seed + epoch).shuffle(idx)
+            self._orders = {epoch: idx}  # keep one pass in memory
+        return self._orders[epoch]
+
+    def stream_positions(self, step: int, rank: int = 0, world: int = 1) -> list[int]:
+        """Positions (in the endless shuffled sequence) of the prompts of batch ``step`` on ``rank``."""
+        b = self.prompts_per_batch
+        start = step * b * world + rank * b
+        return list(range(start, start + b))
+
+    def prompt_batch(self, step: int) -> PromptBatch:
+        """The prompts of stream batch ``step`` for this rank."""
+        rank, world = self._world()
+        n = len(self.train_examples)
+        examples = []
+        for pos in self.stream_positions(step, rank, world):
+            epoch, i = divmod(pos, n)
+            examples.append(self.train_examples[self._order(epoch)[i]])
+        return PromptBatch(examples=examples, step=step, external=[[] for _ in examples])
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_PromptStream(self, self.cursor), batch_size=None, num_workers=0)
+
+    def val_dataloader(self) -> DataLoader:
+        assert self._eval is not None
+        return DataLoader(_EvalSet(self._eval, self.eval_batch_size), batch_size=1, collate_fn=_identity, num_workers=0)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.val_dataloader()
+
+    # -- checkpointed state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"cursor": self.cursor, "seed": self.seed, "num_train": len(self._train or [])}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("seed", self.seed) != self.seed:
+            raise ValueError(f"data.seed ({self.seed}) differs from the checkpoint's ({state['seed']}): the prompt order would change")
+        self.cursor = int(state["cursor"])
+
+    # -- rollouts at batch start -------------------------------------------------------------------
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Prompt batches hold text only; rollouts are built directly on the policy's device."""
+        if isinstance(batch, PromptBatch):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        trainer = getattr(self, "trainer", None)
+        if not isinstance(batch, PromptBatch) or trainer is None:
+            return batch
+        module = trainer.lightning_module
+        if trainer.training:
+            self._write_order_file()
+            batch.rollouts = self.produce_rollouts(batch, module)
+            self.cursor = batch.step + 1
+        else:
+            batch.rollouts = self.evaluate_batch(batch, module)
+        return batch
+
+    def produce_rollouts(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
+        """Training rollouts of ``batch`` (subclasses)."""
+        raise NotImplementedError
+
+    def evaluate_batch(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
+        """Evaluation rows of ``batch``, ``rewards`` = the eval score's ``correct`` (subclasses)."""
+        raise NotImplementedError
+
+    # -- recorded order ----------------------------------------------------------------------------
+    def _order_path(self) -> Path | None:
+        base = self.output_dir
+        trainer = getattr(self, "trainer", None)
+        if base is None and trainer is not None:
+            base = trainer.log_dir or trainer.default_root_dir
+        return Path(base) / "prompt_order.jsonl" if base else None
+
+    def _write_order_file(self) -> None:
+        """Record the prompt order of the first pass (rank 0): one prompt id per line, atomically."""
+        rank, _ = self._world()
+        p = self._order_path()
+        if rank != 0 or p is None or p.exists():
+            return
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        order = self._order(0)
+        with tmp.open("w") as fh:
+            fh.write(json.dumps({"seed": self.seed, "prompts_per_batch": self.prompts_per_batch, "num_prompts": len(order)}) + "\n")
+            for i in order:
+                fh.write(json.dumps(self.train_examples[i].id) + "\n")
+        tmp.replace(p)

@@ -1,0 +1,220 @@
+"""Double-rollout GRPO: the orchestration by hand with a stub backend, the module's step, and a tiny e2e fit
+through the real CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+
+from lit_rl.algorithms.double_rollout import (
+    DoubleRolloutGRPO,
+    DoubleRolloutSettings,
+    GRPOLossSettings,
+    estimate_rewards,
+)
+from lit_rl.algorithms.grpo import group_advantages
+from lit_rl.generation.ar import ARBackend
+from lit_rl.rollouts.types import RolloutBatch, Source
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# toy vocabulary: 0 EOS, 1 "|" (the delimiter), 2 "a", 3 "b", 4 "Y" (correct answer), 5 "N", 6 pad, 7-9 prompt
+EOS, D, A, B_, Y, N_, PAD = 0, 1, 2, 3, 4, 5, 6
+CHARS = {0: "", 1: "|", 2: "a", 3: "b", 4: "Y", 5: "N", 6: "", 7: "p", 8: "q", 9: "r"}
+
+
+def decode(ids: torch.Tensor) -> list[str]:
+    out = []
+    for row in ids.tolist():
+        row = row[: row.index(EOS)] if EOS in row else row
+        out.append("".join(CHARS[t] for t in row))
+    return out
+
+
+def score(texts, groups):
+    # correct iff the text ends with "Y"
+    return [1.0 if t.endswith("Y") else 0.0 for t in texts]
+
+
+class StubBackend(ARBackend):
+    """Returns fixed continuations per prefix (looked up by the prefix tokens) and records the calls."""
+
+    eos_id = EOS
+
+    def __init__(self, table: dict[tuple[int, ...], list[list[int]]]) -> None:
+        self.table, self.calls = table, []
+
+    def generate(self, prompt_ids, prompt_mask, *, max_new_tokens, temperature=1.0, top_p=1.0, n=1, seed=0):
+        raise AssertionError("the orchestration must not call the first stage")
+
+    def continue_from(self, prefix_ids, n, max_new_tokens, *, temperature=1.0, top_p=1.0, seed=0):
+        self.calls.append(([list(p) for p in prefix_ids], n, list(max_new_tokens)))
+        width = max(max_new_tokens)
+        out = torch.full((len(prefix_ids) * n, width), EOS)
+        for k, (p, b) in enumerate(zip(prefix_ids, max_new_tokens)):
+            conts = self.table[tuple(p)]
+            assert len(conts) == n
+            for j, c in enumerate(conts):
+                c = c[:b]  # the backend honours the per-prefix budget
+                out[k * n + j, : len(c)] = torch.tensor(c)
+        return out
+
+
+def batch_of(prompts: list[list[int]], completions: list[list[int]], groups: list[int], rewards: list[float]) -> RolloutBatch:
+    """Rows in the RolloutBatch layout: left-padded prompts, EOS-filled completions."""
+    P = max(len(p) for p in prompts)
+    L = max(len(c) for c in completions)
+    rows, masks, comps, lengths = [], [], [], []
+    for g, c in zip(groups, completions):
+        p = prompts[g]
+        rows.append([PAD] * (P - len(p)) + p)
+        masks.append([0] * (P - len(p)) + [1] * len(p))
+        comps.append(c + [EOS] * (L - len(c)))
+        lengths.append(len(c))
+    comp = torch.tensor(comps)
+    return RolloutBatch(
+        input_ids=torch.cat([torch.tensor(rows), comp], 1),
+        attention_mask=torch.cat([torch.tensor(masks), torch.ones_like(comp)], 1),
+        prompt_len=P,
+        completion_mask=torch.arange(L)[None] < torch.tensor(lengths)[:, None],
+        lengths=torch.tensor(lengths),
+        rewards=torch.tensor(rewards),
+        source=torch.zeros(len(groups), dtype=torch.long),
+        group=torch.tensor(groups),
+        texts=decode(comp),
+        prompt_ids=[f"p{g}" for g in groups],
+        hit_limit=torch.zeros(len(groups), dtype=torch.bool),
+    )
+
+
+def run(ro, backend, settings, max_new_tokens=16):
+    return estimate_rewards(
+        ro, backend, score, decode, [D], EOS, settings, group_advantages,
+        correct_threshold=1.0, max_new_tokens=max_new_tokens, seed=0,
+    )
+
+
+# Group 0 (prompt [7]) has three rollouts, group 1 (prompt [8, 9]) two. ρ 0.5, N 2, buffer 1.
+#   r0 "aaaa|N"  T=4 cut 2 budget 3, wrong;  continuations of [7,a,a]:   "|Y" ✓, "|N" ✗  → r̂ 0.5
+#   r1 "aa|Y"    T=2 cut 1 budget 2, right;  continuations of [7,a]:     "a|N" cut to "a|" ✗, "|N" ✗ → r̂ 0
+#   r2 "bbbbbb|N" T=6 cut 3 budget 4, wrong; continuations of [7,b,b,b]: "b|Y" ✓, "|Y" ✓  → r̂ 1
+#   r3 "aaaa" (no delimiter; "whole": T=4 cut 2 budget 3), wrong; of [8,9,a,a]: "Y" ✓, "N" ✗ → r̂ 0.5
+#   r4 "|Y" T=0 cut 0 budget 1, right; of [8,9] (prompt only): "Y…" cut to "Y" ✓, "N" ✗ → r̂ 0.5
+PROMPTS = [[7], [8, 9]]
+COMPLETIONS = [
+    [A, A, A, A, D, N_, EOS],
+    [A, A, D, Y, EOS],
+    [B_, B_, B_, B_, B_, B_, D, N_, EOS],
+    [A, A, A, A, EOS],
+    [D, Y, EOS],
+]
+GROUPS = [0, 0, 0, 1, 1]
+ORIGINAL = [0.0, 1.0, 0.0, 0.0, 1.0]
+TABLE = {
+    (7, A, A): [[D, Y, EOS], [D, N_, EOS]],
+    (7, A): [[A, D, N_, EOS], [D, N_, EOS]],
+    (7, B_, B_, B_): [[B_, D, Y, EOS], [D, Y, EOS]],
+    (8, 9, A, A): [[Y, EOS], [N_, EOS]],
+    (8, 9): [[Y, Y, EOS], [N_, EOS]],
+}
+
+
+def test_revised_rewards_replacement_and_advantages_by_hand():
+    backend = StubBackend(TABLE)
+    ro = batch_of(PROMPTS, COMPLETIONS, GROUPS, ORIGINAL)
+    est = run(ro, backend, DoubleRolloutSettings(rho=0.5, num_continuations=2, buffer=1))
+    # one backend call: every prefix = prompt ⊕ t[:floor(ρT)], budgets ceil((1-ρ)T) + 1
+    (prefixes, n, budgets), = backend.calls
+    assert n == 2
+    assert prefixes == [[7, A, A], [7, A], [7, B_, B_, B_], [8, 9, A, A], [8, 9]]
+    assert budgets == [3, 2, 4, 3, 1]
+    assert est.cont_rewards.tolist() == [[1, 0], [0, 0], [1, 1], [1, 0], [1, 0]]
+    assert est.revised.tolist() == [0.5, 0.0, 1.0, 0.5, 0.5]
+    # group 0: mean 0.5 → A = [0, -0.5, 0.5]; group 1: all 0.5 → A = 0 (the original rewards differed!)
+    assert est.advantages.tolist() == [0.0, -0.5, 0.5, 0.0, 0.0]
+    # one-sided: only r2 (A > 0, own answer wrong) is replaced, by its first correct continuation;
+    # r1 (right answer, A < 0) is NOT replaced the other way round
+    assert est.replaced.tolist() == [-1, -1, 0, -1, -1]
+    final = est.rollouts
+    assert final.completion_ids[2, :7].tolist() == [B_, B_, B_, B_, D, Y, EOS]  # t[:3] ⊕ "b|Y" EOS
+    assert int(final.lengths[2]) == 7 and final.source.tolist() == [0, 0, int(Source.CONTINUATION), 0, 0]
+    assert final.completion_mask[2].sum() == 7 and not final.hit_limit[2]
+    # the other rows are unchanged; rewards are the revised ones
+    assert torch.equal(final.completion_ids[:2], ro.completion_ids[:2])
+    assert final.rewards.tolist() == est.revised.tolist()
+    assert est.original.tolist() == ORIGINAL
+    # generated tokens incl. EOS, after budget cuts: r0 3+3, r1 2+2, r2 4+3, r3 2+2, r4 1+1
+    assert est.stage2_tokens == 23
+
+
+def test_missing_skip_keeps_the_verifier_reward_for_rows_without_delimiter():
+    backend = StubBackend(TABLE)
+    ro = batch_of(PROMPTS, COMPLETIONS, GROUPS, ORIGINAL)
+    est = run(ro, backend, DoubleRolloutSettings(rho=0.5, num_continuations=2, buffer=1, missing="skip"))
+    assert [p for p in backend.calls[0][0]] == [[7, A, A], [7, A], [7, B_, B_, B_], [8, 9]]  # r3 skipped
+    assert est.has_continuations.tolist() == [True, True, True, False, True]
+    assert est.revised.tolist() == [0.5, 0.0, 1.0, 0.0, 0.5]  # r3 keeps 0
+    assert est.advantages[3:].tolist() == [-0.25, 0.25]
+
+
+def test_length_bonus_on_positive_advantage_rows_then_advantages_recomputed():
+    # one group of four, ρ 0.5, N 2, buffer 4, λ 1. r0..r2 are wrong but all their continuations are right
+    # (r̂ 1); r3 is right but both its continuations are wrong (r̂ 0)
+    #   r0 "aa|N"      T 2 cut 1 budget 5: "aaa|Y"+EOS is 6 tokens → cut to "aaa|Y" (no EOS), still right
+    #   r1 "bbbb|N"    T 4 cut 2 budget 6: "|Y"+EOS
+    #   r2 "ababab|N"  T 6 cut 3 budget 7: "bbb|Y"+EOS
+    #   r3 "|Y"        T 0 cut 0 budget 4: "N"+EOS twice
+    comps = [[A, A, D, N_, EOS], [B_, B_, B_, B_, D, N_, EOS], [A, B_, A, B_, A, B_, D, N_, EOS], [D, Y, EOS]]
+    table = {
+        (7, A): [[A, A, A, D, Y, EOS]] * 2,
+        (7, B_, B_): [[D, Y, EOS]] * 2,
+        (7, A, B_, A): [[B_, B_, B_, D, Y, EOS]] * 2,
+        (7,): [[N_, EOS]] * 2,
+    }
+    ro = batch_of([[7]], comps, [0, 0, 0, 0], [0.0, 0.0, 0.0, 1.0])
+    est = run(ro, StubBackend(table), DoubleRolloutSettings(rho=0.5, num_continuations=2, buffer=4, length_bonus=1.0))
+    # r̂ = [1, 1, 1, 0] → A = [.25, .25, .25, -.75]; r0..r2 wrong with A > 0 → replaced by continuation 0
+    assert est.revised.tolist() == [1.0, 1.0, 1.0, 0.0]
+    assert est.replaced.tolist() == [0, 0, 0, -1]
+    # L = tokens of the FINAL row incl. EOS: 1+5 (cut, no EOS), 2+3, 3+6, 3 (r3 unchanged)
+    assert est.rollouts.lengths.tolist() == [6, 5, 9, 3]
+    assert bool(est.rollouts.hit_limit[0]) and not bool(est.rollouts.hit_limit[1])
+    # S = {0, 1, 2}: mean 20/3, population std; bonus = max(0, -z), upward only: r2 (long) gets none,
+    # r3 (not in S) gets none
+    s_len = torch.tensor([6.0, 5.0, 9.0], dtype=torch.float64)
+    z = (s_len - s_len.mean()) / (s_len.std(unbiased=False) + 1e-6)
+    expected_bonus = [float(-z[0]), float(-z[1]), 0.0, 0.0]  # ≈ [0.392, 0.981, 0, 0]
+    assert est.bonus.tolist() == pytest.approx(expected_bonus, rel=1e-5)
+    final = torch.tensor([1.0, 1.0, 1.0, 0.0]) + torch.tensor(expected_bonus)
+    assert torch.allclose(est.rollouts.rewards, final.float())
+    # advantages recomputed from the bonus-revised rewards (the whole group, r3 included)
+    assert torch.allclose(est.advantages, group_advantages(final.float(), torch.zeros(4, dtype=torch.long)))
+
+
+def test_off_and_n1_are_vanilla_grpo_without_a_second_stage():
+    ro = batch_of(PROMPTS, COMPLETIONS, GROUPS, ORIGINAL)
+    for settings in (DoubleRolloutSettings(enabled=False), DoubleRolloutSettings(num_continuations=1)):
+        est = run(ro, StubBackend({}), settings)
+        assert est.revised.tolist() == ORIGINAL and est.replaced.tolist() == [-1] * 5
+        assert torch.equal(est.advantages, group_advantages(torch.tensor(ORIGINAL), torch.tensor(GROUPS)))
+        assert est.rollouts is ro
+
+
+def test_budget_capped_at_the_generation_limit():
+    backend = StubBackend(TABLE)
+    ro = batch_of(PROMPTS, COMPLETIONS, GROUPS, ORIGINAL)
+    run(ro, backend, DoubleRolloutSettings(rho=0.5, num_continuations=2, buffer=100), max_new_tokens=5)
+    # min(ceil(.5T) + 100, 5 - cut): cuts 2, 1, 3, 2, 0
+    assert backend.calls[0][2] == [3, 4, 2, 3, 5]
+
+
+def test_settings_errors_name_the_flag():
+    with pytest.raises(ValueError, match="model.double_rollout.rho"):
+        DoubleRolloutSettings(rho=0.0)
+    with pytest.raises(ValueError, match="model.double_rollout.replacement"):
+        DoubleRolloutSettings(replacement="best")
+    with pytest.raises(ValueError, match="model.loss.aggregation"):
+        GRPOLossSettings(aggregation="sum")
