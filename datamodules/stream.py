@@ -1,8 +1,7 @@
 """A seeded prompt stream with a checkpointed cursor, the base of rollout DataModules.
 
-The logic is that of :class:`datamodules.rollouts.RolloutDataModule` (steps 1 and 4 of its docstring),
-factored out so the AR DataModule does not copy it; ``RolloutDataModule`` can be rebased on it (its
-external-pool alignment is the only extra: a filter of the training prompts and a per-prompt payload).
+Shared by :class:`datamodules.rollouts.RolloutDataModule` (dLLM-ERILS: adds the external-pool alignment)
+and :class:`datamodules.ar_rollouts.ARRolloutDataModule` (double-rollout GRPO).
 
 * The training prompts are permuted with ``seed`` (a new permutation per pass, ``seed + pass``); batch
   ``s`` holds prompts ``[s·B·W + r·B, s·B·W + (r+1)·B)`` of that sequence for rank ``r`` of ``W``.
@@ -18,13 +17,13 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader
 
-from datamodules.rollouts import _EvalSet, _identity, _PromptStream
+from torch.utils.data import DataLoader, IterableDataset
+
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Example, Task
 
@@ -34,6 +33,34 @@ __all__ = ["PromptStreamDataModule", "step_seed"]
 def step_seed(seed: int, step: int, salt: int = 0) -> int:
     """A seed for stream batch ``step`` (the same formula as the dLLM DataModule)."""
     return (seed * 1_000_003 + step * 7_919 + salt * 104_729) % (2**63 - 1)
+
+
+class _PromptStream(IterableDataset):
+    """Endless stream of :class:`PromptBatch` from ``start`` (one batch per item)."""
+
+    def __init__(self, dm: "PromptStreamDataModule", start: int) -> None:
+        self.dm, self.start = dm, start
+
+    def __iter__(self) -> Iterator[PromptBatch]:
+        step = self.start
+        while True:
+            yield self.dm.prompt_batch(step)
+            step += 1
+
+
+class _EvalSet(torch.utils.data.Dataset):
+    def __init__(self, examples: list[Example], batch_size: int) -> None:
+        self.batches = [examples[i:i + batch_size] for i in range(0, len(examples), batch_size)]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> PromptBatch:
+        return PromptBatch(examples=self.batches[i], step=-1 - i)
+
+
+def _identity(items: list[PromptBatch]) -> PromptBatch:
+    return items[0]
 
 
 class PromptStreamDataModule(L.LightningDataModule):
