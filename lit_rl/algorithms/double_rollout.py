@@ -66,8 +66,8 @@ Paper details this implementation had to decide (the paper is silent or ambiguou
   the trainer, as TRL and NeMo-RL do, so the sampler's numerics do not enter the ratio).
 * **Zero-advantage rows** are left out of the loss (``skip_zero_advantage``, default on when
   ``kl_beta = 0``): they carry no policy gradient, and dropping them keeps the token-mean over informative
-  tokens (DAPO's dynamic-sampling filter without resampling). A batch with no informative row makes no
-  update (``train/skipped_batches``).
+  tokens (DAPO's dynamic-sampling filter without resampling). A batch with no informative row still makes
+  its μ zero-gradient updates (``train/uninformative_batches``), so ``max_steps`` always ends the run.
 * **Std scaling.** GRPO advantages are mean-centred only by default (``loss.scale_std: false``, the paper's
   NeMo-RL baseline follows Dr. GRPO); set ``scale_std: true`` for DeepSeekMath GRPO.
 
@@ -510,7 +510,7 @@ class DoubleRolloutGRPO(L.LightningModule):
         self.reference: nn.Module | None = None  # frozen copy, built when training starts (KL only)
         self.skipped_updates = 0
         self.consecutive_skips = 0
-        self.skipped_batches = 0
+        self.uninformative_batches = 0
         self.last_advantages: Tensor | None = None
         self.last_estimate: Estimate | None = None
         self._val_correct, self._val_total, self._val_len = 0.0, 0.0, []
@@ -566,12 +566,17 @@ class DoubleRolloutGRPO(L.LightningModule):
         mask = truncation_mask(ro.completion_ids, ro.completion_mask, self.policy.eos_id, self.loss_settings.mask_truncated)
         keep = mask.any(dim=1)  # (B,)
         if self.loss_settings.skip_zero_advantage and self.loss_settings.kl_beta == 0:
-            keep &= adv != 0
-        self.log("train/rows_trained", keep.float().sum(), on_step=True, batch_size=1)
+            informative = keep & (adv != 0)
+            if bool(informative.any()):
+                keep = informative
+            else:
+                # nothing to learn from: still make the μ (zero-gradient) updates, so that
+                # trainer.global_step advances and max_steps ends the run
+                self.uninformative_batches += 1
+                self.log("train/uninformative_batches", float(self.uninformative_batches), on_step=True, batch_size=1)
         if not bool(keep.any()):
-            self.skipped_batches += 1
-            self.log("train/skipped_batches", float(self.skipped_batches), on_step=True, batch_size=1)
-            return torch.zeros((), device=self.device)
+            keep = torch.ones_like(keep)  # every row truncated: the mask zeroes the loss anyway
+        self.log("train/rows_trained", keep.float().sum(), on_step=True, batch_size=1)
         ro, adv, mask = ro.select(keep), adv[keep], mask[keep]  # (B',...)
         # 4. π_old (and π_ref) log-probs of the rows, before any update
         old_logp, ref_logp = self._fixed_logprobs(ro)  # (B', L), (B', L) | None

@@ -218,3 +218,66 @@ def test_settings_errors_name_the_flag():
         DoubleRolloutSettings(replacement="best")
     with pytest.raises(ValueError, match="model.loss.aggregation"):
         GRPOLossSettings(aggregation="sum")
+
+
+# -- end to end through the real CLI --------------------------------------------------------------------
+def digit_reward(prompts, completions, **kwargs):
+    """A TRL-style reward that varies on a random tiny model's output: 0.1 per digit, at most 1."""
+    return [min(1.0, 0.1 * sum(ch.isdigit() for ch in c)) for c in completions]
+
+
+def _fit(tmp_path, config, monkeypatch, *extra):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # makes `test_double_rollout.digit_reward` importable
+    args = [
+        "fit",
+        "--config", str(ROOT / config),
+        "--config", str(ROOT / "tests/tiny_dr_overlay.yaml"),
+        f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+        "--data.init_args.task.init_args.reward_funcs=[test_double_rollout.digit_reward]",
+        "--data.init_args.task.init_args.num_train=50",
+        *extra,
+    ]
+    from lit_rl.cli import run_lightning_cli
+
+    return run_lightning_cli(args)
+
+
+def _metrics(tmp_path):
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("lit_rl-embedded")
+    return client.search_runs([exp.experiment_id])[0].data.metrics
+
+
+def test_tiny_double_rollout_fit_updates_weights_and_logs_metrics(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    cli = _fit(tmp_path, "conf/double_rollout.yaml", monkeypatch)
+    module, trainer = cli.model, cli.trainer
+    assert isinstance(module, DoubleRolloutGRPO) and module.dr.active
+    assert trainer.global_step == 4  # 2 rollout batches x 2 updates
+    fresh = type(module.policy)(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=128)
+    changed = [n for (n, p), (_, q) in zip(module.policy.named_parameters(), fresh.named_parameters()) if not torch.equal(p.detach(), q)]
+    assert len(changed) > 5
+    assert trainer.datamodule.cursor == 2 and (tmp_path / "prompt_order.jsonl").exists()
+    keys = set(_metrics(tmp_path))
+    expected = {
+        "train/loss", "train/lr", "train/on_policy/reward_mean", "train/dr/reward_original", "train/dr/reward_revised",
+        "train/dr/reward_final", "train/dr/replaced", "train/dr/cont_reward_std", "train/tokens_per_problem",
+        "train/cost/tokens_stage1", "train/cost/tokens_stage2", "time/stage1_s", "time/stage2_s",
+        "time/stage2_over_stage1", "train/grpo/clip_frac", "val/countdown/greedy/accuracy",
+    }
+    assert expected <= keys, expected - keys
+
+
+def test_tiny_grpo_baseline_has_no_second_stage(tmp_path, monkeypatch):
+    cli = _fit(
+        tmp_path, "conf/grpo.yaml", monkeypatch,
+        # a backend factory from the command line: the class with its other args, called with the policy
+        "--model.init_args.backend.class_path=lit_rl.generation.ar.HFBackend",
+        "--model.init_args.backend.init_args.share_prefix=false",
+    )
+    assert not cli.model.dr.active and cli.trainer.global_step == 4
+    backend = cli.model.backend
+    assert type(backend).__name__ == "HFBackend" and backend.share_prefix is False and backend.policy is cli.model.policy
+    keys = set(_metrics(tmp_path))
+    assert "train/on_policy/reward_mean" in keys and "time/stage2_s" not in keys
