@@ -281,3 +281,40 @@ def test_tiny_grpo_baseline_has_no_second_stage(tmp_path, monkeypatch):
     assert type(backend).__name__ == "HFBackend" and backend.share_prefix is False and backend.policy is cli.model.policy
     keys = set(_metrics(tmp_path))
     assert "train/on_policy/reward_mean" in keys and "time/stage2_s" not in keys
+
+
+# -- the module's KL reference ---------------------------------------------------------------------------
+def _policy_rows(policy):
+    from lit_rl.models.ar import TinyCausalLM  # noqa: F401
+
+    ids, mask = policy.encode_prompts([[{"role": "user", "content": "[1, 2, 3] 6"}], [{"role": "user", "content": "[4, 5] 9"}]])
+    comp, lengths = policy.encode_completions(["<reasoning>1+2=3</reasoning>", "ab"], 12)
+    return RolloutBatch(
+        input_ids=torch.cat([ids, comp], 1), attention_mask=torch.cat([mask, torch.ones_like(comp)], 1),
+        prompt_len=ids.shape[1], completion_mask=torch.arange(12)[None] < lengths[:, None], lengths=lengths,
+        rewards=torch.zeros(2), source=torch.zeros(2, dtype=torch.long), group=torch.arange(2), texts=["", ""],
+        prompt_ids=["a", "b"], hit_limit=torch.zeros(2, dtype=torch.bool),
+    )
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["frozen-copy", "adapter-disabled"])
+def test_kl_reference_is_the_starting_policy(lora):
+    from lit_rl.models import LoraSettings
+    from lit_rl.models.ar import TinyCausalLM
+
+    kw = dict(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=128)
+    policy = TinyCausalLM(**kw, lora=LoraSettings(r=4, alpha=8, dropout=0.0) if lora else None)
+    module = DoubleRolloutGRPO(policy, loss=GRPOLossSettings(kl_beta=0.1))
+    assert module._reference_mode() == ("adapter" if lora else "copy")
+    ro = _policy_rows(policy)
+    old, ref = module._fixed_logprobs(ro)  # (2, 12) each
+    assert torch.allclose(old, ref)  # before training the reference is the policy
+    with torch.no_grad():  # "train": move the trainable weights
+        for p in policy.parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    old2, ref2 = module._fixed_logprobs(ro)
+    assert not torch.allclose(old2, old, atol=1e-4)
+    assert torch.allclose(ref2, ref, atol=1e-6)  # the reference did not move
+    if not lora:
+        assert all(not p.requires_grad for p in module.reference.parameters())
