@@ -497,7 +497,8 @@ def _check_semantics(cfg: _Config) -> None:
     dpath, dargs = _init_args(cfg, "data")
     mcls, dcls = _class_of(cfg, "model"), _class_of(cfg, "data")
     # rollout groups: G_on + G_ext (= G where configured)
-    if dcls is not None or dargs:
+    dparams = _params(dcls)[0] if dcls is not None else {}
+    if "g_on" in dparams or "g_on" in dargs or "g_ext" in dargs:
         g_on = dargs.get("g_on", _default(dcls, "g_on", 0))
         g_ext = dargs.get("g_ext", _default(dcls, "g_ext", 0))
         if _is_int(g_on) and _is_int(g_ext):

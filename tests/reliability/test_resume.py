@@ -44,7 +44,27 @@ SAVEKILL_STEP = MU * _rng.randrange(2, BATCHES)  # SIGKILL while saving the chec
 pytestmark = pytest.mark.slow
 
 
-def _overlay(run_dir: Path, extra_callbacks: list[str]) -> Path:
+ALGOS = {
+    # name -> (base configs, warm-up callback, model/data overlay, extra PYTHONPATH entries)
+    "erils": (
+        ["conf/erils.yaml", "tests/tiny_overlay.yaml"],
+        "    - class_path: callbacks.FormatWarmup\n      init_args: {steps: 2, batch_size: 4, cache_dir: null}\n",
+        f"data:\n  init_args:\n    pool_path: {ROOT}/data/pools/sudoku_scripted.jsonl.gz\n",
+        [],
+    ),
+    "double_rollout": (
+        ["conf/double_rollout.yaml", "tests/tiny_dr_overlay.yaml"],
+        "    - class_path: callbacks.RolloutTracker\n"
+        "    - class_path: callbacks.ar_warmup.ScriptedSFTWarmup\n      init_args: {steps: 2, batch_size: 4, max_completion_len: 48, cache_dir: null}\n",
+        "data:\n  init_args:\n    task:\n      init_args:\n        reward_funcs: [test_double_rollout.digit_reward]\n        num_train: 50\n",
+        [str(ROOT / "tests/algorithms")],
+    ),
+}
+DR_LANDED = all((ROOT / f).is_file() for f in ALGOS["double_rollout"][0]) and (ROOT / "lit_rl/algorithms/double_rollout.py").is_file()
+
+
+def _overlay(run_dir: Path, extra_callbacks: list[str], algo: str = "erils") -> Path:
+    _, warmup, data_overlay, _ = ALGOS[algo]
     text = f"""
 trainer:
   max_steps: {MAX_STEPS}
@@ -62,9 +82,7 @@ trainer:
       run_name: resume
       tracking_uri: sqlite:///{run_dir}/mlflow.db
   callbacks:
-    - class_path: callbacks.FormatWarmup
-      init_args: {{steps: 2, batch_size: 4, cache_dir: null}}
-    - class_path: callbacks.reliability.ExactResume
+{warmup}    - class_path: callbacks.reliability.ExactResume
     - class_path: callbacks.reliability.PromptLedger
     - class_path: callbacks.reliability.CheckpointOnSigterm
     - class_path: lightning.pytorch.callbacks.ModelCheckpoint
@@ -73,24 +91,22 @@ trainer:
 model:
   init_args:
     updates_per_batch: {MU}
-data:
-  init_args:
-    pool_path: {ROOT}/data/pools/sudoku_scripted.jsonl.gz
-"""
+{data_overlay}"""
     p = run_dir / "overlay.yaml"
     run_dir.mkdir(parents=True, exist_ok=True)
     p.write_text(text)
     return p
 
 
-def _start(run_dir: Path, extra_callbacks: list[str] = (), resume: bool = False) -> subprocess.Popen:
-    overlay = run_dir / "overlay.yaml" if resume else _overlay(run_dir, list(extra_callbacks))
+def _start(run_dir: Path, extra_callbacks: list[str] = (), resume: bool = False, algo: str = "erils") -> subprocess.Popen:
+    overlay = run_dir / "overlay.yaml" if resume else _overlay(run_dir, list(extra_callbacks), algo)
     if resume:  # the same run without its fault injector
-        _overlay(run_dir, [])
-    cmd = [sys.executable, "-m", "lit_rl", "fit", "--config", "conf/erils.yaml", "--config", "tests/tiny_overlay.yaml", "--config", str(overlay)]
+        _overlay(run_dir, [], algo)
+    configs, _, _, paths = ALGOS[algo]
+    cmd = [sys.executable, "-m", "lit_rl", "fit"] + [x for c in configs for x in ("--config", c)] + ["--config", str(overlay)]
     if resume:
         cmd += ["--ckpt_path", "last"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]), OMP_WAIT_POLICY="PASSIVE", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), *paths]), OMP_WAIT_POLICY="PASSIVE", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
     log = (run_dir / ("resume.log" if resume else "run.log")).open("w")
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(19))
 
@@ -157,9 +173,9 @@ def _metrics(run_dir: Path) -> list[dict[tuple[str, int], list[float]]]:
         con.close()
 
 
-def _compare(runs, name: str) -> dict:
-    ref_dir, dirs = runs["dirs"]["ref"], runs["dirs"]
-    assert runs["rc1"]["ref"] == 0, (ref_dir / "run.log").read_text()[-3000:]
+def _compare(runs, name: str, ref_name: str = "ref") -> dict:
+    ref_dir, dirs = runs["dirs"][ref_name], runs["dirs"]
+    assert runs["rc1"][ref_name] == 0, (ref_dir / "run.log").read_text()[-3000:]
     assert runs["rc2"][name] == 0, (dirs[name] / "resume.log").read_text()[-3000:]
     # 1. metric trajectory
     (ref,) = _metrics(ref_dir)
@@ -231,3 +247,32 @@ def test_sigkill_during_checkpoint_write_keeps_previous_checkpoint(runs):
     assert after["last_step"] == SAVEKILL_STEP - MU  # the previous checkpoint, intact and loadable
     assert not [f for f in after["files"] if f.startswith("last") and f != "last.ckpt"]
     _compare(runs, "savekill")
+
+
+@pytest.fixture(scope="module")
+def dr_runs(tmp_path_factory):
+    if not DR_LANDED:
+        pytest.skip("double-rollout configs (conf/double_rollout.yaml, tests/tiny_dr_overlay.yaml) not in the tree yet")
+    base = tmp_path_factory.mktemp("resume_dr")
+    dirs = {"dr_ref": base / "ref", "dr_kill": base / "kill"}
+    t0 = time.time()
+    rc1 = _wait({
+        "dr_ref": _start(dirs["dr_ref"], algo="double_rollout"),
+        "dr_kill": _start(dirs["dr_kill"], [f"{{class_path: rel_faults.KillAt, init_args: {{step: {DR_KILL_STEP}, sig: SIGKILL}}}}"], algo="double_rollout"),
+    })
+    after = {"dr_kill": {
+        "last_step": _ckpt(dirs["dr_kill"] / "checkpoints" / "last.ckpt")["global_step"] if (dirs["dr_kill"] / "checkpoints" / "last.ckpt").exists() else None,
+        "ledger_lines": len(_ledger(dirs["dr_kill"])),
+    }}
+    rc2 = _wait({"dr_kill": _start(dirs["dr_kill"], resume=True, algo="double_rollout")})
+    print(f"[resume] double-rollout: exit statuses {rc1} then {rc2}; wall time {time.time() - t0:.0f}s; kill before update {DR_KILL_STEP + 1}")
+    return {"dirs": dirs, "rc1": rc1, "rc2": rc2, "after_fault": after}
+
+
+DR_KILL_STEP = random.Random(SEED + 1).randrange(MU + 1, MAX_STEPS)
+
+
+def test_double_rollout_sigkill_then_resume_matches_uninterrupted(dr_runs):
+    assert dr_runs["rc1"]["dr_kill"] == -signal.SIGKILL
+    assert dr_runs["after_fault"]["dr_kill"]["last_step"] == (DR_KILL_STEP // MU) * MU
+    _compare(dr_runs, "dr_kill", ref_name="dr_ref")
