@@ -57,6 +57,7 @@ from lit_rl.evaluation import (
     settings_summary,
 )
 from lit_rl.tasks.base import Example, Task
+from lit_rl.runs import run_dir
 
 __all__ = ["PassAtKEvaluation", "mlflow_metric_name"]
 
@@ -272,7 +273,7 @@ class PassAtKEvaluation(Callback):
 
     # -- files and artifacts ------------------------------------------------------------------------
     def _out_dir(self, trainer: L.Trainer) -> Path:
-        base = self.output_dir or str(Path(trainer.log_dir or trainer.default_root_dir) / "eval")
+        base = self.output_dir or str(run_dir(trainer) / "eval")
         path = Path(base)
         path.mkdir(parents=True, exist_ok=True)
         return path

@@ -29,6 +29,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lit_rl.reliability import capture_rng_state, restore_rng_state
+from lit_rl.runs import run_dir
 
 __all__ = ["CheckpointOnSigterm", "ExactResume", "PromptLedger"]
 
@@ -77,7 +78,7 @@ class ExactResume(L.Callback):
 
 
 def _run_dir(trainer: L.Trainer, output_dir: str | None) -> Path:
-    return Path(output_dir or trainer.log_dir or trainer.default_root_dir)
+    return run_dir(trainer, output_dir)
 
 
 class PromptLedger(L.Callback):

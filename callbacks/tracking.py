@@ -38,6 +38,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rl.evaluation import is_due
 from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.runs import run_dir
 
 __all__ = ["RolloutTracker", "rollout_source_stats", "rollout_samples"]
 
@@ -211,7 +212,7 @@ class RolloutTracker(Callback):
     def _write_samples(self, trainer: L.Trainer, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        base = Path(self.output_dir or trainer.log_dir or trainer.default_root_dir)
+        base = run_dir(trainer, self.output_dir)
         base.mkdir(parents=True, exist_ok=True)
         path = base / "rollout_samples.jsonl"
         with path.open("a") as fh:

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Example, Task
+from lit_rl.runs import run_dir
 
 __all__ = ["PromptStreamDataModule", "step_seed"]
 
@@ -48,19 +49,20 @@ class _PromptStream(IterableDataset):
             step += 1
 
 
-class _EvalSet(torch.utils.data.Dataset):
-    def __init__(self, examples: list[Example], batch_size: int) -> None:
-        self.batches = [examples[i:i + batch_size] for i in range(0, len(examples), batch_size)]
+class _EvalSet(IterableDataset):
+    """Fixed eval batches; rank ``r`` of ``W`` takes batches ``r, r+W, ...`` (no sampler padding, so no
+    prompt is scored twice under DDP)."""
+
+    def __init__(self, examples: list[Example], batch_size: int, rank: int = 0, world: int = 1) -> None:
+        batches = [examples[i:i + batch_size] for i in range(0, len(examples), batch_size)]
+        self.batches = [(i, b) for i, b in enumerate(batches)][rank::world]
 
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __getitem__(self, i: int) -> PromptBatch:
-        return PromptBatch(examples=self.batches[i], step=-1 - i)
-
-
-def _identity(items: list[PromptBatch]) -> PromptBatch:
-    return items[0]
+    def __iter__(self) -> Iterator[PromptBatch]:
+        for i, b in self.batches:
+            yield PromptBatch(examples=b, step=-1 - i)
 
 
 class PromptStreamDataModule(L.LightningDataModule):
@@ -167,7 +169,8 @@ class PromptStreamDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         assert self._eval is not None
-        return DataLoader(_EvalSet(self._eval, self.eval_batch_size), batch_size=1, collate_fn=_identity, num_workers=0)
+        rank, world = self._world()
+        return DataLoader(_EvalSet(self._eval, self.eval_batch_size, rank, world), batch_size=None, num_workers=0)
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()
@@ -211,11 +214,10 @@ class PromptStreamDataModule(L.LightningDataModule):
 
     # -- recorded order ----------------------------------------------------------------------------
     def _order_path(self) -> Path | None:
-        base = self.output_dir
         trainer = getattr(self, "trainer", None)
-        if base is None and trainer is not None:
-            base = trainer.log_dir or trainer.default_root_dir
-        return Path(base) / "prompt_order.jsonl" if base else None
+        if trainer is None:
+            return Path(self.output_dir) / "prompt_order.jsonl" if self.output_dir else None
+        return run_dir(trainer, self.output_dir) / "prompt_order.jsonl"
 
     def _write_order_file(self) -> None:
         """Record the prompt order of the first pass (rank 0): one prompt id per line, atomically."""

@@ -16,6 +16,7 @@ from typing import Callable
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("lit_rl.score", "Score generation files (d1 JSON or lit_rl JSONL) with a task's eval/reward rules."),
     "rollouts": ("lit_rl.rollouts.cli", "Build or inspect external rollout pools."),
+    "export": ("lit_rl.models.cli", "Export LoRA adapters (PEFT format) and a merged model from a training checkpoint."),
 }
 
 
@@ -32,6 +33,8 @@ def run_lightning_cli(args: list[str] | None = None, run: bool = True):
     from lightning.pytorch import LightningDataModule, LightningModule
     from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
     from lightning.pytorch.loggers import MLFlowLogger
+
+    from lit_rl.runs import run_dir
 
     if "LIT_RL_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["LIT_RL_THREADS"]))
@@ -53,8 +56,12 @@ def run_lightning_cli(args: list[str] | None = None, run: bool = True):
             kwargs["save_to_log_dir"] = False
             super().__init__(*args, **kwargs)
 
+        def setup(self, trainer, pl_module, stage) -> None:
+            self._run_dir = str(run_dir(trainer))
+            super().setup(trainer, pl_module, stage)
+
         def save_config(self, trainer, pl_module, stage) -> None:
-            run_dir = trainer.log_dir or trainer.default_root_dir
+            run_dir = self._run_dir
             os.makedirs(run_dir, exist_ok=True)
             path = os.path.join(run_dir, self.config_filename)
             self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=self.multifile)
