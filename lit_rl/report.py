@@ -179,7 +179,7 @@ def plot_learning_curves(runs: list[RunData], metrics: Sequence[str], path: Path
             if pts:
                 ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o" if len(pts) < 12 else None, ms=3, label=run.label, color=f"C{i % 10}")
         ax.set_title(metric, fontsize=9)
-        ax.set_xlabel("optimizer step")
+        ax.set_xlabel("step (as logged)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(present):]:
         ax.axis("off")
@@ -211,7 +211,7 @@ def plot_per_source(runs: list[RunData], path: Path) -> list[str]:
                 if pts:
                     ax.plot([s for s, _ in pts], [v for _, v in pts], _STYLES[j % len(_STYLES)], color=f"C{i % 10}", label=f"{run.label} · {src}")
         ax.set_title(f"train/<source>/{stat}", fontsize=9)
-        ax.set_xlabel("optimizer step")
+        ax.set_xlabel("step (as logged)")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Per-source statistics (colour: run, line style: rollout source)")

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import copy
 import itertools
 import json
@@ -424,13 +425,8 @@ def _import(path: str):
 
 
 def _cli_value(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    if isinstance(value, float) and value.is_integer() is False:
-        return repr(value)
-    return json.dumps(value)
+    """How a value is written after ``--key=``: strings as they are, the rest as JSON (jsonargparse's syntax)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 # ------------------------------------------------------------------------------------------ pruning
@@ -451,8 +447,9 @@ class StepPruningCallback(_Callback):
     """Report ``monitor`` to an Optuna trial at ``global_step`` and stop unpromising trials.
 
     Every ``every_n_steps`` optimizer steps (checked in ``on_train_batch_end``, after the callbacks that log
-    there, e.g. :class:`callbacks.PassAtKEvaluation`) rank 0 reports ``trainer.callback_metrics[monitor]``
-    at step ``global_step`` and asks the pruner. The decision is broadcast so every DDP rank stops together
+    there, e.g. :class:`callbacks.PassAtKEvaluation`) and after every validation, rank 0 reports
+    ``trainer.callback_metrics[monitor]`` at step ``global_step`` if it is a new value (a validation metric
+    is reported once, at the step it was computed) and asks the pruner. The decision is broadcast so every DDP rank stops together
     (``trainer.should_stop``); nothing is raised inside ``fit`` (the MLflow run ends cleanly and the last
     checkpoint is written). Call :meth:`check_pruned` right after ``fit``: it raises ``TrialPruned``.
 
@@ -468,7 +465,8 @@ class StepPruningCallback(_Callback):
         self.every_n_steps = every_n_steps
         self.pruned_step: int | None = None
         self.reported: dict[int, float] = {}
-        self._last_step: int | None = None
+        self._last_train_step: int | None = None
+        self._last_value: Any = None
         self._is_ddp = False
         self._warned = False
 
@@ -482,10 +480,20 @@ class StepPruningCallback(_Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        # The same condition on every rank (global_step agrees), so the broadcast below is collective.
-        if step == self._last_step or step % self.every_n_steps or self.pruned_step is not None:
+        # The same condition on every rank (global_step agrees), so the broadcast in _report is collective.
+        if step == self._last_train_step or step % self.every_n_steps or self.pruned_step is not None:
             return
-        self._last_step = step
+        self._last_train_step = step
+        self._report(trainer, step)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or self.pruned_step is not None:
+            return
+        self._report(trainer, trainer.global_step)
+
+    def _report(self, trainer, step: int) -> None:
+        """Rank 0 reports a *fresh* monitor value (a tensor it has not reported yet: a validation metric is
+        reported at the step it was computed, not again at later training steps) and asks the pruner."""
         should_stop = False
         if trainer.is_global_zero:
             value = trainer.callback_metrics.get(self.monitor)
@@ -493,11 +501,12 @@ class StepPruningCallback(_Callback):
                 if not self._warned:
                     log.warning("pruning monitor %r is not in trainer.callback_metrics at step %d", self.monitor, step)
                     self._warned = True
-            else:
-                value = float(value)
-                if math.isfinite(value):
-                    self._trial.report(value, step=step)
-                    self.reported[step] = value
+            elif value is not self._last_value and step not in self.reported:
+                self._last_value = value
+                number = float(value)
+                if math.isfinite(number):
+                    self._trial.report(number, step=step)
+                    self.reported[step] = number
                     should_stop = self._trial.should_prune()
                     if self._is_ddp:
                         self._trial.storage.set_trial_system_attr(self._trial._trial_id, INTERMEDIATE_KEY, {str(k): v for k, v in self.reported.items()})
@@ -646,6 +655,27 @@ class _Heartbeat:
         self._thread.join()
 
 
+@contextlib.contextmanager
+def _sqlite_lock(*urls: str):
+    """Serialise schema creation/migration of fresh SQLite stores between workers on one machine: two
+    processes running MLflow's alembic migrations on one new file corrupt it (``_alembic_tmp_*`` tables)."""
+    import fcntl
+
+    paths = sorted({u[len("sqlite:///"):] for u in urls if u.startswith("sqlite:///")})
+    handles = []
+    try:
+        for path in paths:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            fh = open(f"{path}.lock", "w")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            handles.append(fh)
+        yield
+    finally:
+        for fh in reversed(handles):
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+
+
 def _retry(fn: Callable[[], Any], what: str, attempts: int = 5) -> Any:
     """SQLite schema creation races when two fresh workers start together: retry briefly."""
     for i in range(attempts):
@@ -658,6 +688,34 @@ def _retry(fn: Callable[[], Any], what: str, attempts: int = 5) -> Any:
             time.sleep(0.5 + i)
 
 
+class _StaleTrialHandler:
+    """The storage's stale-trial hook: a RUNNING trial stopped beating (its process died), so its MLflow
+    child run is marked FAILED and the trial re-enqueued with the same parameters (up to ``max_retry``).
+    Small and picklable: the storage (and so this hook) travels with the trial into ``ddp_spawn`` ranks."""
+
+    def __init__(self, tracking_uri: str, max_retry: int) -> None:
+        import optuna
+
+        self.tracking_uri = tracking_uri
+        retry_cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
+        self.retry = retry_cls(max_retry=max_retry)
+
+    def __call__(self, study, trial) -> None:
+        run_id = trial.user_attrs.get("mlflow_run_id")
+        if run_id:
+            from mlflow.tracking import MlflowClient
+
+            try:
+                client = MlflowClient(tracking_uri=self.tracking_uri)
+                client.set_tag(run_id, "optuna.trial_state", "FAIL")
+                client.set_tag(run_id, "lit_rl.error", "stale heartbeat: the worker process died")
+                client.set_terminated(run_id, "FAILED")
+            except Exception as e:  # noqa: BLE001 - MLflow bookkeeping must not stop the sweep
+                log.warning("could not mark MLflow run %s failed: %s", run_id, e)
+        log.warning("trial %d went stale (crashed worker); re-enqueueing it", trial.number)
+        self.retry(study, trial)
+
+
 class SweepRunner:
     """Drives one worker of a study: create or join it, pop slots, run trials, keep MLflow in sync."""
 
@@ -665,11 +723,12 @@ class SweepRunner:
         import optuna
 
         self.cfg = cfg
-        self.tracker = _retry(lambda: StudyTracker(cfg), "opening the MLflow store")
+        with _sqlite_lock(cfg.tracking_uri, cfg.storage):
+            self.tracker = _retry(lambda: StudyTracker(cfg), "opening the MLflow store")
+            self._on_stale = _StaleTrialHandler(cfg.tracking_uri, cfg.max_retry)
+            self.storage = _retry(lambda: cfg.make_storage(failed_trial_callback=self._on_stale), "opening the storage")
         self.fit_trial = fit_trial or fit_trial_with_lightning_cli
-        self.storage = _retry(lambda: cfg.make_storage(failed_trial_callback=self._on_stale_trial), "opening the storage")
-        retry_cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
-        self._retry_cb = retry_cls(max_retry=cfg.max_retry)
+        self._retry_cb = self._on_stale.retry
         direction = cfg.objective.direction
         try:
             self.study = optuna.create_study(
@@ -737,17 +796,6 @@ class SweepRunner:
                 self.study.enqueue_trial({}, user_attrs={SURPLUS_KEY: "slot"})
 
     # -- crashed trials ------------------------------------------------------------------------------
-
-    def _on_stale_trial(self, study, trial) -> None:
-        """A RUNNING trial stopped beating (its process died): FAILED in MLflow, then retried."""
-        run_id = trial.user_attrs.get("mlflow_run_id")
-        if run_id:
-            try:
-                self.tracker.finish_child(run_id, "FAIL", error="stale heartbeat: the worker process died")
-            except Exception as e:  # noqa: BLE001
-                log.warning("could not mark MLflow run %s failed: %s", run_id, e)
-        log.warning("trial %d went stale (crashed worker); re-enqueueing it", trial.number)
-        self._retry_cb(study, trial)
 
     # -- the loop ------------------------------------------------------------------------------------
 

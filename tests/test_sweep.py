@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import optuna
 import pytest
+import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
@@ -118,19 +119,34 @@ def _fake_trainer(step, metrics, world_size=1, rank0=True, decision=None):
                            is_global_zero=rank0, strategy=SimpleNamespace(broadcast=broadcast), should_stop=False)
 
 
-def test_step_pruning_reports_global_step_and_stops_without_raising(tmp_path):
+def test_step_pruning_reports_fresh_values_at_global_step_and_stops_without_raising(tmp_path):
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/o.db", pruner=optuna.pruners.ThresholdPruner(lower=0.5))
     trial = study.ask()
     cb = StepPruningCallback(trial, "val/acc", every_n_steps=4)
-    for step, acc in [(4, 0.9), (6, 0.0), (8, 0.7), (8, 0.7), (12, 0.2), (16, 0.9)]:
-        tr = _fake_trainer(step, {"val/acc": acc})
-        cb.on_train_batch_end(tr, None, None, None, 0)
-        if step == 12:
-            assert tr.should_stop  # 0.2 < 0.5 at step 12
-    # step 6 is not a multiple of 4; step 8 once; nothing after the decision
-    assert cb.reported == {4: 0.9, 8: 0.7, 12: 0.2}
-    assert study.trials[0].intermediate_values == {4: 0.9, 8: 0.7, 12: 0.2}
-    with pytest.raises(optuna.TrialPruned, match="step 12"):
+    acc = {a: torch.tensor(a) for a in (0.9, 0.7, 0.6, 0.2)}
+    # (hook, global_step, the tensor in callback_metrics)
+    events = [
+        ("train", 4, None),         # nothing logged yet: nothing reported
+        ("val", 4, acc[0.9]),       # validation after the batch that ended at step 4: reported at 4
+        ("train", 6, acc[0.9]),     # not a multiple of 4
+        ("train", 8, acc[0.9]),     # the same tensor as at step 4: stale, not reported again
+        ("train", 8, acc[0.7]),     # step 8 already handled by the train hook
+        ("val", 8, acc[0.7]),       # fresh: reported at 8
+        ("train", 12, acc[0.6]),    # e.g. Pass@k logged from on_train_batch_end: reported at 12
+        ("val", 16, acc[0.2]),      # 0.2 < 0.5: pruned at 16
+        ("train", 20, acc[0.9]),    # nothing after the decision
+    ]
+    for hook, step, value in events:
+        tr = _fake_trainer(step, {} if value is None else {"val/acc": value})
+        tr.sanity_checking = False
+        if hook == "train":
+            cb.on_train_batch_end(tr, None, None, None, 0)
+        else:
+            cb.on_validation_end(tr, None)
+        assert tr.should_stop == (step == 16)
+    assert cb.reported == pytest.approx({4: 0.9, 8: 0.7, 12: 0.6, 16: 0.2})
+    assert study.trials[0].intermediate_values == pytest.approx({4: 0.9, 8: 0.7, 12: 0.6, 16: 0.2})
+    with pytest.raises(optuna.TrialPruned, match="step 16"):
         cb.check_pruned()
 
 
@@ -164,7 +180,7 @@ def test_tiny_sweep_states_and_mlflow_parent_child_runs(tmp_path, monkeypatch):
     assert [t.params["data.init_args.g_ext"] for t in trials] == [1, 2, 3]
     assert [t.state for t in trials] == [TS.COMPLETE, TS.COMPLETE, TS.PRUNED]
     assert 0.0 <= trials[0].value <= 1.0
-    assert list(trials[2].intermediate_values) == [2]  # reported at global_step 2 (first rollout batch)
+    assert list(trials[2].intermediate_values) == [2]  # train/lr reported at global_step 2 (first rollout batch)
 
     parents, children = _runs(tmp_path, "tiny")
     assert len(parents) == 1 and sorted(children) == [0, 1, 2]
