@@ -647,6 +647,7 @@ class _Heartbeat:
                 return
 
     def __enter__(self) -> "_Heartbeat":
+        self.storage.record_heartbeat(self.trial_id)  # a heartbeat row from the start
         self._thread.start()
         return self
 
@@ -866,13 +867,23 @@ class SweepRunner:
                     raise
         if state == "COMPLETE" and (value is None or not math.isfinite(value)):
             state, error = "FAIL", f"objective {cfg.objective.metric} is {value}"
+        # skip_if_finished: another worker may have declared this trial stale (its heartbeat came late, e.g.
+        # on an overloaded machine) and failed + re-enqueued it meanwhile; then that decision stands.
         if state == "COMPLETE":
-            frozen = self.study.tell(trial, value)
+            frozen = self.study.tell(trial, value, skip_if_finished=True)
         elif state == "PRUNED":
-            frozen = self.study.tell(trial, state=TS.PRUNED)
-            value = frozen.value
+            frozen = self.study.tell(trial, state=TS.PRUNED, skip_if_finished=True)
         else:
-            frozen = self.study.tell(trial, state=TS.FAIL)
+            frozen = self.study.tell(trial, state=TS.FAIL, skip_if_finished=True)
+        if frozen.state.name != state:
+            log.warning("trial %d was declared stale by another worker while it ran; its %s result is dropped (it was re-enqueued)", trial.number, state)
+            self.tracker.client.set_tag(run_id, "lit_rl.error", f"declared stale while running (late heartbeat); its {state} result (value {value}) was dropped and the trial re-enqueued")
+            self.tracker.client.set_tag(run_id, "optuna.trial_state", frozen.state.name)
+            self.tracker.client.set_terminated(run_id, "FAILED")
+            self.ran.append(trial.number)
+            return
+        if state == "PRUNED":
+            value = frozen.value
         last_step = max(frozen.intermediate_values) if frozen.intermediate_values else None
         if frozen.state == TS.PRUNED:
             self.tracker.client.set_tag(run_id, "optuna.pruned_step", str(last_step))

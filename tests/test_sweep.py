@@ -54,7 +54,7 @@ def _cfg(tmp_path: Path, **kw) -> dict:
         "tracking_uri": f"sqlite:///{tmp_path}/mlflow.db",
         "output_dir": str(tmp_path / "out"),
         "heartbeat_interval": 1,
-        "grace_period": 3,
+        "grace_period": 15,  # generous: a loaded 2-core machine can delay a live worker's heartbeat by seconds
     }
     raw.update(kw)
     return raw
@@ -98,10 +98,10 @@ def test_config_validation_names_the_key_and_builds_the_grid(tmp_path):
     cfg = SweepConfig.from_yaml(ROOT / "conf/sweeps/double_rollout_grid.yaml")
     grid = cfg.grid()
     assert len(grid) == cfg.target_trials() == 20  # {0.5, 0.75, 0.9, 0.99} x {1, 2, 4, 8, 16}
-    assert {"model.init_args.rho": 0.99, "model.init_args.num_continuations": 16} in grid
+    assert {"model.init_args.double_rollout.rho": 0.99, "model.init_args.double_rollout.num_continuations": 16} in grid
     tpe = SweepConfig.from_yaml(ROOT / "conf/sweeps/double_rollout.yaml")
     assert len(SweepConfig.from_dict({**yaml.safe_load((ROOT / "conf/sweeps/double_rollout.yaml").read_text()), "sampler": {"name": "grid"}}).grid()) == 20
-    assert tpe.target_trials() == 20 and tpe.space["model.init_args.rho"].low == 0.5
+    assert tpe.target_trials() == 20 and tpe.space["model.init_args.double_rollout.rho"].low == 0.5
     gext = SweepConfig.from_yaml(ROOT / "conf/sweeps/erils_gext.yaml")
     assert [gext.trial_values(p)["data.init_args.g_on"] for p in gext.grid()] == [5, 4, 3, 2]
 
@@ -111,6 +111,32 @@ def test_shipped_sweeps_parse(path):
     cfg = SweepConfig.from_yaml(path)
     assert cfg.target_trials() >= 1
     cfg.make_sampler(), cfg.make_pruner()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "conf/sweeps").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_sweep_points_parse_with_their_training_config(path, tmp_path, monkeypatch):
+    """Every searched/derived key exists in the base config: the first grid point (or the lower bounds)
+    parses with the LightningCLI parser, as a trial would pass it."""
+    monkeypatch.chdir(ROOT)
+    from jsonargparse import ActionConfigFile
+    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    cfg = SweepConfig.from_yaml(path)
+    point = {k: (s.grid_values()[0] if s.type == "categorical" or s.grid else s.low) for k, s in cfg.space.items()}
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump(cfg.overrides or {}))
+    args = cfg.cli_args(cfg.trial_values(point), tmp_path, overlay, "0" * 32, "t")
+    parser = LightningArgumentParser()
+    parser.add_argument("-c", "--config", action=ActionConfigFile)
+    parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
+    parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
+    parser.add_argument("--seed_everything", type=int | bool | None, default=None)
+    parser.add_argument("--threads", type=int | None, default=None)
+    parser.add_lightning_class_args(Trainer, "trainer")
+    parsed = parser.parse_args(args)
+    for key, value in cfg.trial_values(point).items():
+        assert parsed[key] == value
 
 
 def _fake_trainer(step, metrics, world_size=1, rank0=True, decision=None):
@@ -214,6 +240,29 @@ def test_a_trial_that_raises_is_failed_and_the_sweep_continues(tmp_path, monkeyp
     _, children = _runs(tmp_path, "bad")
     assert children[0].info.status == "FAILED" and children[0].data.tags["optuna.trial_state"] == "FAIL"
     assert "did not parse" in children[0].data.tags["lit_rl.error"]
+
+
+def test_a_trial_declared_stale_while_alive_does_not_crash_its_worker(tmp_path):
+    """On an overloaded machine another worker may fail a live trial whose heartbeat came late (and
+    re-enqueue it); the worker that was running it must drop its result and carry on."""
+    calls = []
+
+    def fake_fit(cfg, trial, values, run_id, trial_dir, overlay):
+        calls.append(trial.number)
+        if len(calls) == 1:  # what fail_stale_trials + the retry hook do from the other worker
+            trial.study._storage.set_trial_state_values(trial._trial_id, state=TS.FAIL)
+            frozen = trial.study._storage.get_trial(trial._trial_id)
+            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)(trial.study, frozen)
+        return 0.5
+
+    raw = _cfg(tmp_path, study_name="late", space={"data.init_args.g_ext": {"type": "categorical", "choices": [1]}}, derived={})
+    study = run_sweep(SweepConfig.from_dict(raw), fit_trial=fake_fit)
+    assert calls == [0, 1]
+    assert [t.state for t in study.trials] == [TS.FAIL, TS.COMPLETE]
+    assert study.trials[1].system_attrs["failed_trial"] == 0 and study.trials[1].params == {"data.init_args.g_ext": 1}
+    _, children = _runs(tmp_path, "late")
+    assert children[0].info.status == "FAILED" and "declared stale" in children[0].data.tags["lit_rl.error"]
+    assert children[1].info.status == "FINISHED" and children[1].data.metrics["sweep/objective"] == 0.5
 
 
 def _worker_config(tmp_path: Path, study: str) -> Path:
