@@ -86,7 +86,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
@@ -557,11 +556,11 @@ class DoubleRolloutGRPO(L.LightningModule):
             raise RuntimeError("training batch has no rollouts: use datamodules.ar_rollouts.ARRolloutDataModule")
         # 2. double-rollout reward estimation -> revised rewards, replaced rows, advantages
         est = self.estimate(ro, batch)
+        self._log_estimate(est, batch, first_stage=ro)
         ro, adv = est.rollouts, est.advantages  # (B,) rows, (B,)
         self.last_estimate = est
         self.last_advantages, self.last_advantages_keep = adv.detach(), torch.ones_like(adv, dtype=torch.bool)
         batch.rollouts = ro  # callbacks (RolloutTracker) see the rows that are trained on
-        self._log_estimate(est, batch)
         # 3. loss mask: completion tokens; truncated completions out (DAPO overlong filtering)
         mask = truncation_mask(ro.completion_ids, ro.completion_mask, self.policy.eos_id, self.loss_settings.mask_truncated)
         keep = mask.any(dim=1)  # (B,)
@@ -594,9 +593,7 @@ class DoubleRolloutGRPO(L.LightningModule):
         task = getattr(dm, "task", None)
         gen = getattr(dm, "generation", None)
         examples = batch.examples
-        threshold = self.dr.correct_threshold
-        if threshold is None:
-            threshold = float(getattr(task, "max_reward", 1.0))
+        threshold = self._threshold()
 
         def score(texts: Sequence[str], groups: Sequence[int]) -> list[float]:
             return [task.total_reward(t, examples[g]) for t, g in zip(texts, groups)]
@@ -624,6 +621,13 @@ class DoubleRolloutGRPO(L.LightningModule):
             for i, t in zip(replaced, texts):
                 est.rollouts.texts[i] = t
         return est
+
+    def _threshold(self) -> float:
+        """Reward at or above which an answer is correct (setting, else the task's ``max_reward``)."""
+        if self.dr.correct_threshold is not None:
+            return float(self.dr.correct_threshold)
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        return float(getattr(getattr(dm, "task", None), "max_reward", 1.0))
 
     @torch.no_grad()
     def _fixed_logprobs(self, ro: RolloutBatch) -> tuple[Tensor, Tensor | None]:
@@ -704,16 +708,16 @@ class DoubleRolloutGRPO(L.LightningModule):
         return loss_sum
 
     # -- metrics ---------------------------------------------------------------------------------------
-    def _log_estimate(self, est: Estimate, batch: PromptBatch) -> None:
+    def _log_estimate(self, est: Estimate, batch: PromptBatch, first_stage: RolloutBatch) -> None:
         """Once per rollout batch: first-stage and revised rewards, replacements, spread, bonus, cost."""
         bs = len(batch.examples)
         ro = est.rollouts
-        first = ro.source != int(Source.CONTINUATION)
         m: dict[str, float] = {
             "train/on_policy/reward_mean": float(est.original.mean()),
             "train/on_policy/reward_std": float(est.original.std(unbiased=False)),
-            "train/on_policy/accuracy": float(est.correct["original"].float().mean()) if est.correct else float("nan"),
-            "train/on_policy/hit_limit_frac": float(batch.rollouts.hit_limit[first].float().mean()) if first.any() else 0.0,
+            "train/on_policy/accuracy": float((est.original >= self._threshold()).float().mean()),
+            "train/on_policy/length_mean": float(first_stage.lengths.float().mean()),
+            "train/on_policy/hit_limit_frac": float(first_stage.hit_limit.float().mean()),
             "train/advantage_mean": float(est.advantages.mean()),
             "train/advantage_std": float(est.advantages.std(unbiased=False)),
             "train/advantage_nonzero_frac": float((est.advantages != 0).float().mean()),
