@@ -2,7 +2,16 @@
 
 from callbacks.passk import PassAtKEvaluation
 from callbacks.progress import RolloutProgressBar
+from callbacks.reliability import CheckpointOnSigterm, ExactResume, PromptLedger
 from callbacks.tracking import RolloutTracker
 from callbacks.warmup import FormatWarmup
 
-__all__ = ["FormatWarmup", "PassAtKEvaluation", "RolloutProgressBar", "RolloutTracker"]
+__all__ = [
+    "CheckpointOnSigterm",
+    "ExactResume",
+    "FormatWarmup",
+    "PassAtKEvaluation",
+    "PromptLedger",
+    "RolloutProgressBar",
+    "RolloutTracker",
+]

@@ -97,5 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(EXTRA_COMMANDS[argv[0]][0])
         entry: Callable[[list[str]], int] = module.main
         return int(entry(argv[1:]) or 0)
+    if argv and argv[0] in ("fit", "validate", "test"):
+        # fail fast, before anything is built, with one line naming the field, file and line
+        from lit_rl.reliability import ConfigError, preflight
+
+        try:
+            preflight(argv)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     run_lightning_cli(None if from_command_line else argv)
     return 0

@@ -1,5 +1,10 @@
-"""Every YAML under conf/ parses, and every training config builds its model and data (tiny or not)."""
+"""Every YAML under conf/ parses, and every training config validates with the LightningCLI parser.
 
+An overlay (a training config without ``model.class_path``) is validated on top of the base config its
+usage line names (``--config conf/<base>.yaml --config conf/<overlay>.yaml``).
+"""
+
+import re
 from pathlib import Path
 
 import pytest
@@ -23,11 +28,20 @@ def test_training_config_validates_with_lightning_cli(path, monkeypatch):
     from lightning.pytorch import LightningDataModule, LightningModule, Trainer
     from lightning.pytorch.cli import LightningArgumentParser
 
+    from jsonargparse import ActionConfigFile
+
     parser = LightningArgumentParser()
+    parser.add_argument("--config", action=ActionConfigFile)
     parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
     parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
     parser.add_argument("--seed_everything", type=int | bool | None, default=None)
     parser.add_argument("--threads", type=int | None, default=None)
     parser.add_lightning_class_args(Trainer, "trainer")
-    cfg = parser.parse_path(str(path))
+    raw = yaml.safe_load(path.read_text())
+    if (raw.get("model") or {}).get("class_path") is None:
+        base = re.search(r"--config (conf/\S+\.yaml) --config conf/", path.read_text())
+        assert base, f"{path}: an overlay must name its base in a usage line (--config conf/<base>.yaml --config ...)"
+        cfg = parser.parse_args(["--config", base.group(1), "--config", str(path)])
+    else:
+        cfg = parser.parse_path(str(path))
     assert cfg.model.class_path and cfg.data.class_path

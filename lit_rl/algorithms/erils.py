@@ -201,7 +201,7 @@ class ERILSModule(L.LightningModule):
         if self.trainer.sanity_checking:
             # Lightning drops metrics logged during the sanity check; the starting policy's score is the
             # first point of the learning curve, so write it to the loggers directly (step 0).
-            if self.trainer.is_global_zero:
+            if self.trainer.is_global_zero and self.trainer.global_step == 0:
                 for logger in self.trainer.loggers:
                     logger.log_metrics(metrics, step=0)
             return

@@ -404,7 +404,7 @@ def build_pool(
     t_start = time.perf_counter()
     task = task or build_task(cfg.task_spec)
     own_backend = backend is None
-    backend = backend or build_backend(cfg.backend_spec)
+    backend = backend or build_backend(cfg.backend_spec, where=f"{cfg.source}: backend")
     examples = task.train_examples()
     if cfg.limit is not None:
         examples = examples[: cfg.limit]

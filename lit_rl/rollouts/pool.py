@@ -75,6 +75,11 @@ class PoolRecord:
                 raise PoolFormatError(f"{where}: missing field '{key}'")
             if not isinstance(obj[key], typ) or isinstance(obj[key], bool):
                 raise PoolFormatError(f"{where}: field '{key}' has type {type(obj[key]).__name__}")
+        for key in ("prompt_id", "source", "completion", "tokenizer"):
+            try:
+                obj[key].encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise PoolFormatError(f"{where}: field '{key}' is not valid Unicode (lone surrogate at character {e.start})") from None
         reward = float(obj["reward"])
         if reward != reward or reward in (float("inf"), float("-inf")):
             raise PoolFormatError(f"{where}: field 'reward' is not finite ({obj['reward']})")
@@ -95,8 +100,8 @@ def _header(task: str, policy: str, tokenizer: str, **extra: Any) -> dict[str, A
     return {"lit_rl_pool": POOL_VERSION, "task": task, "policy": policy, "tokenizer": tokenizer, **extra}
 
 
-def iter_pool(path: str | Path) -> tuple[dict[str, Any], Iterator[PoolRecord]]:
-    """Header and a record iterator; errors name ``path:line``."""
+def iter_pool(path: str | Path, with_lines: bool = False) -> tuple[dict[str, Any], Iterator[Any]]:
+    """Header and a record iterator (of ``(line number, record)`` with ``with_lines``); errors name ``path:line``."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"pool file not found: {path}")
@@ -124,7 +129,10 @@ def iter_pool(path: str | Path) -> tuple[dict[str, Any], Iterator[PoolRecord]]:
                     obj = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise PoolFormatError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-                yield PoolRecord.from_json(obj, where)
+                except RecursionError:
+                    raise PoolFormatError(f"{where}: invalid JSON (nested too deeply)") from None
+                rec = PoolRecord.from_json(obj, where)
+                yield (lineno, rec) if with_lines else rec
 
     return header, records()
 
@@ -143,12 +151,12 @@ def load_pool(
         valid_ids: the dataset's prompt ids; a record naming another id is an error (wrong pool/dataset).
         task: expected task name (checked against the header).
     """
-    header, records = iter_pool(path)
+    header, records = iter_pool(path, with_lines=True)
     if task is not None and header.get("task") != task:
         raise PoolFormatError(f"{path}:1: pool is for task {header.get('task')!r}, the run's task is {task!r}")
     valid = set(valid_ids) if valid_ids is not None else None
     by_prompt: dict[str, list[PoolRecord]] = {}
-    for lineno, rec in enumerate(records, start=2):
+    for lineno, rec in records:
         if valid is not None and rec.prompt_id not in valid:
             raise PoolFormatError(f"{path}:{lineno}: prompt_id {rec.prompt_id!r} is not in the task's training set")
         by_prompt.setdefault(rec.prompt_id, []).append(rec)
@@ -292,11 +300,11 @@ def repair_pool_for_resume(path: str | Path, per_prompt: int) -> ResumeState:
         where = f"{path}:{lineno}"
         try:
             rec = PoolRecord.from_json(json.loads(raw), where)
-        except (json.JSONDecodeError, PoolFormatError) as e:
+        except (json.JSONDecodeError, RecursionError, PoolFormatError) as e:
             if k == len(body) - 1:  # a bad last line: torn write
                 dropped += 1
                 break
-            raise PoolFormatError(f"{where}: {e}" if isinstance(e, json.JSONDecodeError) else str(e)) from None
+            raise PoolFormatError(str(e) if isinstance(e, PoolFormatError) else f"{where}: invalid JSON ({e})") from None
         if group and rec.prompt_id != group[0]:
             raise PoolFormatError(f"{where}: prompt {group[0]!r} has {len(group)} records before {rec.prompt_id!r} starts (expected {per_prompt})")
         if not group and rec.prompt_id in seen:
