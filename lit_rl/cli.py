@@ -4,7 +4,10 @@
 YAML, ``--help`` from docstrings); the other subcommands are plain programs dispatched before it:
 
 * ``score``     score existing generation files with a task's evaluation or reward rules;
-* ``rollouts``  external rollout pools (``rollouts scripted`` writes the embedded default's pool).
+* ``rollouts``  external rollout pools (``build``, ``stats``, ``scripted``);
+* ``sweep``     Optuna studies over config keys, linked to MLflow;
+* ``report``    comparison plots and tables from the MLflow store;
+* ``export``    LoRA adapters in PEFT format and merged models from a checkpoint.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Callable
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("lit_rl.score", "Score generation files (d1 JSON or lit_rl JSONL) with a task's eval/reward rules."),
     "rollouts": ("lit_rl.rollouts.cli", "Build or inspect external rollout pools."),
+    "sweep": ("lit_rl.sweep", "Optuna sweep over any config key (TPE or grid), one MLflow parent run per study."),
+    "report": ("lit_rl.report", "Compare MLflow runs: learning curves, per-source curves, Pareto points, sweep plots."),
     "export": ("lit_rl.models.cli", "Export LoRA adapters (PEFT format) and a merged model from a training checkpoint."),
 }
 
