@@ -131,6 +131,7 @@ def load_runs(
             [e.experiment_id for e in exps], filter_string=" and ".join(clauses), max_results=5000, order_by=["attributes.start_time ASC"]
         )
     wanted = None if history_keys is None else {mlflow_name(k) for k in history_keys}
+    seen: dict[str, int] = {}
     out = []
     for run in runs:
         if run.data.tags.get("lit_rl.role") in ("report", "study"):
@@ -140,8 +141,12 @@ def load_runs(
         for key in keys:
             points = client.get_metric_history(run.info.run_id, key)
             history[key] = [(m.step, m.value) for m in sorted(points, key=lambda m: (m.step, m.timestamp))]
+        tag = _label(run, label)
+        seen[tag] = seen.get(tag, 0) + 1
+        if seen[tag] > 1:  # labels name lines and table rows: keep them unique
+            tag = f"{tag} #{seen[tag]}"
         out.append(RunData(
-            run_id=run.info.run_id, name=run.info.run_name or run.info.run_id[:8], label=_label(run, label),
+            run_id=run.info.run_id, name=run.info.run_name or run.info.run_id[:8], label=tag,
             status=run.info.status, tags=dict(run.data.tags), params=dict(run.data.params),
             final=dict(run.data.metrics), history=history,
         ))
@@ -192,7 +197,9 @@ def plot_learning_curves(runs: list[RunData], metrics: Sequence[str], path: Path
 
 
 def sources_of(runs: list[RunData]) -> list[str]:
-    found = {m.group(1) for r in runs for k in r.history if (m := _SOURCE_RE.match(k))}
+    """Rollout sources: ``<source>`` of every ``train/<source>/reward_mean`` (``train/spg/...`` holds the
+    surrogate's statistics, not a source)."""
+    found = {m.group(1) for r in runs for k in r.history if (m := _SOURCE_RE.match(k)) and m.group(2) == "reward_mean"}
     order = {"on_policy": 0, "external": 1}
     return sorted(found, key=lambda s: (order.get(s, 2), s))
 

@@ -33,7 +33,9 @@ How it departs from a plain ``study.optimize`` loop, and why:
 
 DDP: use ``trainer.strategy: ddp_spawn`` in ``overrides`` (the trial's trainer then runs in spawned
 children and the sweep process keeps its Optuna/MLflow state; Lightning's ``ddp`` launcher would re-run
-the whole ``sweep`` command on every rank).
+the whole ``sweep`` command on every rank). The pruning protocol for that case is unit-tested; a real
+``ddp_spawn`` trial also needs the trainer picklable, which today fails on the classes that
+``lit_rl.cli.run_lightning_cli`` defines locally (``LitRLCLI``, ``SaveConfigToRun``).
 """
 
 from __future__ import annotations
