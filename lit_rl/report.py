@@ -76,7 +76,7 @@ class ReportSpec:
     curves: Sequence[str] = DEFAULT_CURVES
     table_metrics: Sequence[str] | None = None
     pareto_x: str = "train/tokens_per_problem"
-    pareto_y: str = "val/countdown/greedy/accuracy"
+    pareto_y: str = "val/sudoku/greedy/accuracy"
     minimize: Sequence[str] = ("loss",)
     label: str = "name"
 

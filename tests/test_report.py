@@ -95,7 +95,8 @@ def _assert_png(path: Path):
 def test_pareto_and_sweep_figures_and_mlflow_artifacts(store, tmp_path, capsys):
     uri, client = store
     out = tmp_path / "rep"
-    assert main(["--tracking-uri", uri, "--experiment", "double-rollout", "--experiment", "lit_rl-sweeps", "--out", str(out)]) == 0
+    assert main(["--tracking-uri", uri, "--experiment", "double-rollout", "--experiment", "lit_rl-sweeps", "--out", str(out),
+                 "--pareto-y", "val/countdown/greedy/accuracy"]) == 0  # metric names are configurable
     printed = capsys.readouterr().out
     # Pareto points: mean tokens over the history; a = 100 (0.5), b = 200 (0.4) dominated by a, c = 300 (0.7)
     assert "('dr-a', 100.0, 0.5, True)" in printed and "('dr-b', 200.0, 0.4, False)" in printed and "('dr-c', 300.0, 0.7, True)" in printed
