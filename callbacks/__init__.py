@@ -1,5 +1,6 @@
 """Lightning callbacks: format warm-up, Pass@k checkpoint evaluation, length and reward tracking."""
 
+from callbacks.ar_warmup import ScriptedSFTWarmup
 from callbacks.passk import PassAtKEvaluation
 from callbacks.progress import RolloutProgressBar
 from callbacks.reliability import CheckpointOnSigterm, ExactResume, PromptLedger
@@ -14,4 +15,5 @@ __all__ = [
     "PromptLedger",
     "RolloutProgressBar",
     "RolloutTracker",
+    "ScriptedSFTWarmup",
 ]

@@ -33,63 +33,11 @@ def _set_threads() -> None:
 
 
 def run_lightning_cli(args: list[str] | None = None, run: bool = True):
-    """Build the LightningCLI (``fit``, ``validate``, ``test``)."""
-    import torch
-    from lightning.pytorch import LightningDataModule, LightningModule
-    from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
-    from lightning.pytorch.loggers import MLFlowLogger
-
-    from lit_rl.runs import run_dir
-
-    if "LIT_RL_THREADS" in os.environ:
-        torch.set_num_threads(int(os.environ["LIT_RL_THREADS"]))
-
-    class LitRLCLI(LightningCLI):
-        def add_arguments_to_parser(self, parser) -> None:  # noqa: D401
-            parser.add_argument("--threads", type=int | None, default=None, help="torch CPU threads (default: torch's choice)")
-
-        def before_instantiate_classes(self) -> None:
-            sub = self.config.get(self.subcommand) if self.subcommand else self.config
-            threads = sub.get("threads") if sub else None
-            if threads:
-                torch.set_num_threads(int(threads))
-
-    class SaveConfigToRun(SaveConfigCallback):
-        """Save the resolved config next to the run (MLflow runs have no local log_dir) and log it to MLflow."""
-
-        def __init__(self, *args, **kwargs) -> None:
-            kwargs["save_to_log_dir"] = False
-            super().__init__(*args, **kwargs)
-
-        def setup(self, trainer, pl_module, stage) -> None:
-            self._run_dir = str(run_dir(trainer))
-            super().setup(trainer, pl_module, stage)
-
-        def save_config(self, trainer, pl_module, stage) -> None:
-            run_dir = self._run_dir
-            os.makedirs(run_dir, exist_ok=True)
-            path = os.path.join(run_dir, self.config_filename)
-            self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=self.multifile)
-            for logger in trainer.loggers:
-                if isinstance(logger, MLFlowLogger):
-                    logger.experiment.log_artifact(logger.run_id, path)
+    """Build the LightningCLI (``fit``, ``validate``, ``test``); see :mod:`lit_rl.lightning_cli`."""
+    from lit_rl.lightning_cli import build_cli
 
     extra = "\n".join(f"  {name:<10} {desc}" for name, (_, desc) in EXTRA_COMMANDS.items())
-    return LitRLCLI(
-        LightningModule,
-        LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        args=args,
-        run=run,
-        auto_configure_optimizers=False,
-        save_config_callback=SaveConfigToRun,
-        save_config_kwargs={"overwrite": True},
-        parser_kwargs={
-            "description": "lit_rl: RL for language models with verifiable rewards (dLLM-ERILS, double-rollout GRPO).\n"
-            "Other subcommands (python -m lit_rl <cmd> --help):\n" + extra,
-        },
-    )
+    return build_cli(args, run, extra)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Policies: masked diffusion LMs and causal LMs (tiny offline and pretrained) with optional LoRA / 4-bit."""
 
-from lit_rl.models.ar import CausalPolicy, PretrainedCausalLM, TinyCausalLM
+from lit_rl.models.ar import CausalPolicy, PretrainedCausalLM, SamplingSettings, TinyCausalLM
 from lit_rl.models.policy import (
     DiffusionPolicy,
     LoraSettings,
@@ -18,6 +18,7 @@ __all__ = [
     "LoraSettings",
     "PretrainedDiffusionLM",
     "QuantizationSettings",
+    "SamplingSettings",
     "TinyDiffusionLM",
     "build_char_tokenizer",
 ]

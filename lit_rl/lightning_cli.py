@@ -1,0 +1,70 @@
+"""The LightningCLI behind ``python -m lit_rl fit|validate|test``.
+
+Module-level classes (not closures), so a trainer that holds them can be pickled (``ddp_spawn``, sweeps).
+Imported lazily by :mod:`lit_rl.cli` so ``score``/``rollouts`` do not pay for Lightning's import.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import MLFlowLogger
+
+from lit_rl.runs import run_dir
+
+
+class LitRLCLI(LightningCLI):
+    """LightningCLI with a ``--threads`` option (torch CPU threads)."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument("--threads", type=int | None, default=None, help="torch CPU threads (default: torch's choice)")
+
+    def before_instantiate_classes(self) -> None:
+        sub = self.config.get(self.subcommand) if self.subcommand else self.config
+        threads = sub.get("threads") if sub else None
+        if threads:
+            torch.set_num_threads(int(threads))
+
+
+class SaveConfigToRun(SaveConfigCallback):
+    """Save the resolved config next to the run (MLflow runs have no local log_dir) and log it to MLflow."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["save_to_log_dir"] = False
+        super().__init__(*args, **kwargs)
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        # every rank computes the folder (trainer.log_dir would broadcast from rank-0-only code)
+        self._run_dir = str(run_dir(trainer))
+        super().setup(trainer, pl_module, stage)
+
+    def save_config(self, trainer, pl_module, stage) -> None:
+        os.makedirs(self._run_dir, exist_ok=True)
+        path = os.path.join(self._run_dir, self.config_filename)
+        self.parser.save(self.config, path, skip_none=False, overwrite=True, multifile=self.multifile)
+        for logger in trainer.loggers:
+            if isinstance(logger, MLFlowLogger):
+                logger.experiment.log_artifact(logger.run_id, path)
+
+
+def build_cli(args: list[str] | None, run: bool, extra_commands_help: str) -> LitRLCLI:
+    if "LIT_RL_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["LIT_RL_THREADS"]))
+    return LitRLCLI(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        args=args,
+        run=run,
+        auto_configure_optimizers=False,
+        save_config_callback=SaveConfigToRun,
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={
+            "description": "lit_rl: RL for language models with verifiable rewards (dLLM-ERILS, double-rollout GRPO).\n"
+            "Other subcommands (python -m lit_rl <cmd> --help):\n" + extra_commands_help,
+        },
+    )
