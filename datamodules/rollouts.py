@@ -50,6 +50,8 @@ class RolloutDataModule(PromptStreamDataModule):
         seed: seed of the prompt order and of rollout sampling.
         num_train_prompts: use only the first N training prompts (before shuffling); ``None``: all.
         output_dir: where ``prompt_order.jsonl`` goes (default: the trainer's log dir).
+        group_size: G, rollouts per prompt group; when set it must equal ``g_on + g_ext`` (a guard for
+            sweeps and configs that vary one of them).
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class RolloutDataModule(PromptStreamDataModule):
         seed: int = 42,
         num_train_prompts: int | None = None,
         output_dir: str | None = None,
+        group_size: int | None = None,
     ) -> None:
         super().__init__(
             task,
@@ -81,6 +84,8 @@ class RolloutDataModule(PromptStreamDataModule):
         )
         if g_on < 0 or g_ext < 0 or g_on + g_ext == 0:
             raise ValueError(f"data.g_on ({g_on}) and data.g_ext ({g_ext}) must be >= 0 with g_on + g_ext > 0")
+        if group_size is not None and group_size != g_on + g_ext:
+            raise ValueError(f"data.group_size (G = {group_size}) must equal data.g_on + data.g_ext = {g_on} + {g_ext} = {g_on + g_ext}")
         if g_ext > 0 and not pool_path:
             raise ValueError("data.pool_path is required when data.g_ext > 0 (the external rollout pool file)")
         self.pool_path = pool_path

@@ -82,6 +82,7 @@ def test_cursor_state_round_trip_and_seed_mismatch():
         (dict(g_ext=2, pool_path=None), "data.pool_path is required"),
         (dict(g_on=0, g_ext=0), "g_on"),
         (dict(prompts_per_batch=0), "data.prompts_per_batch"),
+        (dict(pool_path="pool.jsonl", group_size=5), r"data.group_size \(G = 5\) must equal data.g_on \+ data.g_ext = 4 \+ 2 = 6"),
     ],
 )
 def test_bad_arguments_fail_fast(kwargs, message):
