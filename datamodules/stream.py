@@ -170,6 +170,12 @@ class PromptStreamDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         assert self._eval is not None
         rank, world = self._world()
+        n_batches = -(-len(self._eval) // self.eval_batch_size)
+        if self._eval and n_batches < world:
+            raise ValueError(
+                f"data.eval_size ({len(self._eval)}) / data.eval_batch_size ({self.eval_batch_size}) gives {n_batches} "
+                f"eval batch(es) for {world} ranks: every rank needs at least one (lower eval_batch_size or raise eval_size)"
+            )
         return DataLoader(_EvalSet(self._eval, self.eval_batch_size, rank, world), batch_size=None, num_workers=0)
 
     def test_dataloader(self) -> DataLoader:

@@ -33,9 +33,11 @@ How it departs from a plain ``study.optimize`` loop, and why:
 
 DDP: use ``trainer.strategy: ddp_spawn`` in ``overrides`` (the trial's trainer then runs in spawned
 children and the sweep process keeps its Optuna/MLflow state; Lightning's ``ddp`` launcher would re-run
-the whole ``sweep`` command on every rank). The pruning protocol for that case is unit-tested; a real
-``ddp_spawn`` trial also needs the trainer picklable, which today fails on the classes that
-``lit_rl.cli.run_lightning_cli`` defines locally (``LitRLCLI``, ``SaveConfigToRun``).
+the whole ``sweep`` command on every rank). The trainer, its callbacks and the pruning callback are pickled
+into the spawned ranks (the CLI classes live at module level in :mod:`lit_rl.lightning_cli` for that);
+``tests/test_sweep.py::test_ddp_spawn_trials_complete_and_prune_across_processes`` runs real 2-process gloo
+trials, one completed and one pruned by the children's rank 0. Every rank needs at least one eval batch
+(``data.eval_size / data.eval_batch_size >= devices``).
 """
 
 from __future__ import annotations

@@ -344,3 +344,32 @@ def test_resume_after_a_worker_is_killed_mid_trial(tmp_path):
     dead = client.get_run(killed_run)
     assert dead.info.status == "FAILED" and dead.data.tags["optuna.trial_state"] == "FAIL"
     assert client.get_run(retry[0].user_attrs["mlflow_run_id"]).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_ddp_spawn_trials_complete_and_prune_across_processes(tmp_path):
+    """A real 2-process ``ddp_spawn`` (gloo) trial per grid point: the trainer and the pruning callback
+    are pickled into the spawned ranks; rank 0 of the children reports and prunes, and ``check_pruned()``
+    in the sweep process replays that decision (trial 1's lr is pruned by the threshold pruner)."""
+    raw = _cfg(
+        tmp_path,
+        study_name="ddp",
+        overrides={
+            "data": {"init_args": {"pool_path": str(POOL), "eval_size": 8, "eval_batch_size": 2}},  # 2 eval batches per rank
+            "trainer": {"strategy": "ddp_spawn", "devices": 2, "accelerator": "cpu"},
+        },
+        space={"data.init_args.g_ext": {"type": "categorical", "choices": [1, 3]}},
+    )
+    config = tmp_path / "ddp.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    proc = _worker(config, tmp_path / "ddp.log")
+    assert proc.wait(timeout=480) == 0, (tmp_path / "ddp.log").read_text()[-3000:]
+    study = optuna.load_study(study_name="ddp", storage=f"sqlite:///{tmp_path}/optuna.db")
+    trials = sorted(study.trials, key=lambda t: t.number)
+    assert [t.state for t in trials] == [TS.COMPLETE, TS.PRUNED], (tmp_path / "ddp.log").read_text()[-3000:]
+    assert 0.0 <= trials[0].value <= 1.0  # greedy accuracy pooled over the two ranks
+    assert sorted(trials[0].intermediate_values) == [2, 4]  # reported at global_step by the spawned rank 0
+    assert list(trials[1].intermediate_values) == [2] and trials[1].intermediate_values[2] > 0.01
+    _, children = _runs(tmp_path, "ddp")
+    assert [children[n].info.status for n in range(2)] == ["FINISHED", "KILLED"]
+    assert "train/on_policy/reward_mean" in children[0].data.metrics  # the children's logger wrote the child run

@@ -95,3 +95,13 @@ def test_decode_settings_validation_names_the_field():
         DecodeSettings(gen_length=60, block_length=32, steps=30)
     with pytest.raises(ValueError, match="steps .* divisible by the number of blocks"):
         DecodeSettings(gen_length=64, block_length=32, steps=5)
+
+
+def test_eval_batches_split_over_ranks_and_too_few_batches_fail_clearly(monkeypatch):
+    dm = _dm(eval_size=8, eval_batch_size=2)  # 4 eval batches
+    monkeypatch.setattr(dm, "_world", lambda: (1, 2))
+    assert [b.step for b in dm.val_dataloader()] == [-2, -4]  # rank 1 of 2 takes batches 1 and 3
+    dm = _dm(eval_size=4, eval_batch_size=4)  # 1 batch for 2 ranks: rank 1 would get none
+    monkeypatch.setattr(dm, "_world", lambda: (1, 2))
+    with pytest.raises(ValueError, match=r"data.eval_size \(4\) / data.eval_batch_size \(4\) gives 1 eval batch"):
+        dm.val_dataloader()
