@@ -27,7 +27,6 @@ not gathered across ranks.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import lightning as L

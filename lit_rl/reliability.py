@@ -30,7 +30,7 @@ import tempfile
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 from urllib.parse import urlparse
 
 import torch

@@ -89,7 +89,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
-import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
@@ -102,8 +101,8 @@ from lit_rl.algorithms.double_rollout_math import (
     revised_rewards,
     split_thinking,
 )
-from lit_rl.algorithms.erils import ERILSModule, NonFiniteUpdateError
 from lit_rl.algorithms.grpo import AGGREGATIONS, clipped_pg_loss, group_advantages, truncation_mask
+from lit_rl.algorithms.rl_module import RLModule
 from lit_rl.generation.ar import ARBackend, HFBackend
 from lit_rl.models.ar import CausalPolicy
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
@@ -452,7 +451,7 @@ def _adamw(params: Any) -> torch.optim.Optimizer:
 BackendFactory = Callable[[nn.Module], ARBackend]
 
 
-class DoubleRolloutGRPO(L.LightningModule):
+class DoubleRolloutGRPO(RLModule):
     """Double-rollout GRPO (and vanilla / large-rollout GRPO) for a causal LM policy.
 
     Args:
@@ -485,13 +484,11 @@ class DoubleRolloutGRPO(L.LightningModule):
         max_consecutive_skips: int = 10,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        if updates_per_batch < 1:
-            raise ValueError(f"model.updates_per_batch must be >= 1, got {updates_per_batch}")
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(f"model.micro_batch_size must be >= 1 or null, got {micro_batch_size}")
-        self.automatic_optimization = False
-        self.policy = policy
+        super().__init__(
+            policy, optimizer=optimizer, scheduler=scheduler, updates_per_batch=updates_per_batch,
+            micro_batch_size=micro_batch_size, grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips,
+            seed=seed,
+        )
         if backend is None:
             backend = HFBackend(policy)
         elif not isinstance(backend, ARBackend):
@@ -499,31 +496,12 @@ class DoubleRolloutGRPO(L.LightningModule):
         self.backend: ARBackend = backend
         self.dr = double_rollout if double_rollout is not None else DoubleRolloutSettings()
         self.loss_settings = loss if loss is not None else GRPOLossSettings()
-        self.optimizer_factory = optimizer
-        self.scheduler_factory = scheduler
-        self.updates_per_batch = updates_per_batch
-        self.micro_batch_size = micro_batch_size
-        self.grad_clip = grad_clip
-        self.max_consecutive_skips = max_consecutive_skips
-        self.seed = seed
         self.reference: nn.Module | None = None  # frozen copy, built when training starts (KL only)
-        self.skipped_updates = 0
-        self.consecutive_skips = 0
         self.uninformative_batches = 0
         self.last_advantages: Tensor | None = None
         self.last_estimate: Estimate | None = None
-        self._val_correct, self._val_total, self._val_len = 0.0, 0.0, []
 
     # -- setup -----------------------------------------------------------------------------------------
-    def configure_optimizers(self) -> Any:
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError("model.policy has no trainable parameters (LoRA targets matched nothing?)")
-        opt = self.optimizer_factory(params)
-        if self.scheduler_factory is None:
-            return opt
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
-
     def _reference_mode(self) -> str:
         mode = self.loss_settings.reference
         if mode == "auto":
@@ -664,48 +642,26 @@ class DoubleRolloutGRPO(L.LightningModule):
         return mb_mask.shape[0] / max(mask.shape[0], 1)
 
     def _update(self, ro: RolloutBatch, adv: Tensor, mask: Tensor, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
-        """One optimizer update: clipped PG loss over micro-batches, NaN guard, clip, step, schedule."""
-        opt = self.optimizers()
-        sched = self.lr_schedulers()
+        """One optimizer update of the clipped PG loss (micro-batched; guard/clip/step in ``optimizer_update``)."""
         s = self.loss_settings
-        opt.zero_grad(set_to_none=True)
-        size = self.micro_batch_size or len(ro)
-        loss_sum = torch.zeros((), device=self.device)
-        stats: dict[str, Tensor] = {}
-        for start in range(0, len(ro), size):
-            sl = slice(start, start + size)
-            logp = self.policy.token_logprobs(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)  # (b, L)
-            loss, stats = clipped_pg_loss(
-                logp, old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low, eps_high=s.eps_high,
-                ref_logp=None if ref_logp is None else ref_logp[sl], kl_beta=s.kl_beta, aggregation=s.aggregation,
-            )
-            loss = loss * self._mb_weight(mask, mask[sl])
-            self.manual_backward(loss)
-            loss_sum = loss_sum + loss.detach()
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        grads_finite = all(p.grad is None or torch.isfinite(p.grad).all() for p in params)
-        if not (torch.isfinite(loss_sum) and grads_finite):
-            opt.zero_grad(set_to_none=True)
-            self.skipped_updates += 1
-            self.consecutive_skips += 1
-            self.log("train/skipped_updates", float(self.skipped_updates), on_step=True, batch_size=1)
-            if self.consecutive_skips >= self.max_consecutive_skips:
-                raise NonFiniteUpdateError(
-                    f"{self.consecutive_skips} consecutive updates had a non-finite loss or gradient "
-                    f"(model.max_consecutive_skips = {self.max_consecutive_skips}); last loss {loss_sum.item()}"
+
+        def backward() -> tuple[Tensor, dict[str, Tensor]]:
+            size = self.micro_batch_size or len(ro)
+            loss_sum = torch.zeros((), device=self.device)
+            stats: dict[str, Tensor] = {}
+            for start in range(0, len(ro), size):
+                sl = slice(start, start + size)
+                logp = self.policy.token_logprobs(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)  # (b, L)
+                loss, stats = clipped_pg_loss(
+                    logp, old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low, eps_high=s.eps_high,
+                    ref_logp=None if ref_logp is None else ref_logp[sl], kl_beta=s.kl_beta, aggregation=s.aggregation,
                 )
-            return loss_sum
-        self.consecutive_skips = 0
-        if self.grad_clip is not None:
-            self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
-        opt.step()
-        if sched is not None:
-            sched.step()
-        self.log("train/loss", loss_sum, on_step=True, prog_bar=True, batch_size=1)
-        self.log("train/lr", opt.param_groups[0]["lr"], on_step=True, batch_size=1)
-        for k, v in stats.items():  # stats of the last micro-batch
-            self.log(f"train/grpo/{k}", v.float(), on_step=True, batch_size=1)
-        return loss_sum
+                loss = loss * self._mb_weight(mask, mask[sl])
+                self.manual_backward(loss)
+                loss_sum = loss_sum + loss.detach()
+            return loss_sum, stats
+
+        return self.optimizer_update(backward, "train/grpo")
 
     # -- metrics ---------------------------------------------------------------------------------------
     def _log_estimate(self, est: Estimate, batch: PromptBatch, first_stage: RolloutBatch) -> None:
@@ -758,11 +714,3 @@ class DoubleRolloutGRPO(L.LightningModule):
         for k, v in m.items():
             if not math.isnan(v):
                 self.log(k, v, on_step=True, batch_size=bs, prog_bar=k == "train/on_policy/reward_mean")
-
-    # -- periodic greedy evaluation: the same as the ERILS module's ------------------------------------
-    on_validation_epoch_start = ERILSModule.on_validation_epoch_start
-    validation_step = ERILSModule.validation_step
-    on_validation_epoch_end = ERILSModule.on_validation_epoch_end
-    test_step = ERILSModule.validation_step
-    on_test_epoch_start = ERILSModule.on_validation_epoch_start
-    on_test_epoch_end = ERILSModule.on_validation_epoch_end

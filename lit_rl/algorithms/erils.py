@@ -9,34 +9,35 @@ processor (source-specific / joint / on-policy only / external only) and the opt
 
 Mask draws are seeded by ``(seed, global_step)`` so a resumed run draws the same masks.
 A non-finite loss or gradient skips the update (weights unchanged, ``train/skipped_updates`` counts it);
-``max_consecutive_skips`` in a row stop the run with an error.
+``max_consecutive_skips`` in a row stop the run with an error (:class:`~lit_rl.algorithms.rl_module.RLModule`).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Iterable
+from typing import Iterable
 
-import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from lit_rl.algorithms.advantages import AdvantageProcessor, SourceSpecific
 from lit_rl.algorithms.surrogates import SPGSurrogate
+from lit_rl.algorithms.rl_module import NonFiniteUpdateError, RLModule
 from lit_rl.models.policy import DiffusionPolicy
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
+
+__all__ = ["ERILSModule", "NonFiniteUpdateError"]  # the error is re-exported for existing imports
 
 
 def _adamw(params: Iterable) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=3e-6, betas=(0.9, 0.99), weight_decay=0.1)
 
 
-class NonFiniteUpdateError(RuntimeError):
-    """Too many consecutive optimizer updates were skipped for NaN/inf."""
-
-
-class ERILSModule(L.LightningModule):
+class ERILSModule(RLModule):
     """dLLM-ERILS: SPG policy optimisation on mixed on-policy and external rollouts.
+
+    The optimisation skeleton (μ updates, NaN guard, clipping, schedule, greedy evaluation) is
+    :class:`~lit_rl.algorithms.rl_module.RLModule`'s; this class adds the advantage processing and the
+    SPG surrogate.
 
     Args:
         policy: the masked diffusion LM (``TinyDiffusionLM``, ``PretrainedDiffusionLM``).
@@ -65,38 +66,14 @@ class ERILSModule(L.LightningModule):
         max_consecutive_skips: int = 10,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        if updates_per_batch < 1:
-            raise ValueError(f"model.updates_per_batch must be >= 1, got {updates_per_batch}")
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(f"model.micro_batch_size must be >= 1 or null, got {micro_batch_size}")
-        self.automatic_optimization = False
-        self.policy = policy
+        super().__init__(
+            policy, optimizer=optimizer, scheduler=scheduler, updates_per_batch=updates_per_batch,
+            micro_batch_size=micro_batch_size, grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips,
+            seed=seed,
+        )
         self.surrogate = surrogate if surrogate is not None else SPGSurrogate()
         self.surrogate.mask_id = policy.mask_id
         self.advantages = advantages if advantages is not None else SourceSpecific()
-        self.optimizer_factory = optimizer
-        self.scheduler_factory = scheduler
-        self.updates_per_batch = updates_per_batch
-        self.micro_batch_size = micro_batch_size
-        self.grad_clip = grad_clip
-        self.max_consecutive_skips = max_consecutive_skips
-        self.seed = seed
-        self.skipped_updates = 0
-        self.consecutive_skips = 0
-        self._val_correct = 0.0
-        self._val_total = 0.0
-        self._val_len: list[torch.Tensor] = []
-
-    # -- optimisation setup --------------------------------------------------------------------------
-    def configure_optimizers(self) -> Any:
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError("model.policy has no trainable parameters (LoRA targets matched nothing?)")
-        opt = self.optimizer_factory(params)
-        if self.scheduler_factory is None:
-            return opt
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
 
     # -- training ------------------------------------------------------------------------------------
     def training_step(self, batch: PromptBatch, batch_idx: int) -> torch.Tensor:
@@ -116,47 +93,25 @@ class ERILSModule(L.LightningModule):
         return loss
 
     def _update(self, ro: RolloutBatch, adv: torch.Tensor) -> torch.Tensor:
-        """One optimizer update: SPG loss over micro-batches, NaN guard, clip, step, schedule."""
-        opt = self.optimizers()
-        sched = self.lr_schedulers()
+        """One optimizer update of the SPG loss (micro-batched; guard/clip/step in ``optimizer_update``)."""
         gen = torch.Generator(device="cpu").manual_seed(self.seed * 1_000_003 + self.global_step)
-        opt.zero_grad(set_to_none=True)
-        total_len = ro.lengths.sum().clamp(min=1)
-        size = self.micro_batch_size or len(ro)
-        loss_sum = torch.zeros((), device=self.device)
-        stats: dict[str, torch.Tensor] = {}
-        for mb, mb_adv in zip(ro.micro_batches(size), adv.split(size)):
-            loss, stats = self.surrogate(
-                self.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source, mb_adv, gen
-            )
-            # spg_loss normalises by the micro-batch's ΣL; rescale so the sum is Σ(−A·S·L)/ΣL_total
-            loss = loss * (mb.lengths.sum().clamp(min=1) / total_len)
-            self.manual_backward(loss)
-            loss_sum = loss_sum + loss.detach()
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        grads_finite = all(p.grad is None or torch.isfinite(p.grad).all() for p in params)
-        if not (torch.isfinite(loss_sum) and grads_finite):
-            opt.zero_grad(set_to_none=True)
-            self.skipped_updates += 1
-            self.consecutive_skips += 1
-            self.log("train/skipped_updates", float(self.skipped_updates), on_step=True)
-            if self.consecutive_skips >= self.max_consecutive_skips:
-                raise NonFiniteUpdateError(
-                    f"{self.consecutive_skips} consecutive updates had a non-finite loss or gradient "
-                    f"(model.max_consecutive_skips = {self.max_consecutive_skips}); last loss {loss_sum.item()}"
+
+        def backward() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            total_len = ro.lengths.sum().clamp(min=1)
+            size = self.micro_batch_size or len(ro)
+            loss_sum = torch.zeros((), device=self.device)
+            stats: dict[str, torch.Tensor] = {}
+            for mb, mb_adv in zip(ro.micro_batches(size), adv.split(size)):
+                loss, stats = self.surrogate(
+                    self.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source, mb_adv, gen
                 )
-            return loss_sum
-        self.consecutive_skips = 0
-        if self.grad_clip is not None:
-            self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
-        opt.step()
-        if sched is not None:
-            sched.step()
-        self.log("train/loss", loss_sum, on_step=True, prog_bar=True)
-        self.log("train/lr", opt.param_groups[0]["lr"], on_step=True)
-        for k, v in stats.items():
-            self.log(f"train/spg/{k}", v.float(), on_step=True)
-        return loss_sum
+                # spg_loss normalises by the micro-batch's ΣL; rescale so the sum is Σ(−A·S·L)/ΣL_total
+                loss = loss * (mb.lengths.sum().clamp(min=1) / total_len)
+                self.manual_backward(loss)
+                loss_sum = loss_sum + loss.detach()
+            return loss_sum, stats
+
+        return self.optimizer_update(backward, "train/spg")
 
     def _log_rollout_stats(self, ro: RolloutBatch, adv: torch.Tensor, keep: torch.Tensor) -> None:
         """Per-source reward/advantage mean and std, on-policy completion length (once per batch)."""
@@ -178,36 +133,3 @@ class ERILSModule(L.LightningModule):
         for k, v in (getattr(dm, "last_stats", None) or {}).items():
             self.log(k, float(v), on_step=True, batch_size=bs)
         self.log("train/rollouts_kept", keep.float().sum(), on_step=True, batch_size=bs)
-
-    # -- periodic greedy evaluation ------------------------------------------------------------------
-    def on_validation_epoch_start(self) -> None:
-        self._val_correct, self._val_total, self._val_len = 0.0, 0.0, []
-
-    def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
-        ro = batch.rollouts
-        self._val_correct += float(ro.rewards.sum())
-        self._val_total += float(ro.eval_total.sum())
-        self._val_len.append(ro.lengths.float())
-
-    def on_validation_epoch_end(self) -> None:
-        dm = getattr(self.trainer, "datamodule", None)
-        task = getattr(getattr(dm, "task", None), "name", "task")
-        correct = torch.tensor([self._val_correct, self._val_total], device=self.device)
-        correct = self.trainer.strategy.reduce(correct, reduce_op="sum") if self.trainer.world_size > 1 else correct
-        acc = (correct[0] / correct[1].clamp(min=1)).item()
-        metrics = {f"val/{task}/greedy/accuracy": acc}
-        if self._val_len:
-            metrics[f"val/{task}/greedy/length_mean"] = torch.cat(self._val_len).mean().item()
-        if self.trainer.sanity_checking:
-            # Lightning drops metrics logged during the sanity check; the starting policy's score is the
-            # first point of the learning curve, so write it to the loggers directly (step 0).
-            if self.trainer.is_global_zero and self.trainer.global_step == 0:
-                for logger in self.trainer.loggers:
-                    logger.log_metrics(metrics, step=0)
-            return
-        for k, v in metrics.items():
-            self.log(k, v, prog_bar=k.endswith("accuracy"), rank_zero_only=True)
-
-    test_step = validation_step
-    on_test_epoch_start = on_validation_epoch_start
-    on_test_epoch_end = on_validation_epoch_end

@@ -39,7 +39,6 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 __all__ = [
     "ModelFn",

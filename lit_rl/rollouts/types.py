@@ -6,7 +6,7 @@ occupies the last ``L`` positions, so ``input_ids[:, P:]`` is the completion of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 

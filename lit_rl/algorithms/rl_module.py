@@ -1,0 +1,162 @@
+"""The optimisation skeleton both RL modules share (ERILS and double-rollout GRPO).
+
+Both consume one rollout batch per training step and make ``μ`` optimizer updates on it with manual
+optimisation (``trainer.global_step`` counts updates, so ``max_steps`` is the paper's step count). What
+they share lives here and nowhere else:
+
+* the constructor checks and the injected optimizer / scheduler factories (LightningCLI builds them);
+* :meth:`RLModule.optimizer_update`: one update = zero grads → the subclass's loss over micro-batches
+  (its ``backward`` callable) → NaN guard (a non-finite loss or gradient skips the update, weights and
+  optimizer state unchanged, ``train/skipped_updates`` counts it; ``max_consecutive_skips`` in a row raise
+  :class:`NonFiniteUpdateError`) → grad-norm clipping → step → LR schedule → ``train/loss``, ``train/lr``
+  and the loss's own statistics;
+* the periodic greedy evaluation (``val/<task>/greedy/accuracy`` pooled over DDP ranks, the sanity-check
+  pass logged as the curve's first point).
+
+The subclasses differ only where the algorithms' math differs: how rewards become advantages and which
+surrogate / policy-gradient loss the update minimises.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import Tensor
+
+from lit_rl.rollouts.types import PromptBatch
+
+__all__ = ["NonFiniteUpdateError", "RLModule"]
+
+
+class NonFiniteUpdateError(RuntimeError):
+    """Too many consecutive optimizer updates were skipped for NaN/inf."""
+
+
+def _adamw(params: Iterable) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.99), weight_decay=0.0)
+
+
+class RLModule(L.LightningModule):
+    """Base of the RL LightningModules: μ manual optimizer updates per rollout batch, greedy evaluation.
+
+    Args:
+        policy: the policy (a module with ``parameters()``; generation lives in the DataModule).
+        optimizer: optimizer factory.
+        scheduler: LR scheduler factory, stepped every optimizer update (``None``: constant).
+        updates_per_batch: μ, optimizer updates per rollout batch.
+        micro_batch_size: rollouts per forward/backward within one update (gradient accumulation);
+            ``None`` = the whole rollout batch at once.
+        grad_clip: max gradient norm; ``None`` disables clipping.
+        max_consecutive_skips: stop after this many non-finite updates in a row.
+        seed: seed of the subclass's randomness (mask draws, continuation sampling).
+    """
+
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        optimizer: OptimizerCallable = _adamw,
+        scheduler: LRSchedulerCallable | None = None,
+        updates_per_batch: int = 1,
+        micro_batch_size: int | None = None,
+        grad_clip: float | None = 1.0,
+        max_consecutive_skips: int = 10,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if updates_per_batch < 1:
+            raise ValueError(f"model.updates_per_batch must be >= 1, got {updates_per_batch}")
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ValueError(f"model.micro_batch_size must be >= 1 or null, got {micro_batch_size}")
+        if max_consecutive_skips < 1:
+            raise ValueError(f"model.max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
+        self.automatic_optimization = False
+        self.policy = policy
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.updates_per_batch = updates_per_batch
+        self.micro_batch_size = micro_batch_size
+        self.grad_clip = grad_clip
+        self.max_consecutive_skips = max_consecutive_skips
+        self.seed = seed
+        self.skipped_updates = 0
+        self.consecutive_skips = 0
+        self._val_correct, self._val_total = 0.0, 0.0
+        self._val_len: list[Tensor] = []
+
+    # -- optimisation ----------------------------------------------------------------------------------
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("model.policy has no trainable parameters (LoRA targets matched nothing?)")
+        opt = self.optimizer_factory(params)
+        if self.scheduler_factory is None:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
+
+    def optimizer_update(self, backward: Callable[[], tuple[Tensor, dict[str, Tensor]]], stats_prefix: str) -> Tensor:
+        """One optimizer update around ``backward()``, which runs the loss over micro-batches (calling
+        ``self.manual_backward``) and returns ``(loss_sum, stats)``; steps in the module docstring."""
+        opt = self.optimizers()
+        sched = self.lr_schedulers()
+        opt.zero_grad(set_to_none=True)
+        loss_sum, stats = backward()
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        grads_finite = all(p.grad is None or torch.isfinite(p.grad).all() for p in params)
+        if not (torch.isfinite(loss_sum) and grads_finite):
+            opt.zero_grad(set_to_none=True)
+            self.skipped_updates += 1
+            self.consecutive_skips += 1
+            self.log("train/skipped_updates", float(self.skipped_updates), on_step=True, batch_size=1)
+            if self.consecutive_skips >= self.max_consecutive_skips:
+                raise NonFiniteUpdateError(
+                    f"{self.consecutive_skips} consecutive updates had a non-finite loss or gradient "
+                    f"(model.max_consecutive_skips = {self.max_consecutive_skips}); last loss {loss_sum.item()}"
+                )
+            return loss_sum
+        self.consecutive_skips = 0
+        if self.grad_clip is not None:
+            self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
+        opt.step()
+        if sched is not None:
+            sched.step()
+        self.log("train/loss", loss_sum, on_step=True, prog_bar=True, batch_size=1)
+        self.log("train/lr", opt.param_groups[0]["lr"], on_step=True, batch_size=1)
+        for k, v in stats.items():  # the loss's own statistics (of the last micro-batch)
+            self.log(f"{stats_prefix}/{k}", v.float(), on_step=True, batch_size=1)
+        return loss_sum
+
+    # -- periodic greedy evaluation --------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self._val_correct, self._val_total, self._val_len = 0.0, 0.0, []
+
+    def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
+        ro = batch.rollouts
+        self._val_correct += float(ro.rewards.sum())
+        self._val_total += float(ro.eval_total.sum())
+        self._val_len.append(ro.lengths.float())
+
+    def on_validation_epoch_end(self) -> None:
+        dm = getattr(self.trainer, "datamodule", None)
+        task = getattr(getattr(dm, "task", None), "name", "task")
+        correct = torch.tensor([self._val_correct, self._val_total], device=self.device)
+        correct = self.trainer.strategy.reduce(correct, reduce_op="sum") if self.trainer.world_size > 1 else correct
+        acc = (correct[0] / correct[1].clamp(min=1)).item()
+        metrics = {f"val/{task}/greedy/accuracy": acc}
+        if self._val_len:
+            metrics[f"val/{task}/greedy/length_mean"] = torch.cat(self._val_len).mean().item()
+        if self.trainer.sanity_checking:
+            # Lightning drops metrics logged during the sanity check; the starting policy's score is the
+            # first point of the learning curve, so write it to the loggers directly (step 0).
+            if self.trainer.is_global_zero and self.trainer.global_step == 0:
+                for logger in self.trainer.loggers:
+                    logger.log_metrics(metrics, step=0)
+            return
+        for k, v in metrics.items():
+            self.log(k, v, prog_bar=k.endswith("accuracy"), rank_zero_only=True)
+
+    test_step = validation_step
+    on_test_epoch_start = on_validation_epoch_start
+    on_test_epoch_end = on_validation_epoch_end
