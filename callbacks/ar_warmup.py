@@ -30,7 +30,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks.warmup import _weights_digest
 from lit_rl.algorithms.ar_sft import scripted_sft
-from lit_rl.rollouts.scripted import SCRIPTED_POLICIES
+from lit_rl.rollouts.scripted import TRACE_STYLES
 
 __all__ = ["ScriptedSFTWarmup"]
 
@@ -45,6 +45,8 @@ class ScriptedSFTWarmup(L.Callback):
         error_rate: share of teacher traces whose answer is made wrong on purpose.
         max_completion_len: target completions are cut to this many tokens (EOS included).
         seed: seed of the prompt draws and traces.
+        trace: trace style of :data:`lit_rl.rollouts.scripted.TRACE_STYLES` (``None``: the task's first,
+            e.g. Sudoku ``deduction``; ``grid`` is the fixed-length trace a tiny causal LM learns quickly).
         cache_dir: where warmed-up weights are cached (``None`` disables the cache).
     """
 
@@ -57,6 +59,7 @@ class ScriptedSFTWarmup(L.Callback):
         max_completion_len: int = 128,
         seed: int = 0,
         cache_dir: str | None = "runs/cache",
+        trace: str | None = None,
     ) -> None:
         if steps < 0 or batch_size < 1:
             raise ValueError(f"ScriptedSFTWarmup: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
@@ -64,21 +67,37 @@ class ScriptedSFTWarmup(L.Callback):
             raise ValueError(f"ScriptedSFTWarmup.error_rate must be in [0, 1], got {error_rate}")
         self.steps, self.lr, self.batch_size = steps, lr, batch_size
         self.error_rate, self.max_completion_len, self.seed, self.cache_dir = error_rate, max_completion_len, seed, cache_dir
+        self.trace = trace
         self.ran = False
         self.final_loss: float | None = None
 
     def cache_path(self, policy: torch.nn.Module, dm) -> Path | None:
         if not self.cache_dir:
             return None
-        key = hashlib.sha256(
+        text = (
             f"{_weights_digest(policy)}|{dm.task.name}|{dm.max_prompt_len}|{self.steps}|{self.lr}|{self.batch_size}|"
-            f"{self.error_rate}|{self.max_completion_len}|{self.seed}|{len(self._examples(dm))}".encode()
-        ).hexdigest()[:16]
+            f"{self.error_rate}|{self.max_completion_len}|{self.seed}|{len(self._examples(dm))}"
+        )
+        text += f"|{self.trace}" if self.trace is not None else ""
+        key = hashlib.sha256(text.encode()).hexdigest()[:16]
         return Path(self.cache_dir) / f"ar_sft_{dm.task.name}_{key}.pt"
 
     @staticmethod
     def _examples(dm) -> list:
-        return getattr(dm, "all_train_examples", None) or dm.train_examples
+        """Every training prompt of the task: the warm-up is not limited by ``data.num_train_prompts`` or
+        data profiling, which choose the RL prompt set."""
+        return list(dm.task.train_examples())
+
+    def teacher(self, task_name: str):
+        """The scripted trace function for ``task_name`` and :attr:`trace` (clear error if unknown)."""
+        styles = TRACE_STYLES.get(task_name)
+        if styles is None:
+            raise ValueError(f"ScriptedSFTWarmup: no scripted traces for task {task_name!r} (known: {sorted(TRACE_STYLES)})")
+        if self.trace is None:
+            return next(iter(styles.values()))
+        if self.trace not in styles:
+            raise ValueError(f"ScriptedSFTWarmup.trace: {self.trace!r} is not a {task_name} trace style (known: {sorted(styles)})")
+        return styles[self.trace]
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.ckpt_path or trainer.global_step > 0 or self.steps == 0:
@@ -87,8 +106,7 @@ class ScriptedSFTWarmup(L.Callback):
         dm.setup("fit")
         policy = pl_module.policy
         name = dm.task.name
-        if name not in SCRIPTED_POLICIES:
-            raise ValueError(f"ScriptedSFTWarmup: no scripted traces for task {name!r} (known: {sorted(SCRIPTED_POLICIES)})")
+        make = self.teacher(name)
         cache = self.cache_path(policy, dm)
         if cache is not None and cache.exists():
             policy.model.load_state_dict(torch.load(cache, map_location=pl_module.device, weights_only=True))
@@ -96,7 +114,7 @@ class ScriptedSFTWarmup(L.Callback):
             self.ran = True
             return
         t0 = time.perf_counter()
-        make_text = functools.partial(_teacher, SCRIPTED_POLICIES[name], self.error_rate)
+        make_text = functools.partial(_teacher, make, self.error_rate)
         self.final_loss = scripted_sft(
             policy, dm.task, self._examples(dm), make_text, self.steps, lr=self.lr, batch_size=self.batch_size,
             max_prompt_len=dm.max_prompt_len, max_completion_len=self.max_completion_len, seed=self.seed,

@@ -59,6 +59,28 @@ def sudoku_completion(example: Example, rng: random.Random, error_rate: float = 
     return f"<reasoning>{trace}</reasoning>\n<answer>{''.join(answer)}</answer>"
 
 
+def sudoku_grid_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
+    """A fixed-length Sudoku trace: the solution grid cell by cell (givens copied, blanks filled), then the
+    same 16 digits as the answer.
+
+    Made for tiny *causal* LMs: every trace token sits at a fixed offset from the prompt cell it depends
+    on (16 prompt digits before, the trace's own earlier digits) and the answer repeats the trace at a fixed
+    offset. The deduction trace of :func:`sudoku_completion` has a variable length, so writing its answer
+    means copying the givens from a variable distance, which a 1M-parameter causal LM with rotary
+    positions did not learn in 1,000 SFT steps (eval reward stayed at chance, 0.25-0.29), while this trace
+    reached 0.42 greedy / 0.30 sampled in 250 steps. ``error_rate``: on that share of traces one blank is
+    wrong in both the trace and the answer (a reasoning error, not a copying error).
+    """
+    puzzle, solution = example.meta["puzzle"], str(example.answer)
+    grid = list(solution)
+    if error_rate > 0 and rng.random() < error_rate:
+        blanks = [i for i, ch in enumerate(puzzle) if ch == "0"]
+        i = rng.choice(blanks)
+        grid[i] = rng.choice([d for d in "1234" if d != grid[i]])
+    g = "".join(grid)
+    return f"<reasoning>{g}</reasoning>\n<answer>{g}</answer>"
+
+
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b if b else None}
 
 
@@ -103,6 +125,13 @@ def countdown_completion(example: Example, rng: random.Random, error_rate: float
 
 
 SCRIPTED_POLICIES = {"sudoku": sudoku_completion, "countdown": countdown_completion}
+
+#: Trace styles per task for SFT warm starts (``ScriptedSFTWarmup.trace``); the first is the default and
+#: equals :data:`SCRIPTED_POLICIES` (what the external pool uses).
+TRACE_STYLES = {
+    "sudoku": {"deduction": sudoku_completion, "grid": sudoku_grid_completion},
+    "countdown": {"search": countdown_completion},
+}
 
 
 def format_warmup_text(task_name: str, example: Example, rng: random.Random) -> str:
