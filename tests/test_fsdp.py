@@ -1,0 +1,226 @@
+"""FSDP: the paper FSDP config, why Lightning's FSDPStrategy cannot train here, and the FSDP2 route that does.
+
+* ``conf/paper/erils_sudoku_fsdp.yaml`` (overlay on ``conf/paper/erils_sudoku.yaml``) validates with the
+  LightningCLI parser, as in ``tests/test_configs.py``, and its ``trainer.strategy`` builds an
+  :class:`FSDPStrategy` with the recorded sharding settings.
+* A real CPU run with ``FSDPStrategy`` is impossible in this Lightning/torch: Lightning refuses it on a CPU
+  accelerator, and torch FSDP1 refuses ``device_id=None``, which is what Lightning passes on CPU (torch itself
+  shards on CPU/gloo when given ``device_id=cpu``). Both refusals are pinned below, so the day either lifts
+  these tests say so. Past them, lit_rl itself does not fit FSDP1 yet (see the config's STATUS notes).
+* FSDP2 (``fully_shard``) through Lightning's ``ModelParallelStrategy`` does train on CPU with gloo: a
+  2-process fit through the real CLI, with a ``configure_model`` hook defined here (:class:`FSDP2ERILS`)
+  because ``ERILSModule`` has none yet. Every policy weight is a DTensor sharded over the two ranks; after
+  training the gathered weights are equal on both ranks and differ from the initial ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from lightning.pytorch import Callback
+
+from lit_rl.algorithms.erils import ERILSModule
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf/paper/erils_sudoku_fsdp.yaml"
+POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"
+WORLD = 2
+
+
+# -- the paper config -----------------------------------------------------------------------------------
+def parse_training_config(path: Path):
+    """The LightningCLI parse of tests/test_configs.py: an overlay on the base its usage line names."""
+    from jsonargparse import ActionConfigFile
+    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    parser = LightningArgumentParser()
+    parser.add_argument("--config", action=ActionConfigFile)
+    parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
+    parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
+    parser.add_argument("--seed_everything", type=int | bool | None, default=None)
+    parser.add_argument("--threads", type=int | None, default=None)
+    parser.add_lightning_class_args(Trainer, "trainer")
+    raw = yaml.safe_load(path.read_text())
+    assert (raw.get("model") or {}).get("class_path") is None  # an overlay
+    base = re.search(r"--config (conf/\S+\.yaml) --config conf/", path.read_text())
+    assert base and base.group(1) == "conf/paper/erils_sudoku.yaml"
+    return parser.parse_args(["--config", base.group(1), "--config", str(path.relative_to(ROOT))])
+
+
+def test_paper_fsdp_config_validates_and_builds_its_strategy(monkeypatch):
+    from jsonargparse import ArgumentParser
+    from lightning.pytorch.strategies import FSDPStrategy, Strategy
+    from torch.distributed.fsdp import ShardingStrategy
+
+    monkeypatch.chdir(ROOT)
+    cfg = parse_training_config(CONF)
+    assert cfg.trainer.accelerator == "gpu" and cfg.trainer.devices == 8 and cfg.trainer.precision == "bf16-mixed"
+    assert cfg.model.class_path == "lit_rl.algorithms.erils.ERILSModule"  # the base's model, data, budget
+    assert cfg.trainer.max_steps == 2500 and cfg.model.init_args.updates_per_batch == 12
+    q = cfg.model.init_args.policy.init_args.quantization
+    assert (q.load_in_4bit, q.quant_type, q.compute_dtype, q.upcast_non_quantized) == (True, "nf4", "bfloat16", False)
+    assert cfg.trainer.default_root_dir == "runs/paper/erils_sudoku_fsdp"
+    ckpt = [c for c in cfg.trainer.callbacks if c.class_path.endswith("ModelCheckpoint")]
+    assert ckpt[0].init_args.dirpath == "runs/paper/erils_sudoku_fsdp/checkpoints"
+    # the strategy object, built the way LightningCLI builds trainer.strategy
+    p = ArgumentParser()
+    p.add_argument("--strategy", type=Strategy)
+    strategy = p.instantiate(p.parse_object({"strategy": cfg.trainer.strategy.as_dict()})).strategy
+    assert type(strategy) is FSDPStrategy
+    assert strategy.sharding_strategy == ShardingStrategy.FULL_SHARD
+    assert strategy._state_dict_type == "full" and strategy.cpu_offload.offload_params is False
+    assert strategy.kwargs == {"use_orig_params": True}  # frozen 4-bit base + trainable LoRA in one unit
+
+
+# -- why FSDPStrategy cannot run on CPU -------------------------------------------------------------------
+def test_lightning_refuses_fsdp_strategy_on_cpu():
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    with pytest.raises(ValueError, match=r"The strategy `fsdp` requires a GPU accelerator, but received `accelerator='cpu'`"):
+        Trainer(accelerator="cpu", devices=2, strategy=FSDPStrategy(), logger=False)
+
+
+@pytest.mark.filterwarnings("ignore:FSDP is switching to use `NO_SHARD`:UserWarning")  # world size 1
+def test_torch_fsdp1_refuses_the_device_id_lightning_passes_on_cpu(tmp_path):
+    """Lightning builds ``FullyShardedDataParallel(..., device_id=root_device.index)``: ``None`` on CPU."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        assert torch.device("cpu").index is None
+        with pytest.raises(RuntimeError, match="FSDP needs a non-CPU accelerator device"):
+            FSDP(torch.nn.Linear(4, 4), device_id=torch.device("cpu").index, use_orig_params=True)
+        # control: given device_id=cpu, torch FSDP1 wraps and trains on CPU/gloo (a 2-process FULL_SHARD run
+        # does too; one process here to keep the test in-process)
+        m = FSDP(torch.nn.Linear(4, 4), device_id=torch.device("cpu"), use_orig_params=True)
+        m(torch.ones(2, 4)).sum().backward()
+        assert m.weight.grad is not None
+    finally:
+        dist.destroy_process_group()
+
+
+# -- FSDP2 through ModelParallelStrategy: a 2-process CPU fit ---------------------------------------------
+class FSDP2ERILS(ERILSModule):
+    """ERILS with the ``configure_model`` hook ModelParallelStrategy requires: each transformer block and the
+    policy's model become FSDP2 units over the data-parallel mesh. Unlike FSDP1, a unit gathers its weights
+    whenever it runs, so rollout generation outside ``training_step`` and backward inside it both work."""
+
+    def configure_model(self) -> None:
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = self.device_mesh["data_parallel"]
+        model = self.policy.model  # TinyDiffusionLM: BertForMaskedLM
+        for layer in model.bert.encoder.layer:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+
+
+class ShardProbe(Callback):
+    """Per rank: how the policy's weights are sharded at the start, and their gathered values before/after."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = Path(out_dir)
+        self.rows: dict = {}
+
+    @staticmethod
+    def _full(pl_module) -> dict[str, list[float]]:
+        # the root unit stays unsharded after a forward without backward (the last greedy evaluation): reshard
+        # so every weight is its DTensor again; full_tensor() is a collective, called in the same order on all ranks
+        pl_module.policy.model.reshard()
+        return {n: p.detach().full_tensor().flatten().tolist() for n, p in pl_module.policy.named_parameters()}
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        from torch.distributed.tensor import DTensor, Shard
+
+        params = dict(pl_module.policy.named_parameters())
+        self.rows["sharding"] = {
+            n: {
+                "dtensor": isinstance(p, DTensor),
+                "placements": [f"Shard({x.dim})" if isinstance(x, Shard) else str(x) for x in getattr(p, "placements", ())],
+                "local": p.to_local().numel() if isinstance(p, DTensor) else p.numel(),
+                "full": p.numel(),
+            }
+            for n, p in params.items()
+        }
+        self.rows["before"] = self._full(pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.rows["after"] = self._full(pl_module)
+        self.rows["global_step"] = trainer.global_step
+        self.rows["loss"] = float(trainer.callback_metrics["train/loss"])
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / f"rank{trainer.global_rank}.json").write_text(json.dumps(self.rows))
+
+
+@pytest.fixture(scope="module")
+def fsdp2_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fsdp2")
+    probe = {"class_path": "test_fsdp.ShardProbe", "init_args": {"out_dir": str(tmp / "probe")}}
+    strategy = {
+        "class_path": "lightning.pytorch.strategies.ModelParallelStrategy",
+        "init_args": {"data_parallel_size": WORLD, "tensor_parallel_size": 1},
+    }
+    cmd = [
+        sys.executable, "-m", "lit_rl", "fit",
+        "--config", str(ROOT / "conf/erils.yaml"),
+        "--config", str(ROOT / "tests/tiny_overlay.yaml"),
+        "--model.class_path=test_fsdp.FSDP2ERILS",
+        "--trainer.accelerator=cpu", f"--trainer.devices={WORLD}", f"--trainer.strategy={json.dumps(strategy)}",
+        "--trainer.logger=false",
+        f"--trainer.default_root_dir={tmp}",
+        # FormatWarmup is left out: its weight digest calls .numpy(), which DTensors do not support
+        f"--trainer.callbacks=[{json.dumps(probe)}]",
+        f"--data.init_args.pool_path={POOL}",
+        "--data.init_args.eval_size=8", "--data.init_args.eval_batch_size=2",  # every rank needs an eval batch
+    ]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1", LIT_RL_THREADS="1", PL_DISABLE_FORK="1", PYTHONFAULTHANDLER="1")
+    # its own process group (Lightning starts rank 1 inside it): a hang is reported with every rank's Python
+    # stack (faulthandler on SIGABRT) and leaves no orphaned rank behind
+    proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGABRT)
+        try:
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"2-process FSDP2 fit hung (a collective on some ranks only?). stderr tail:\n{stderr[-6000:]}")
+    assert proc.returncode == 0, stderr[-4000:]
+    return {r: json.loads((tmp / f"probe/rank{r}.json").read_text()) for r in range(WORLD)}
+
+
+def test_fsdp2_fit_shards_the_policy_over_two_cpu_ranks(fsdp2_run):
+    for r in range(WORLD):
+        sharding = fsdp2_run[r]["sharding"]
+        assert sharding and all(s["dtensor"] and s["placements"] == ["Shard(0)"] for s in sharding.values())
+    # dim 0 split over the ranks: the local pieces add up to each full weight (rank 0 takes the larger half)
+    for n, s0 in fsdp2_run[0]["sharding"].items():
+        s1 = fsdp2_run[1]["sharding"][n]
+        assert s0["full"] == s1["full"] and s0["local"] + s1["local"] == s0["full"], n
+    word = next(s for n, s in fsdp2_run[0]["sharding"].items() if n.endswith("word_embeddings.weight"))
+    assert word["local"] < word["full"]
+
+
+def test_fsdp2_fit_trains_and_keeps_the_ranks_in_sync(fsdp2_run):
+    r0, r1 = fsdp2_run[0], fsdp2_run[1]
+    assert r0["global_step"] == r1["global_step"] == 4  # tiny_overlay: 2 rollout batches x 2 updates
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in (r0, r1))
+    assert r0["before"] == r1["before"]  # same seeded initial weights
+    assert r0["after"] == r1["after"]  # one model: gathered weights agree after training
+    moved = [n for n in r0["after"] if r0["after"][n] != r0["before"][n]]
+    assert moved == list(r0["after"])  # the updates reached every sharded weight (26 in the tiny BERT)
