@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv (idempotent) and install lit_rl with the CPU constraints.
 # Usage: scripts/setup.sh [dev]
+# torch comes from pip (the CPU wheel pinned in constraints-cpu.txt lies on local disk and only pip looks
+# there); everything else is installed by uv, which took 2m06s where pip took 7m15s for the same install on
+# a loaded 2-core machine (falls back to pip if uv cannot be installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -9,7 +12,11 @@ extras=""
 [ "${1:-}" = "dev" ] && extras="[dev]"
 stamp=".venv/.installed${extras}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints-cpu.txt -nt "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -c constraints-cpu.txt -e ".${extras}"
+  .venv/bin/pip install -q -c constraints-cpu.txt torch
+  if .venv/bin/pip install -q uv 2>/dev/null; then
+    .venv/bin/uv pip install -q --python .venv/bin/python -c constraints-cpu.txt -e ".${extras}"
+  else
+    .venv/bin/pip install -q -c constraints-cpu.txt -e ".${extras}"
+  fi
   touch "$stamp"
 fi
