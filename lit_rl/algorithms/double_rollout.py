@@ -642,26 +642,33 @@ class DoubleRolloutGRPO(RLModule):
         return mb_mask.shape[0] / max(mask.shape[0], 1)
 
     def _update(self, ro: RolloutBatch, adv: Tensor, mask: Tensor, old_logp: Tensor, ref_logp: Tensor | None) -> Tensor:
-        """One optimizer update of the clipped PG loss (micro-batched; guard/clip/step in ``optimizer_update``)."""
+        """One optimizer update of the clipped PG loss (guard/clip/step in ``optimizer_update``)."""
+        return self.optimizer_update(lambda: self.accumulate_gradients(ro, adv, mask, old_logp, ref_logp), "train/grpo")
+
+    def accumulate_gradients(
+        self, ro: RolloutBatch, adv: Tensor, mask: Tensor, old_logp: Tensor, ref_logp: Tensor | None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Backward of the clipped PG loss over micro-batches of ``micro_batch_size`` rows.
+
+        Each micro-batch's loss is weighted by its share of the aggregation's denominator
+        (:meth:`_mb_weight`), so the accumulated gradient equals the full batch's for every aggregation
+        (tested). Returns ``(loss, stats of the last micro-batch)``.
+        """
         s = self.loss_settings
-
-        def backward() -> tuple[Tensor, dict[str, Tensor]]:
-            size = self.micro_batch_size or len(ro)
-            loss_sum = torch.zeros((), device=self.device)
-            stats: dict[str, Tensor] = {}
-            for start in range(0, len(ro), size):
-                sl = slice(start, start + size)
-                logp = self.policy.token_logprobs(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)  # (b, L)
-                loss, stats = clipped_pg_loss(
-                    logp, old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low, eps_high=s.eps_high,
-                    ref_logp=None if ref_logp is None else ref_logp[sl], kl_beta=s.kl_beta, aggregation=s.aggregation,
-                )
-                loss = loss * self._mb_weight(mask, mask[sl])
-                self.manual_backward(loss)
-                loss_sum = loss_sum + loss.detach()
-            return loss_sum, stats
-
-        return self.optimizer_update(backward, "train/grpo")
+        size = self.micro_batch_size or len(ro)
+        loss_sum = torch.zeros((), device=self.device)
+        stats: dict[str, Tensor] = {}
+        for start in range(0, len(ro), size):
+            sl = slice(start, start + size)
+            logp = self.policy.token_logprobs(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)  # (b, L)
+            loss, stats = clipped_pg_loss(
+                logp, old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low, eps_high=s.eps_high,
+                ref_logp=None if ref_logp is None else ref_logp[sl], kl_beta=s.kl_beta, aggregation=s.aggregation,
+            )
+            loss = loss * self._mb_weight(mask, mask[sl])
+            self.manual_backward(loss)
+            loss_sum = loss_sum + loss.detach()
+        return loss_sum, stats
 
     # -- metrics ---------------------------------------------------------------------------------------
     def _log_estimate(self, est: Estimate, batch: PromptBatch, first_stage: RolloutBatch) -> None:

@@ -1,0 +1,50 @@
+"""Gradient accumulation in DoubleRolloutGRPO: micro-batches give the full batch's loss and gradients for
+every aggregation (each micro-batch loss is weighted by its share of the aggregation's denominator)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lit_rl.algorithms.double_rollout import DoubleRolloutGRPO, GRPOLossSettings
+from lit_rl.models.ar import TinyCausalLM
+from lit_rl.rollouts.types import RolloutBatch, Source
+
+B, P, L = 5, 3, 6
+
+
+def _batch(policy: TinyCausalLM) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, 40, (B, P + L), generator=g)
+    lengths = torch.tensor([6, 2, 4, 1, 5])  # ragged: token counts differ per row
+    comp_mask = torch.arange(L)[None] < lengths[:, None]  # (B, L)
+    ro = RolloutBatch(
+        input_ids=ids, attention_mask=torch.ones_like(ids), prompt_len=P, completion_mask=comp_mask,
+        lengths=lengths, rewards=torch.zeros(B), source=torch.full((B,), int(Source.ON_POLICY)),
+        group=torch.zeros(B, dtype=torch.long), texts=[""] * B, prompt_ids=["p"] * B,
+        hit_limit=torch.zeros(B, dtype=torch.bool), old_logp=None, eval_total=None,
+    )
+    adv = torch.tensor([1.0, -0.5, 0.25, -1.0, 0.75])
+    with torch.no_grad():  # π_old a little off the current policy, so ratios are not all 1 and some clip
+        old = policy.token_logprobs(ids, ro.attention_mask, P) + 0.3 * torch.randn(B, L, generator=g)
+    return ro, adv, old
+
+
+def _grads(aggregation: str, micro: int | None) -> tuple[float, dict[str, torch.Tensor]]:
+    policy = TinyCausalLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+    module = DoubleRolloutGRPO(policy, loss=GRPOLossSettings(aggregation=aggregation), micro_batch_size=micro)
+    module.manual_backward = lambda loss: loss.backward()  # no trainer needed for the accumulation itself
+    ro, adv, old = _batch(policy)
+    loss, _ = module.accumulate_gradients(ro, adv, ro.completion_mask, old, None)
+    return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("micro", [1, 2, 3])
+def test_micro_batches_match_the_full_batch(aggregation, micro):
+    full_loss, full = _grads(aggregation, None)
+    loss, grads = _grads(aggregation, micro)
+    assert loss == pytest.approx(full_loss, rel=1e-5, abs=1e-7)
+    assert full.keys() == grads.keys() and full
+    for n in full:
+        torch.testing.assert_close(grads[n], full[n], rtol=1e-4, atol=1e-7, msg=n)
