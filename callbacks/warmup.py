@@ -7,8 +7,9 @@ accuracy after it stays near chance and everything above comes from RL. Varying 
 completion length free to move.
 
 The warmed-up weights are cached under ``cache_dir`` keyed by a hash of the initial weights and every
-warm-up setting, so repeated runs skip it. It runs only on a fresh fit (never when resuming from a
-checkpoint) and only changes the policy before the first rollout.
+warm-up setting, so repeated runs skip it (except under FSDP2 sharding: :func:`_weights_digest`). It runs
+only on a fresh fit (never when resuming from a checkpoint) and only changes the policy before the first
+rollout.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
 from lit_rl.rollouts.scripted import format_warmup_text
 
 
-def _weights_digest(module: torch.nn.Module) -> str:
+def _weights_digest(module: torch.nn.Module) -> str | None:
+    """Hash of ``module``'s state dict; ``None`` for FSDP2-sharded weights (DTensors), which are not cached:
+    a saved state dict of DTensors holds the saving rank's shards only, and other ranks would load those."""
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(t, DTensor) for t in module.state_dict().values()):
+        return None
     h = hashlib.sha256()
     for name, t in sorted(module.state_dict().items()):
         h.update(name.encode())
@@ -42,7 +49,8 @@ class FormatWarmup(L.Callback):
         lr: AdamW learning rate of the warm-up.
         batch_size: completions per step.
         seed: seed of the texts and masks.
-        cache_dir: where warmed-up weights are cached (``None`` disables the cache).
+        cache_dir: where warmed-up weights are cached (``None`` disables the cache; FSDP2-sharded policies
+            are never cached).
     """
 
     def __init__(self, steps: int = 300, lr: float = 1e-3, batch_size: int = 32, seed: int = 0, cache_dir: str | None = "runs/cache") -> None:
@@ -57,10 +65,11 @@ class FormatWarmup(L.Callback):
         dm = trainer.datamodule
         policy = pl_module.policy
         dm.setup("fit")
+        digest = _weights_digest(policy)
         key = hashlib.sha256(
-            f"{_weights_digest(policy)}|{dm.task.name}|{dm.generation.gen_length}|{self.steps}|{self.lr}|{self.batch_size}|{self.seed}".encode()
+            f"{digest}|{dm.task.name}|{dm.generation.gen_length}|{self.steps}|{self.lr}|{self.batch_size}|{self.seed}".encode()
         ).hexdigest()[:16]
-        cache = Path(self.cache_dir) / f"format_warmup_{dm.task.name}_{key}.pt" if self.cache_dir else None
+        cache = Path(self.cache_dir) / f"format_warmup_{dm.task.name}_{key}.pt" if self.cache_dir and digest else None
         if cache is not None and cache.exists():
             policy.load_state_dict(torch.load(cache, map_location=pl_module.device, weights_only=True))
             rank_zero_info(f"format warm-up: loaded cached weights {cache}")

@@ -1,16 +1,18 @@
-"""FSDP: the paper FSDP config, why Lightning's FSDPStrategy cannot train here, and the FSDP2 route that does.
+"""FSDP: why Lightning's FSDPStrategy (FSDP1) cannot train lit_rl, and the FSDP2 route that does.
 
-* ``conf/paper/erils_sudoku_fsdp.yaml`` (overlay on ``conf/paper/erils_sudoku.yaml``) validates with the
-  LightningCLI parser, as in ``tests/test_configs.py``, and its ``trainer.strategy`` builds an
-  :class:`FSDPStrategy` with the recorded sharding settings.
-* A real CPU run with ``FSDPStrategy`` is impossible in this Lightning/torch: Lightning refuses it on a CPU
-  accelerator, and torch FSDP1 refuses ``device_id=None``, which is what Lightning passes on CPU (torch itself
-  shards on CPU/gloo when given ``device_id=cpu``). Both refusals are pinned below, so the day either lifts
-  these tests say so. Past them, lit_rl itself does not fit FSDP1 yet (see the config's STATUS notes).
-* FSDP2 (``fully_shard``) through Lightning's ``ModelParallelStrategy`` does train on CPU with gloo: a
-  2-process fit through the real CLI, with a ``configure_model`` hook defined here (:class:`FSDP2ERILS`)
-  because ``ERILSModule`` has none yet. Every policy weight is a DTensor sharded over the two ranks; after
-  training the gathered weights are equal on both ranks and differ from the initial ones.
+* FSDP1 is out: Lightning refuses ``FSDPStrategy`` on a CPU accelerator, and torch FSDP1 refuses
+  ``device_id=None``, which is what Lightning passes on CPU (both pinned below, so the day either lifts
+  these tests say so). Past them, lit_rl's modules do not fit FSDP1 on any device: ``training_step`` runs
+  inside the root unit's forward, where ``manual_backward`` fails ("Expects BACKWARD_PRE or BACKWARD_POST
+  state but got HandleTrainingState.FORWARD"); rollouts are generated in the DataModule and Pass@k in a
+  callback, outside that forward, while the weights are sharded ("'weight' must be 2-D"); and
+  ``FSDPPrecision`` rejects the frozen ``Example`` dataclass of a batch and ``clip_gradients(norm)``.
+* FSDP2 (``fully_shard``) through Lightning's ``ModelParallelStrategy`` with the library hook
+  :meth:`RLModule.configure_model` (:mod:`lit_rl.distributed`) trains: a 2-process CPU (gloo) fit through
+  the real CLI, format warm-up included. Every policy weight is a DTensor sharded over the two ranks; after
+  training the gathered weights are equal on both ranks, differ from the initial ones, and are what the
+  single-file checkpoint (``save_distributed_checkpoint: false``) holds.
+* ``conf/paper/erils_sudoku_fsdp.yaml`` (overlay on ``conf/paper/erils_sudoku.yaml``) builds that strategy.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import torch
 import yaml
 from lightning.pytorch import Callback
 
-from lit_rl.algorithms.erils import ERILSModule
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf/paper/erils_sudoku_fsdp.yaml"
@@ -57,29 +58,30 @@ def parse_training_config(path: Path):
     return parser.parse_args(["--config", base.group(1), "--config", str(path.relative_to(ROOT))])
 
 
-def test_paper_fsdp_config_validates_and_builds_its_strategy(monkeypatch):
+def test_paper_fsdp_config_builds_model_parallel_strategy_over_8_gpus(monkeypatch):
     from jsonargparse import ArgumentParser
-    from lightning.pytorch.strategies import FSDPStrategy, Strategy
-    from torch.distributed.fsdp import ShardingStrategy
+    from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 
     monkeypatch.chdir(ROOT)
     cfg = parse_training_config(CONF)
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.devices == 8 and cfg.trainer.precision == "bf16-mixed"
     assert cfg.model.class_path == "lit_rl.algorithms.erils.ERILSModule"  # the base's model, data, budget
     assert cfg.trainer.max_steps == 2500 and cfg.model.init_args.updates_per_batch == 12
-    q = cfg.model.init_args.policy.init_args.quantization
-    assert (q.load_in_4bit, q.quant_type, q.compute_dtype, q.upcast_non_quantized) == (True, "nf4", "bfloat16", False)
+    policy = cfg.model.init_args.policy.init_args
+    assert policy.quantization is None and policy.dtype == "bfloat16" and policy.lora.r == 128  # bf16 base + LoRA
     assert cfg.trainer.default_root_dir == "runs/paper/erils_sudoku_fsdp"
     ckpt = [c for c in cfg.trainer.callbacks if c.class_path.endswith("ModelCheckpoint")]
     assert ckpt[0].init_args.dirpath == "runs/paper/erils_sudoku_fsdp/checkpoints"
+    # every rank runs the same number of (collective) forwards: greedy eval batches split evenly over the GPUs
+    data = cfg.data.init_args
+    assert data.eval_size % data.eval_batch_size == 0 and data.eval_size // data.eval_batch_size == cfg.trainer.devices
     # the strategy object, built the way LightningCLI builds trainer.strategy
     p = ArgumentParser()
     p.add_argument("--strategy", type=Strategy)
     strategy = p.instantiate(p.parse_object({"strategy": cfg.trainer.strategy.as_dict()})).strategy
-    assert type(strategy) is FSDPStrategy
-    assert strategy.sharding_strategy == ShardingStrategy.FULL_SHARD
-    assert strategy._state_dict_type == "full" and strategy.cpu_offload.offload_params is False
-    assert strategy.kwargs == {"use_orig_params": True}  # frozen 4-bit base + trainable LoRA in one unit
+    assert type(strategy) is ModelParallelStrategy
+    assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (8, 1)
+    assert strategy._save_distributed_checkpoint is False  # one last.ckpt file, as `lit_rl export` reads
 
 
 # -- why FSDPStrategy cannot run on CPU -------------------------------------------------------------------
@@ -111,22 +113,7 @@ def test_torch_fsdp1_refuses_the_device_id_lightning_passes_on_cpu(tmp_path):
         dist.destroy_process_group()
 
 
-# -- FSDP2 through ModelParallelStrategy: a 2-process CPU fit ---------------------------------------------
-class FSDP2ERILS(ERILSModule):
-    """ERILS with the ``configure_model`` hook ModelParallelStrategy requires: each transformer block and the
-    policy's model become FSDP2 units over the data-parallel mesh. Unlike FSDP1, a unit gathers its weights
-    whenever it runs, so rollout generation outside ``training_step`` and backward inside it both work."""
-
-    def configure_model(self) -> None:
-        from torch.distributed.fsdp import fully_shard
-
-        mesh = self.device_mesh["data_parallel"]
-        model = self.policy.model  # TinyDiffusionLM: BertForMaskedLM
-        for layer in model.bert.encoder.layer:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-
-
+# -- FSDP2 through ModelParallelStrategy and RLModule.configure_model: a 2-process CPU fit ---------------
 class ShardProbe(Callback):
     """Per rank: how the policy's weights are sharded at the start, and their gathered values before/after."""
 
@@ -141,7 +128,7 @@ class ShardProbe(Callback):
         pl_module.policy.model.reshard()
         return {n: p.detach().full_tensor().flatten().tolist() for n, p in pl_module.policy.named_parameters()}
 
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_fit_start(self, trainer, pl_module) -> None:  # after FormatWarmup (earlier in the callback list)
         from torch.distributed.tensor import DTensor, Shard
 
         params = dict(pl_module.policy.named_parameters())
@@ -154,6 +141,7 @@ class ShardProbe(Callback):
             }
             for n, p in params.items()
         }
+        self.rows["warmup_ran"] = [type(c).__name__ for c in trainer.callbacks if getattr(c, "ran", False)]
         self.rows["before"] = self._full(pl_module)
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -167,23 +155,27 @@ class ShardProbe(Callback):
 @pytest.fixture(scope="module")
 def fsdp2_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp2")
-    probe = {"class_path": "test_fsdp.ShardProbe", "init_args": {"out_dir": str(tmp / "probe")}}
-    strategy = {
+    callbacks = [
+        # a cache folder is given, but sharded weights are never cached (callbacks/warmup.py::_weights_digest)
+        {"class_path": "callbacks.FormatWarmup", "init_args": {"steps": 2, "batch_size": 4, "cache_dir": str(tmp / "cache")}},
+        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+         "init_args": {"dirpath": str(tmp / "ckpt"), "save_last": True, "save_top_k": 0, "every_n_train_steps": 4}},
+        {"class_path": "test_fsdp.ShardProbe", "init_args": {"out_dir": str(tmp / "probe")}},
+    ]
+    strategy = {  # as conf/paper/erils_sudoku_fsdp.yaml, over 2 CPU ranks
         "class_path": "lightning.pytorch.strategies.ModelParallelStrategy",
-        "init_args": {"data_parallel_size": WORLD, "tensor_parallel_size": 1},
+        "init_args": {"data_parallel_size": WORLD, "tensor_parallel_size": 1, "save_distributed_checkpoint": False},
     }
     cmd = [
         sys.executable, "-m", "lit_rl", "fit",
         "--config", str(ROOT / "conf/erils.yaml"),
         "--config", str(ROOT / "tests/tiny_overlay.yaml"),
-        "--model.class_path=test_fsdp.FSDP2ERILS",
         "--trainer.accelerator=cpu", f"--trainer.devices={WORLD}", f"--trainer.strategy={json.dumps(strategy)}",
-        "--trainer.logger=false",
+        "--trainer.logger=false", "--trainer.enable_checkpointing=true",
         f"--trainer.default_root_dir={tmp}",
-        # FormatWarmup is left out: its weight digest calls .numpy(), which DTensors do not support
-        f"--trainer.callbacks=[{json.dumps(probe)}]",
+        f"--trainer.callbacks={json.dumps(callbacks)}",
         f"--data.init_args.pool_path={POOL}",
-        "--data.init_args.eval_size=8", "--data.init_args.eval_batch_size=2",  # every rank needs an eval batch
+        "--data.init_args.eval_size=8", "--data.init_args.eval_batch_size=2",  # 2 eval batches per rank
     ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
                OMP_NUM_THREADS="1", LIT_RL_THREADS="1", PL_DISABLE_FORK="1", PYTHONFAULTHANDLER="1")
@@ -201,26 +193,43 @@ def fsdp2_run(tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"2-process FSDP2 fit hung (a collective on some ranks only?). stderr tail:\n{stderr[-6000:]}")
     assert proc.returncode == 0, stderr[-4000:]
-    return {r: json.loads((tmp / f"probe/rank{r}.json").read_text()) for r in range(WORLD)}
+    return tmp, {r: json.loads((tmp / f"probe/rank{r}.json").read_text()) for r in range(WORLD)}
 
 
 def test_fsdp2_fit_shards_the_policy_over_two_cpu_ranks(fsdp2_run):
+    tmp, rows = fsdp2_run
     for r in range(WORLD):
-        sharding = fsdp2_run[r]["sharding"]
+        sharding = rows[r]["sharding"]
         assert sharding and all(s["dtensor"] and s["placements"] == ["Shard(0)"] for s in sharding.values())
+        assert rows[r]["warmup_ran"] == ["FormatWarmup"]  # trained on the sharded policy ...
+    assert not (tmp / "cache").exists()  # ... and not cached (a state dict of DTensors is one rank's shards)
     # dim 0 split over the ranks: the local pieces add up to each full weight (rank 0 takes the larger half)
-    for n, s0 in fsdp2_run[0]["sharding"].items():
-        s1 = fsdp2_run[1]["sharding"][n]
+    for n, s0 in rows[0]["sharding"].items():
+        s1 = rows[1]["sharding"][n]
         assert s0["full"] == s1["full"] and s0["local"] + s1["local"] == s0["full"], n
-    word = next(s for n, s in fsdp2_run[0]["sharding"].items() if n.endswith("word_embeddings.weight"))
+    word = next(s for n, s in rows[0]["sharding"].items() if n.endswith("word_embeddings.weight"))
     assert word["local"] < word["full"]
 
 
 def test_fsdp2_fit_trains_and_keeps_the_ranks_in_sync(fsdp2_run):
-    r0, r1 = fsdp2_run[0], fsdp2_run[1]
+    _, rows = fsdp2_run
+    r0, r1 = rows[0], rows[1]
     assert r0["global_step"] == r1["global_step"] == 4  # tiny_overlay: 2 rollout batches x 2 updates
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in (r0, r1))
-    assert r0["before"] == r1["before"]  # same seeded initial weights
+    assert r0["before"] == r1["before"]  # same seeded (and warmed-up) initial weights
     assert r0["after"] == r1["after"]  # one model: gathered weights agree after training
     moved = [n for n in r0["after"] if r0["after"][n] != r0["before"][n]]
     assert moved == list(r0["after"])  # the updates reached every sharded weight (26 in the tiny BERT)
+
+
+def test_fsdp2_fit_checkpoint_is_one_file_of_full_weights(fsdp2_run):
+    tmp, rows = fsdp2_run
+    ckpt = torch.load(tmp / "ckpt/last.ckpt", map_location="cpu", weights_only=False)
+    assert ckpt["global_step"] == 4
+    state = {k.removeprefix("policy."): v for k, v in ckpt["state_dict"].items() if k.startswith("policy.")}
+    # the state dict also names BERT's tied decoder weights (named_parameters lists each tensor once)
+    tied = {"model.cls.predictions.decoder.weight": "model.bert.embeddings.word_embeddings.weight",
+            "model.cls.predictions.decoder.bias": "model.cls.predictions.bias"}
+    assert state.keys() == rows[0]["after"].keys() | tied.keys()
+    for n, v in state.items():  # plain tensors, gathered on rank 0: the trained weights
+        assert type(v) is torch.Tensor and v.flatten().tolist() == rows[0]["after"][tied.get(n, n)], n

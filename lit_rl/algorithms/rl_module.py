@@ -11,7 +11,9 @@ they share lives here and nowhere else:
   :class:`NonFiniteUpdateError`) → grad-norm clipping → step → LR schedule → ``train/loss``, ``train/lr``
   and the loss's own statistics;
 * the periodic greedy evaluation (``val/<task>/greedy/accuracy`` pooled over DDP ranks, the sanity-check
-  pass logged as the curve's first point).
+  pass logged as the curve's first point);
+* :meth:`RLModule.configure_model`: FSDP2 sharding of the policy under ``ModelParallelStrategy``
+  (:mod:`lit_rl.distributed`; the NaN guard then agrees over the ranks, each of which holds gradient shards).
 
 The subclasses differ only where the algorithms' math differs: how rewards become advantages and which
 surrogate / policy-gradient loss the update minimises.
@@ -25,6 +27,7 @@ import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 from lit_rl.rollouts.types import PromptBatch
 
@@ -33,6 +36,11 @@ __all__ = ["NonFiniteUpdateError", "RLModule"]
 
 class NonFiniteUpdateError(RuntimeError):
     """Too many consecutive optimizer updates were skipped for NaN/inf."""
+
+
+def _local(t: Tensor) -> Tensor:
+    """This rank's shard of a DTensor (FSDP2), else ``t``."""
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def _adamw(params: Iterable) -> torch.optim.Optimizer:
@@ -86,6 +94,26 @@ class RLModule(L.LightningModule):
         self._val_correct, self._val_total = 0.0, 0.0
         self._val_len: list[Tensor] = []
 
+    # -- sharding --------------------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        """FSDP2: shard ``policy.model`` over the data-parallel mesh of ``ModelParallelStrategy``
+        (:func:`lit_rl.distributed.shard_policy_fsdp2`; bf16 gathers with fp32 gradient reduction when
+        ``trainer.precision`` is ``bf16-mixed``). Without a device mesh (DDP, one device) it does nothing;
+        Lightning calls it again for every fit/validate/test, and an already sharded policy is left as is."""
+        mesh = self.device_mesh
+        if mesh is None:
+            return
+        from lit_rl.distributed import shard_policy_fsdp2
+
+        names = mesh.mesh_dim_names or ()
+        if "tensor_parallel" in names and mesh["tensor_parallel"].size() > 1:
+            raise ValueError(
+                "lit_rl shards with FSDP2 only: set trainer.strategy.init_args.tensor_parallel_size: 1 "
+                f"(got {mesh['tensor_parallel'].size()})"
+            )
+        dp_mesh = mesh["data_parallel"] if "data_parallel" in names else mesh
+        shard_policy_fsdp2(self.policy.model, dp_mesh, mixed_precision=self.trainer.precision == "bf16-mixed")
+
     # -- optimisation ----------------------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
         params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -104,8 +132,14 @@ class RLModule(L.LightningModule):
         opt.zero_grad(set_to_none=True)
         loss_sum, stats = backward()
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        grads_finite = all(p.grad is None or torch.isfinite(p.grad).all() for p in params)
-        if not (torch.isfinite(loss_sum) and grads_finite):
+        finite = bool(torch.isfinite(loss_sum))
+        finite = finite and all(p.grad is None or torch.isfinite(_local(p.grad)).all() for p in params)
+        if any(isinstance(p, DTensor) for p in params):
+            # FSDP2: a rank sees only its own gradient shards (and loss), so skip on every rank or on none
+            flag = torch.tensor(float(finite), device=loss_sum.device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+            finite = bool(flag)
+        if not finite:
             opt.zero_grad(set_to_none=True)
             self.skipped_updates += 1
             self.consecutive_skips += 1
