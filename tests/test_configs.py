@@ -45,3 +45,39 @@ def test_training_config_validates_with_lightning_cli(path, monkeypatch):
     else:
         cfg = parser.parse_path(str(path))
     assert cfg.model.class_path and cfg.data.class_path
+
+
+def _merged(path: Path) -> dict:
+    """The raw YAML of a training config, on top of its base when it is an overlay (dicts merged, lists replaced)."""
+    raw = yaml.safe_load(path.read_text())
+    if (raw.get("model") or {}).get("class_path") is not None:
+        return raw
+    base = re.search(r"--config (conf/\S+\.yaml) --config conf/", path.read_text())
+
+    def merge(a, b):
+        if isinstance(a, dict) and isinstance(b, dict):
+            return {k: merge(a.get(k), v) if k in a else v for k, v in b.items()} | {k: v for k, v in a.items() if k not in b}
+        return b
+
+    return merge(yaml.safe_load((ROOT / base.group(1)).read_text()), raw)
+
+
+# eval set sizes of configs with ``eval_size: null`` (the whole set): MATH500
+FULL_EVAL_SIZES = {"lit_rl.tasks.MathTask": 500}
+
+
+@pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_rank_gets_an_eval_batch(path):
+    """Under DDP/FSDP each rank takes every W-th eval batch and needs at least one (a rank without any makes
+    Lightning fail at fit start): ceil(eval_size / eval_batch_size) >= devices * num_nodes."""
+    cfg = _merged(path)
+    trainer, data = cfg.get("trainer") or {}, (cfg.get("data") or {}).get("init_args") or {}
+    devices = trainer.get("devices", 1)
+    world = (devices if isinstance(devices, int) else 1) * int(trainer.get("num_nodes", 1) or 1)
+    size = data.get("eval_size", 128)
+    if size is None:
+        size = FULL_EVAL_SIZES.get((data.get("task") or {}).get("class_path"))
+        if size is None:
+            pytest.skip("eval set size unknown without loading the task")
+    batches = -(-size // int(data.get("eval_batch_size", 32)))
+    assert batches >= world, f"{path.name}: {batches} eval batch(es) for {world} ranks (data.eval_batch_size)"
