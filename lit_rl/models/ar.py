@@ -1,8 +1,8 @@
 """Autoregressive (causal) LM policies for double-rollout GRPO (ALGORITHMS.md §6).
 
 A :class:`CausalPolicy` owns a causal LM and its tokenizer and exposes the same text helpers as the dLLM
-:class:`~lit_rl.models.policy.DiffusionPolicy` (the helpers are shared, not copied: they only need
-``tokenizer``, ``eos_id`` and ``pad_id``), plus what GRPO needs:
+:class:`~lit_rl.models.policy.DiffusionPolicy` (both inherit :class:`~lit_rl.models.text.TextPolicy`,
+which only needs ``tokenizer``, ``eos_id`` and ``pad_id``), plus what GRPO needs:
 
 * ``forward(input_ids, attention_mask) -> logits (B, T, V)``, position ids from the attention mask, so a
   left-padded prompt sees the same positions as it would alone;
@@ -29,7 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_rl.models.policy import DiffusionPolicy, LoraSettings, QuantizationSettings, apply_lora
+from lit_rl.models.policy import LoraSettings, QuantizationSettings, apply_lora
+from lit_rl.models.text import TextPolicy
 from lit_rl.models.tokenizer import build_char_tokenizer
 
 __all__ = ["CausalPolicy", "PretrainedCausalLM", "SamplingSettings", "TinyCausalLM", "position_ids_from_mask"]
@@ -83,7 +84,7 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
 
 
-class CausalPolicy(nn.Module):
+class CausalPolicy(TextPolicy, nn.Module):
     """Base class: a causal LM with its tokenizer.
 
     Subclasses set ``self.model`` (a ``*ForCausalLM``, possibly peft-wrapped), ``self.tokenizer``,
@@ -148,15 +149,6 @@ class CausalPolicy(nn.Module):
             n=1, seed=int(seed),
         )
         return out.to(prompt_ids.device)  # (B, max_new_tokens)
-
-    # -- text <-> ids: identical to the dLLM policy's (they use tokenizer / eos_id / pad_id only) ---
-    encode_prompts = DiffusionPolicy.encode_prompts
-    encode_completions = DiffusionPolicy.encode_completions
-    completion_lengths = DiffusionPolicy.completion_lengths
-    decode_completions = DiffusionPolicy.decode_completions
-    count_tokens = DiffusionPolicy.count_tokens
-    tokenizer_name = DiffusionPolicy.tokenizer_name
-    load_init_checkpoint = DiffusionPolicy.load_init_checkpoint
 
     def think_end_ids(self) -> list[int]:
         """Token ids of :attr:`think_end` (for ``double_rollout_math.split_thinking``)."""

@@ -19,14 +19,14 @@ Both take an optional :class:`LoraSettings` (peft) and an optional ``init_checkp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch import nn
 
 from lit_rl.generation.diffusion import position_ids_from_attention_mask
+from lit_rl.models.text import TextPolicy
 from lit_rl.models.tokenizer import build_char_tokenizer
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def apply_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
     return get_peft_model(model, cfg)
 
 
-class DiffusionPolicy(nn.Module):
+class DiffusionPolicy(TextPolicy, nn.Module):
     """Base class: a masked diffusion LM with its tokenizer.
 
     Subclasses set ``self.model``, ``self.tokenizer``, ``self.mask_id``, ``self.eos_id``, ``self.pad_id``.
@@ -164,79 +164,6 @@ class DiffusionPolicy(nn.Module):
         finally:
             self.train(was_training)
         return out[:, prompt_ids.shape[1]:]  # (B, L_gen)
-
-    # -- text <-> ids ------------------------------------------------------------------------------
-    def encode_prompts(self, messages: Sequence[list[dict[str, str]]], max_prompt_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Render chat prompts and left-pad them: ``(ids (B, P), mask (B, P))``.
-
-        Prompts longer than ``max_prompt_len`` keep their last ``max_prompt_len`` tokens (as TRL does).
-        """
-        rows: list[list[int]] = []
-        for msgs in messages:
-            text = self.tokenizer.apply_chat_template(list(msgs), tokenize=False, add_generation_prompt=True)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            if max_prompt_len is not None and len(ids) > max_prompt_len:
-                ids = ids[-max_prompt_len:]
-            rows.append(ids)
-        width = max(len(r) for r in rows)
-        out = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            if r:
-                out[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-                mask[i, width - len(r):] = 1
-        return out, mask
-
-    def encode_completions(self, texts: Sequence[str], length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokenise completions, append EOS, cut to ``length`` and fill the rest with EOS.
-
-        Returns ``(ids (B, length), lengths (B,))`` where ``lengths`` counts tokens up to and including
-        the first EOS (or ``length`` for a completion cut before its EOS).
-        """
-        ids = torch.full((len(texts), length), self.eos_id, dtype=torch.long)
-        lengths = torch.zeros(len(texts), dtype=torch.long)
-        for i, t in enumerate(texts):
-            toks = self.tokenizer(t, add_special_tokens=False)["input_ids"][: length - 1] + [self.eos_id]
-            toks = toks[:length]
-            ids[i, : len(toks)] = torch.tensor(toks, dtype=torch.long)
-            lengths[i] = len(toks)
-        return ids, lengths
-
-    def completion_lengths(self, completion_ids: torch.Tensor) -> torch.Tensor:
-        """Tokens up to and including the first EOS, ``(B,)``; no EOS → full width."""
-        is_eos = completion_ids == self.eos_id  # (B, L)
-        L = completion_ids.shape[1]
-        first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1), torch.full_like(is_eos[:, 0], L - 1, dtype=torch.long))
-        return first + 1  # (B,)
-
-    def decode_completions(self, completion_ids: torch.Tensor) -> list[str]:
-        """Text of each completion up to (excluding) its first EOS; special tokens dropped."""
-        lengths = self.completion_lengths(completion_ids)
-        out = []
-        for row, n in zip(completion_ids.tolist(), lengths.tolist()):
-            cut = row[:n]
-            if cut and cut[-1] == self.eos_id:
-                cut = cut[:-1]
-            out.append(self.tokenizer.decode(cut, skip_special_tokens=True))
-        return out
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    @property
-    def tokenizer_name(self) -> str:
-        return str(getattr(self.tokenizer, "name_or_path", type(self.tokenizer).__name__))
-
-    def load_init_checkpoint(self, path: str | Path) -> None:
-        """Load model weights from a ``torch.save``'d state dict or a Lightning checkpoint."""
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if "state_dict" in state:  # Lightning checkpoint: keys prefixed "policy."
-            state = {k.removeprefix("policy."): v for k, v in state["state_dict"].items() if k.startswith("policy.")}
-            missing, unexpected = self.load_state_dict(state, strict=False)
-        else:
-            missing, unexpected = self.model.load_state_dict(state, strict=False)
-        if unexpected:
-            raise ValueError(f"init_checkpoint {path}: unexpected keys {unexpected[:5]}")
 
 
 class TinyDiffusionLM(DiffusionPolicy):
