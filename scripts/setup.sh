@@ -3,7 +3,7 @@
 # Usage: scripts/setup.sh [dev]
 # torch comes from pip (the CPU wheel pinned in constraints-cpu.txt lies on local disk and only pip looks
 # there); everything else is installed by uv, which took 2m06s where pip took 7m15s for the same install on
-# a loaded 2-core machine (falls back to pip if uv cannot be installed).
+# a loaded 2-core machine (falls back to pip if uv cannot be installed or fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -13,9 +13,9 @@ extras=""
 stamp=".venv/.installed${extras}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints-cpu.txt -nt "$stamp" ]; then
   .venv/bin/pip install -q -c constraints-cpu.txt torch
-  if .venv/bin/pip install -q uv 2>/dev/null; then
-    .venv/bin/uv pip install -q --python .venv/bin/python -c constraints-cpu.txt -e ".${extras}"
-  else
+  if ! { .venv/bin/pip install -q uv 2>/dev/null &&
+         .venv/bin/uv pip install -q --python .venv/bin/python -c constraints-cpu.txt -e ".${extras}"; }; then
+    echo "setup.sh: uv unavailable or failed; installing with pip" >&2
     .venv/bin/pip install -q -c constraints-cpu.txt -e ".${extras}"
   fi
   touch "$stamp"
