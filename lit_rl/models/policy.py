@@ -19,6 +19,7 @@ Both take an optional :class:`LoraSettings` (peft) and an optional ``init_checkp
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -324,6 +325,9 @@ class PretrainedDiffusionLM(DiffusionPolicy):
         self.model = AutoModel.from_pretrained(path, **kwargs)
         # before any forward: eval-mode no-grad passes must not pack 4-bit weights (lit_rl.models.quantization)
         disable_cpu_weight_packing(self.model)
+        # left padding: pass position ids from the attention mask when the architecture takes them (Dream does,
+        # and its own generation derives them the same way; LLaDA's forward has no position_ids)
+        self.accepts_position_ids = "position_ids" in inspect.signature(type(self.model).forward).parameters
         self.mask_id = int(mask_id if mask_id is not None else self.tokenizer.mask_token_id)
         self.eos_id = int(eos_id if eos_id is not None else self.tokenizer.eos_token_id)
         tok_pad = getattr(self.tokenizer, "pad_token_id", None)

@@ -60,8 +60,10 @@ def randomize_adapters(policy: PretrainedDiffusionLM, seed: int = 1) -> None:
 
 
 def raw_logits(policy: PretrainedDiffusionLM, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The model's own logits, unshifted: ``(B, T, V)``, position t-1 predicts token t."""
-    return policy.model(input_ids=ids, attention_mask=mask).logits
+    """The model's own logits, unshifted: ``(B, T, V)``, position t-1 predicts token t (positions counted
+    over real tokens, as Dream's own generation does for left-padded batches)."""
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+    return policy.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
 
 
 def adapter_grads(policy: PretrainedDiffusionLM) -> dict[str, torch.Tensor]:
@@ -120,6 +122,30 @@ def test_remote_code_4bit_lora_loading(policy):
 
 
 # -- the shift ------------------------------------------------------------------------------------------
+def test_position_ids_from_the_attention_mask_reach_the_model(policy, monkeypatch):
+    """Dream's forward takes position ids, so the policy passes them (counted over real tokens, as Dream's
+    own generation does); LLaDA's forward has none. With rotary positions and masked padding the logits of a
+    left-padded prompt equal the prompt's alone either way (relative offsets are unchanged), from its
+    second token on: the first token's shifted logits come from the pad position before it."""
+    assert policy.accepts_position_ids
+    ids, mask = policy.encode_prompts(PROMPTS)  # (2, P): row 1 is left-padded
+    seen = {}
+    inner = policy.model.forward
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(policy.model, "forward", spy)
+    alone, alone_mask = policy.encode_prompts(PROMPTS[1:])  # (1, P1)
+    with torch.no_grad():
+        batched = policy(ids, mask)[1, -alone.shape[1]:]  # (P1, V)
+        expected = (mask.cumsum(-1) - 1).clamp(min=0)
+        assert torch.equal(seen["position_ids"], expected)
+        single = policy(alone, alone_mask)[0]  # (P1, V)
+    torch.testing.assert_close(batched[1:], single[1:], rtol=1e-4, atol=1e-5)
+
+
 def test_policy_logits_are_the_raw_logits_shifted_one_position_right(policy):
     ids, mask = policy.encode_prompts(PROMPTS)  # (2, P)
     ids = ids.clone()
