@@ -199,7 +199,11 @@ def test_instruction_mode_appends_the_instruction(tmp_path):
         res = build_pool(cfg, progress=False)
     assert res.prompts_done == 2 and len(seen) == 4
     task = get_task("sudoku", num_train=2)
-    assert seen[0][-1]["content"] == task.messages(task.train_examples()[0])[-1]["content"].rstrip() + "\n\nBe brief: about 77 tokens."
+    # requests run concurrently, so the server sees them in any order: compare as a multiset
+    expected = sorted(
+        task.messages(e)[-1]["content"].rstrip() + "\n\nBe brief: about 77 tokens." for e in task.train_examples() for _ in range(2)
+    )
+    assert sorted(m[-1]["content"] for m in seen) == expected
     recs = list(iter_pool(res.pool)[1])
     assert all("stage1" not in r.meta and r.meta["length_control"] == "instruction" for r in recs)
 
