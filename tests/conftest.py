@@ -9,3 +9,50 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 import torch  # noqa: E402
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def overlay_base(path: Path) -> str | None:
+    """The base config an overlay names in its usage line (``--config conf/<base>.yaml --config conf/...``);
+    ``None`` for a full config (it has ``model.class_path``)."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    if (raw.get("model") or {}).get("class_path") is not None:
+        return None
+    base = re.search(r"--config (conf/\S+\.yaml) --config conf/", path.read_text())
+    assert base, f"{path}: an overlay must name its base in a usage line (--config conf/<base>.yaml --config ...)"
+    return base.group(1)
+
+
+@pytest.fixture
+def parse_training_config(monkeypatch):
+    """``parse(path)``: the LightningCLI parse of a training config without building it (an overlay on
+    top of the base its usage line names), run from the repository root."""
+    from jsonargparse import ActionConfigFile
+    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+    from lightning.pytorch.cli import LightningArgumentParser
+
+    monkeypatch.chdir(ROOT)
+
+    def parse(path: Path):
+        parser = LightningArgumentParser()
+        parser.add_argument("--config", action=ActionConfigFile)
+        parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
+        parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
+        parser.add_argument("--seed_everything", type=int | bool | None, default=None)
+        parser.add_argument("--threads", type=int | None, default=None)
+        parser.add_lightning_class_args(Trainer, "trainer")
+        base = overlay_base(path)
+        if base is None:
+            return parser.parse_path(str(path))
+        return parser.parse_args(["--config", base, "--config", str(path)])
+
+    parse.base = overlay_base
+    return parse

@@ -4,7 +4,6 @@ An overlay (a training config without ``model.class_path``) is validated on top 
 usage line names (``--config conf/<base>.yaml --config conf/<overlay>.yaml``).
 """
 
-import re
 from pathlib import Path
 
 import pytest
@@ -22,44 +21,24 @@ def test_yaml_parses(path):
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_training_config_validates_with_lightning_cli(path, monkeypatch):
+def test_training_config_validates_with_lightning_cli(path, parse_training_config):
     """The LightningCLI parser accepts the config (types, class paths, argument names) without building it."""
-    monkeypatch.chdir(ROOT)
-    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-    from lightning.pytorch.cli import LightningArgumentParser
-
-    from jsonargparse import ActionConfigFile
-
-    parser = LightningArgumentParser()
-    parser.add_argument("--config", action=ActionConfigFile)
-    parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
-    parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
-    parser.add_argument("--seed_everything", type=int | bool | None, default=None)
-    parser.add_argument("--threads", type=int | None, default=None)
-    parser.add_lightning_class_args(Trainer, "trainer")
-    raw = yaml.safe_load(path.read_text())
-    if (raw.get("model") or {}).get("class_path") is None:
-        base = re.search(r"--config (conf/\S+\.yaml) --config conf/", path.read_text())
-        assert base, f"{path}: an overlay must name its base in a usage line (--config conf/<base>.yaml --config ...)"
-        cfg = parser.parse_args(["--config", base.group(1), "--config", str(path)])
-    else:
-        cfg = parser.parse_path(str(path))
+    cfg = parse_training_config(path)
     assert cfg.model.class_path and cfg.data.class_path
 
 
-def _merged(path: Path) -> dict:
-    """The raw YAML of a training config, on top of its base when it is an overlay (dicts merged, lists replaced)."""
+def _merged(path: Path, base: str | None) -> dict:
+    """The raw YAML of a training config, on top of ``base`` when it is an overlay (dicts merged, lists replaced)."""
     raw = yaml.safe_load(path.read_text())
-    if (raw.get("model") or {}).get("class_path") is not None:
+    if base is None:
         return raw
-    base = re.search(r"--config (conf/\S+\.yaml) --config conf/", path.read_text())
 
     def merge(a, b):
         if isinstance(a, dict) and isinstance(b, dict):
             return {k: merge(a.get(k), v) if k in a else v for k, v in b.items()} | {k: v for k, v in a.items() if k not in b}
         return b
 
-    return merge(yaml.safe_load((ROOT / base.group(1)).read_text()), raw)
+    return merge(yaml.safe_load((ROOT / base).read_text()), raw)
 
 
 # eval set sizes of configs with ``eval_size: null`` (the whole set): MATH500
@@ -67,10 +46,10 @@ FULL_EVAL_SIZES = {"lit_rl.tasks.MathTask": 500}
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_rank_gets_an_eval_batch(path):
+def test_every_rank_gets_an_eval_batch(path, parse_training_config):
     """Under DDP/FSDP each rank takes every W-th eval batch and needs at least one (a rank without any makes
     Lightning fail at fit start): ceil(eval_size / eval_batch_size) >= devices * num_nodes."""
-    cfg = _merged(path)
+    cfg = _merged(path, parse_training_config.base(path))
     trainer, data = cfg.get("trainer") or {}, (cfg.get("data") or {}).get("init_args") or {}
     devices = trainer.get("devices", 1)
     world = (devices if isinstance(devices, int) else 1) * int(trainer.get("num_nodes", 1) or 1)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -27,7 +26,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from lightning.pytorch import Callback
 
 
@@ -38,31 +36,11 @@ WORLD = 2
 
 
 # -- the paper config -----------------------------------------------------------------------------------
-def parse_training_config(path: Path):
-    """The LightningCLI parse of tests/test_configs.py: an overlay on the base its usage line names."""
-    from jsonargparse import ActionConfigFile
-    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-    from lightning.pytorch.cli import LightningArgumentParser
-
-    parser = LightningArgumentParser()
-    parser.add_argument("--config", action=ActionConfigFile)
-    parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
-    parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
-    parser.add_argument("--seed_everything", type=int | bool | None, default=None)
-    parser.add_argument("--threads", type=int | None, default=None)
-    parser.add_lightning_class_args(Trainer, "trainer")
-    raw = yaml.safe_load(path.read_text())
-    assert (raw.get("model") or {}).get("class_path") is None  # an overlay
-    base = re.search(r"--config (conf/\S+\.yaml) --config conf/", path.read_text())
-    assert base and base.group(1) == "conf/paper/erils_sudoku.yaml"
-    return parser.parse_args(["--config", base.group(1), "--config", str(path.relative_to(ROOT))])
-
-
-def test_paper_fsdp_config_builds_model_parallel_strategy_over_8_gpus(monkeypatch):
+def test_paper_fsdp_config_builds_model_parallel_strategy_over_8_gpus(parse_training_config):
     from jsonargparse import ArgumentParser
     from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 
-    monkeypatch.chdir(ROOT)
+    assert parse_training_config.base(CONF) == "conf/paper/erils_sudoku.yaml"  # an overlay on the paper ERILS config
     cfg = parse_training_config(CONF)
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.devices == 8 and cfg.trainer.precision == "bf16-mixed"
     assert cfg.model.class_path == "lit_rl.algorithms.erils.ERILSModule"  # the base's model, data, budget
