@@ -816,11 +816,12 @@ class SweepRunner:
                 continue
         return None
 
-    def run(self) -> list[int]:
+    def run(self, max_trials: int | None = None) -> list[int]:
+        """Pop and run waiting trials until none is left (or this worker has run ``max_trials``)."""
         import optuna
 
         TS = optuna.trial.TrialState
-        while True:
+        while max_trials is None or len(self.ran) < max_trials:
             with warnings.catch_warnings():  # experimental since Optuna 2.9, still the public entry point
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(self.study)
@@ -948,11 +949,19 @@ def fit_trial_with_lightning_cli(cfg: SweepConfig, trial, values: dict[str, Any]
         gc.collect()
 
 
-def run_sweep(cfg: SweepConfig, n_trials: int | None = None, fit_trial: Callable[..., float] | None = None) -> "Any":
-    """Create or join the study, run trials until no slot is left, return the Optuna study."""
+def run_sweep(
+    cfg: SweepConfig, n_trials: int | None = None, fit_trial: Callable[..., float] | None = None, max_trials: int | None = None,
+) -> "Any":
+    """Create or join the study, run trials until no slot is left, return the Optuna study.
+
+    ``max_trials`` caps the trials *this worker* runs (e.g. one per SLURM array task); the study's total
+    stays ``n_trials``, and the remaining slots wait for other workers or the next run.
+    """
+    if max_trials is not None and max_trials < 1:
+        raise ValueError(f"max_trials must be >= 1, got {max_trials}")
     runner = SweepRunner(cfg, fit_trial)
     runner.setup(n_trials)
-    runner.run()
+    runner.run(max_trials)
     return runner.study
 
 
@@ -976,6 +985,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lit_rl sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="a sweep YAML (conf/sweeps/<name>.yaml)")
     parser.add_argument("--n-trials", type=int, default=None, help="total trials of the study (tops up a resumed study)")
+    parser.add_argument("--max-trials", type=int, default=None, help="this worker runs at most this many trials, then exits")
     parser.add_argument("--study-name", default=None, help="override study_name")
     parser.add_argument("--storage", default=None, help="override storage (any SQLAlchemy URL)")
     parser.add_argument("--tracking-uri", default=None, help="override the MLflow tracking URI")
@@ -992,7 +1002,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.n_trials is not None:
         raw["n_trials"] = args.n_trials
     cfg = SweepConfig.from_dict(raw)
-    study = run_sweep(cfg, args.n_trials)
+    study = run_sweep(cfg, args.n_trials, max_trials=args.max_trials)
     print(summarize(study))
     return 0
 

@@ -265,6 +265,29 @@ def test_a_trial_declared_stale_while_alive_does_not_crash_its_worker(tmp_path):
     assert children[1].info.status == "FINISHED" and children[1].data.metrics["sweep/objective"] == 0.5
 
 
+def test_max_trials_caps_one_worker_and_the_next_run_takes_the_rest(tmp_path):
+    calls = []
+
+    def fake_fit(cfg, trial, values, run_id, trial_dir, overlay):
+        calls.append(trial.number)
+        return float(values["data.init_args.g_ext"])
+
+    raw = _cfg(tmp_path, study_name="capped", derived={})
+    cfg = SweepConfig.from_dict(raw)
+    with pytest.raises(ValueError, match="max_trials must be >= 1"):
+        run_sweep(cfg, fit_trial=fake_fit, max_trials=0)
+    study = run_sweep(cfg, fit_trial=fake_fit, max_trials=2)
+    assert calls == [0, 1]
+    assert [t.state for t in study.trials] == [TS.COMPLETE, TS.COMPLETE, TS.WAITING]  # grid of 3: one left
+    parents, _ = _runs(tmp_path, "capped")
+    assert parents[0].info.status == "RUNNING"  # the study is not finished while a slot waits
+    study = run_sweep(cfg, fit_trial=fake_fit)
+    assert calls == [0, 1, 2] and all(t.state == TS.COMPLETE for t in study.trials)
+    assert sorted(t.value for t in study.trials) == [1.0, 2.0, 3.0]
+    parents, _ = _runs(tmp_path, "capped")
+    assert parents[0].info.status == "FINISHED"
+
+
 def _worker_config(tmp_path: Path, study: str) -> Path:
     raw = _cfg(
         tmp_path,
@@ -283,18 +306,21 @@ def _worker_config(tmp_path: Path, study: str) -> Path:
     return path
 
 
-def _worker(config: Path, log: Path) -> subprocess.Popen:
+def _worker(config: Path, log: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "LIT_RL_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.Popen(
-        [sys.executable, "-m", "lit_rl.sweep", "--config", str(config)],
+        [sys.executable, "-m", "lit_rl.sweep", "--config", str(config), *extra],
         cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )
 
 
 @pytest.mark.slow
 def test_two_workers_share_one_sqlite_study(tmp_path):
+    """Two worker processes on one SQLite study. Each is capped at 2 trials (``--max-trials``), so the
+    4 grid points need both: without the cap, a worker that starts late on a loaded machine can find the
+    other one done with all four (CI saw that once)."""
     config = _worker_config(tmp_path, "shared")
-    procs = [_worker(config, tmp_path / f"worker{i}.log") for i in range(2)]
+    procs = [_worker(config, tmp_path / f"worker{i}.log", "--max-trials", "2") for i in range(2)]
     for i, p in enumerate(procs):
         assert p.wait(timeout=480) == 0, (tmp_path / f"worker{i}.log").read_text()[-3000:]
     study = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path}/optuna.db")
@@ -302,8 +328,9 @@ def test_two_workers_share_one_sqlite_study(tmp_path):
     assert len(trials) == 4 and all(t.state == TS.COMPLETE for t in trials)
     grid_points = {(t.params["data.init_args.g_ext"], t.params["model.init_args.optimizer.init_args.lr"]) for t in trials}
     assert len(grid_points) == 4  # every grid point once: no duplicates, none missing
-    workers = {t.user_attrs["worker"] for t in trials}
-    assert len(workers) == 2, f"one worker ran everything: {workers}"
+    workers = [t.user_attrs["worker"] for t in trials]
+    assert sorted(workers.count(w) for w in set(workers)) == [2, 2], workers
+    workers = set(workers)
     parents, children = _runs(tmp_path, "shared")
     assert len(parents) == 1 and sorted(children) == [0, 1, 2, 3]
     assert {r.data.tags["lit_rl.worker"] for r in children.values()} == workers
