@@ -21,13 +21,13 @@ import torch
 
 bnb = pytest.importorskip("bitsandbytes")
 
-from lit_rl.models import LoraSettings, PretrainedDiffusionLM, QuantizationSettings  # noqa: E402
+from lit_rl.models import PretrainedDiffusionLM  # noqa: E402
 from lit_rl.models.quantization import PACKING_FLAG, disable_cpu_weight_packing, linear4bit_modules, packed_layers  # noqa: E402
+from support.pretrained import PROMPTS, adapter_grads, build_pretrained, eval_pass, randomize_adapters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests/fixtures/tiny_llada"
 BLOCK_TARGETS = {"q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"}
-PROMPTS = [[{"role": "user", "content": "1030040200310040"}], [{"role": "user", "content": "12"}]]
 
 
 def cpu_has_avx512bf16() -> bool:
@@ -44,50 +44,8 @@ def cpu_flag(request, monkeypatch):
     return request.param
 
 
-def build(lora_dropout: float = 0.0, gradient_checkpointing: bool = False, seed: int = 0, **kw) -> PretrainedDiffusionLM:
-    torch.manual_seed(seed)
-    return PretrainedDiffusionLM(
-        str(FIXTURE),
-        mask_id=None,
-        eos_id=None,
-        dtype="float32",
-        quantization=QuantizationSettings(compute_dtype="float32"),
-        lora=LoraSettings(r=8, alpha=16, dropout=lora_dropout),
-        gradient_checkpointing=gradient_checkpointing,
-        **kw,
-    )
-
-
-def randomize_adapters(policy: PretrainedDiffusionLM, seed: int = 1) -> None:
-    """peft initialises lora_B to zero (so lora_A grads are 0 at init): give every adapter weight a value."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in sorted(policy.named_parameters()):
-            if "lora_" in n:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
-
-
-def adapter_grads(policy: PretrainedDiffusionLM) -> dict[str, torch.Tensor]:
-    """Gradients of a fixed loss (masked-token log-likelihood of a left-padded batch) w.r.t. the adapters."""
-    ids, mask = policy.encode_prompts(PROMPTS)  # (2, P) left-padded
-    ids = ids.clone()
-    ids[:, -4:] = policy.mask_id  # the last positions masked, as in the surrogate's forward passes
-    policy.train()
-    policy.zero_grad(set_to_none=True)
-    logits = policy(ids, mask)  # (2, P, V)
-    logp = torch.log_softmax(logits.float(), -1)[:, -4:]  # (2, 4, V)
-    target = torch.arange(4).expand(2, 4) + 40
-    (-logp.gather(-1, target[..., None]).mean()).backward()
-    return {n: p.grad.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
-
-
-def eval_pass(policy: PretrainedDiffusionLM) -> None:
-    """What Lightning's sanity check / greedy evaluation does to the policy: eval mode, no grad."""
-    ids, mask = policy.encode_prompts(PROMPTS)
-    policy.eval()
-    with torch.no_grad():
-        policy(ids, mask)
-    policy.train()
+def build(**kw) -> PretrainedDiffusionLM:
+    return build_pretrained(FIXTURE, **kw)
 
 
 # -- loading --------------------------------------------------------------------------------------------
