@@ -25,7 +25,8 @@ Every unit's forward is a collective, so all ranks must run the same number of f
 generation has a fixed step count, and the eval sets split into whole batches per rank when sized so
 (``conf/paper/erils_sudoku_fsdp.yaml``). Trained and tested with ``ERILSModule`` only: the AR
 double-rollout module is not FSDP2-ready (its HF generation loop stops early per rank, its vLLM weight
-sync reads ``state_dict()`` of DTensors, and its KL reference is a deep copy of the policy).
+sync reads ``state_dict()`` of DTensors, and its KL reference is a deep copy of the policy), so its
+``configure_model`` refuses a device mesh with a clear error instead of risking a hang.
 """
 
 from __future__ import annotations

@@ -91,3 +91,6 @@ def test_greedy_accuracy_is_reduced_over_ranks(ddp_run):
     logged = val[0]["logged"]["val/sudoku/greedy/accuracy"]
     assert logged == pytest.approx(correct / total, abs=1e-6)  # not rank 0's local 1.0
     assert 0 < logged < 1
+    # the mean completion length is pooled the same way: scripted 10 tokens on rank 0, 20 on rank 1
+    assert set(val[0]["lengths"]) == {10.0} and set(val[1]["lengths"]) == {20.0} and len(val[0]["lengths"]) == len(val[1]["lengths"])
+    assert val[0]["logged"]["val/sudoku/greedy/length_mean"] == pytest.approx(15.0)  # not rank 0's local 10

@@ -502,6 +502,17 @@ class DoubleRolloutGRPO(RLModule):
         self.last_estimate: Estimate | None = None
 
     # -- setup -----------------------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        """Refuses FSDP2 sharding (``ModelParallelStrategy``): the HF generation loop stops early per rank
+        (ranks would run different numbers of collective forward passes and hang), the vLLM weight sync
+        reads ``state_dict()`` of DTensors, and the KL reference is a deep copy of the policy. DDP works."""
+        if self.device_mesh is not None:
+            raise ValueError(
+                "DoubleRolloutGRPO does not support FSDP2 sharding (trainer.strategy: ModelParallelStrategy): "
+                "its generation loop ends per rank, which would hang the sharded forward passes; use "
+                "trainer.strategy: ddp (or a LoRA / 4-bit policy to fit memory)"
+            )
+
     def _reference_mode(self) -> str:
         mode = self.loss_settings.reference
         if mode == "auto":

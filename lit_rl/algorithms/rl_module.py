@@ -175,12 +175,13 @@ class RLModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         dm = getattr(self.trainer, "datamodule", None)
         task = getattr(getattr(dm, "task", None), "name", "task")
-        correct = torch.tensor([self._val_correct, self._val_total], device=self.device)
-        correct = self.trainer.strategy.reduce(correct, reduce_op="sum") if self.trainer.world_size > 1 else correct
-        acc = (correct[0] / correct[1].clamp(min=1)).item()
-        metrics = {f"val/{task}/greedy/accuracy": acc}
-        if self._val_len:
-            metrics[f"val/{task}/greedy/length_mean"] = torch.cat(self._val_len).mean().item()
+        lengths = torch.cat(self._val_len).float() if self._val_len else torch.zeros(0)
+        # [correct, total, length sum, completions] pooled over DDP ranks (each evaluates its own shard)
+        sums = torch.tensor([self._val_correct, self._val_total, float(lengths.sum()), float(lengths.numel())], device=self.device)
+        sums = self.trainer.strategy.reduce(sums, reduce_op="sum") if self.trainer.world_size > 1 else sums
+        metrics = {f"val/{task}/greedy/accuracy": (sums[0] / sums[1].clamp(min=1)).item()}
+        if sums[3] > 0:
+            metrics[f"val/{task}/greedy/length_mean"] = (sums[2] / sums[3]).item()
         if self.trainer.sanity_checking:
             # Lightning drops metrics logged during the sanity check; the starting policy's score is the
             # first point of the learning curve, so write it to the loggers directly (step 0).
@@ -188,8 +189,10 @@ class RLModule(L.LightningModule):
                 for logger in self.trainer.loggers:
                     logger.log_metrics(metrics, step=0)
             return
+        # already pooled, the same on every rank: rank_zero_only makes sync_dist a no-op (no collective);
+        # sync_dist=True only says so to Lightning, which otherwise warns that epoch metrics are unsynced
         for k, v in metrics.items():
-            self.log(k, v, prog_bar=k.endswith("accuracy"), rank_zero_only=True)
+            self.log(k, v, prog_bar=k.endswith("accuracy"), rank_zero_only=True, sync_dist=True)
 
     test_step = validation_step
     on_test_epoch_start = on_validation_epoch_start

@@ -285,8 +285,6 @@ def test_tiny_grpo_baseline_has_no_second_stage(tmp_path, monkeypatch):
 
 # -- the module's KL reference ---------------------------------------------------------------------------
 def _policy_rows(policy):
-    from lit_rl.models.ar import TinyCausalLM  # noqa: F401
-
     ids, mask = policy.encode_prompts([[{"role": "user", "content": "[1, 2, 3] 6"}], [{"role": "user", "content": "[4, 5] 9"}]])
     comp, lengths = policy.encode_completions(["<reasoning>1+2=3</reasoning>", "ab"], 12)
     return RolloutBatch(
@@ -318,3 +316,18 @@ def test_kl_reference_is_the_starting_policy(lora):
     assert torch.allclose(ref2, ref, atol=1e-6)  # the reference did not move
     if not lora:
         assert all(not p.requires_grad for p in module.reference.parameters())
+
+
+def test_fsdp2_sharding_is_refused_with_a_clear_error():
+    """Under ``ModelParallelStrategy`` Lightning gives the module a device mesh before ``configure_model``;
+    the double-rollout module is not FSDP2-ready (per-rank generation lengths would hang the sharded forward
+    passes), so it must say so instead of starting. Without a mesh (DDP, one device) nothing happens."""
+    from lit_rl.models.ar import TinyCausalLM
+
+    policy = TinyCausalLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=128)
+    module = DoubleRolloutGRPO(policy)
+    module.configure_model()  # no mesh: a no-op
+    assert all(type(p) is torch.nn.Parameter for p in policy.parameters())
+    module._device_mesh = object()  # what ModelParallelStrategy sets (a DeviceMesh)
+    with pytest.raises(ValueError, match=r"DoubleRolloutGRPO does not support FSDP2 .*trainer.strategy: ddp"):
+        module.configure_model()
