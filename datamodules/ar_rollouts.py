@@ -53,7 +53,7 @@ class ProfilingSettings:
             (``null``: all).
         batch_prompts: prompts per generation call.
         correct_threshold: reward at or above which a completion passes (``null``: the task's
-            ``max_reward``).
+            ``correct_reward``, MATH 2.0, others 1.0).
         low, high: keep prompts with ``low < pass rate < high``.
         cache_dir: where pass rates are cached (``null``: no cache).
         seed: sampling seed.
@@ -196,7 +196,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
         assert self.profiling is not None
         s = self.profiling
         examples = self.all_train_examples[: s.max_prompts] if s.max_prompts is not None else self.all_train_examples
-        threshold = s.correct_threshold if s.correct_threshold is not None else float(self.task.max_reward)
+        threshold = s.correct_threshold if s.correct_threshold is not None else float(self.task.correct_reward)
         key_src = json.dumps({
             "policy": policy_key(policy), "task": self.task.name, "ids": [e.id for e in examples],
             "questions": hashlib.sha256("".join(e.question for e in examples).encode()).hexdigest(),

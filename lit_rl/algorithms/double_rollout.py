@@ -42,8 +42,8 @@ Paper details this implementation had to decide (the paper is silent or ambiguou
   continuation) never exceeds the first-stage length limit — a replacement is then comparable to the
   rollouts it competes with, and the rollout tensors keep their width.
 * **"Correct".** A rollout or continuation is correct when its verifier reward is at least
-  ``double_rollout.correct_threshold`` (default: the task's ``max_reward``, i.e. a fully correct answer;
-  Countdown's 0.1 format credit is not "correct"). Used by the one-sided replacement and the reliability
+  ``double_rollout.correct_threshold`` (default: the task's ``correct_reward``: 1.0 for Sudoku and Countdown,
+  whose 0.1 format credit is not "correct"; 2.0 for MATH, a correct answer whatever its format credit). Used by the one-sided replacement and the reliability
   metrics.
 * **Continuation reward.** ``q_ij = R(x, t_i[:cut] ⊕ c_ij)``: the verifier scores the kept trace plus the
   continuation as one completion (a continuation cut by its budget is scored as it stands).
@@ -134,7 +134,7 @@ class DoubleRolloutSettings:
             to 3).
         length_bonus_unbiased_std: divide the length variance over S by |S|-1 instead of |S|.
         correct_threshold: reward at or above which an answer counts as correct; ``null``: the task's
-            ``max_reward``.
+            ``correct_reward`` (MATH 2.0, others 1.0).
         cap_to_generation_limit: cap each continuation budget at ``max_new_tokens - cut``.
         temperature: continuation sampling temperature; ``null``: the first stage's.
         top_p: continuation nucleus mass; ``null``: the first stage's.
@@ -612,11 +612,11 @@ class DoubleRolloutGRPO(RLModule):
         return est
 
     def _threshold(self) -> float:
-        """Reward at or above which an answer is correct (setting, else the task's ``max_reward``)."""
+        """Reward at or above which an answer is correct (setting, else the task's ``correct_reward``)."""
         if self.dr.correct_threshold is not None:
             return float(self.dr.correct_threshold)
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        return float(getattr(getattr(dm, "task", None), "max_reward", 1.0))
+        return float(getattr(getattr(dm, "task", None), "correct_reward", 1.0))
 
     @torch.no_grad()
     def _fixed_logprobs(self, ro: RolloutBatch) -> tuple[Tensor, Tensor | None]:

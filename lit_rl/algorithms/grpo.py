@@ -72,8 +72,13 @@ def group_advantages(
     Groups whose rewards are all equal (incl. groups of one) get exactly ``0`` — set explicitly, so no
     division by zero and no float round-off residue from ``r - mean(r)``.
 
+    A NaN reward (a reward function that returned ``None``) is dropped, as ERILS's ``nan_policy="drop"``:
+    the row gets advantage ``0`` and is left out of its group's mean, std and size, so one bad score does
+    not blank its whole group. TRL instead sums ``None`` as 0 over reward functions; here a row's reward is
+    already one number.
+
     Args:
-        rewards: ``(B,)`` float rewards.
+        rewards: ``(B,)`` float rewards (NaN = no reward).
         group: ``(B,)`` integer prompt/group ids (any values; rows need not be contiguous or sorted).
         scale_std: divide by the group's sample std (+ ``eps``).
         leave_one_out: RLOO baseline instead of the full group mean.
@@ -85,26 +90,31 @@ def group_advantages(
     if rewards.ndim != 1 or group.shape != rewards.shape:
         raise ValueError(f"rewards and group must both be (B,), got {tuple(rewards.shape)} and {tuple(group.shape)}")
     r = rewards.to(torch.float64)  # (B,) accumulate in float64 so all-equal detection and means are exact
+    valid = ~torch.isnan(r)  # (B,)
+    r = torch.where(valid, r, torch.zeros_like(r))
     idx, G = _group_index(group)  # (B,), G
-    count = torch.zeros(G, dtype=torch.float64, device=r.device).index_add_(0, idx, torch.ones_like(r))  # (G,)
-    total = torch.zeros(G, dtype=torch.float64, device=r.device).index_add_(0, idx, r)  # (G,)
-    mean = total / count  # (G,)
+    zeros = torch.zeros(G, dtype=torch.float64, device=r.device)
+    count = zeros.clone().index_add_(0, idx, valid.to(r.dtype))  # (G,) valid rows per group
+    total = zeros.clone().index_add_(0, idx, r)  # (G,)
+    mean = total / count.clamp(min=1)  # (G,)
     n = count[idx]  # (B,)
-    centred = r - mean[idx]  # (B,)
+    centred = torch.where(valid, r - mean[idx], torch.zeros_like(r))  # (B,)
     if leave_one_out:
         # mean of the others = (total - r_i)/(n-1); r_i - that = n/(n-1)·(r_i - mean). Groups of one → 0.
         adv = torch.where(n > 1, centred * n / (n - 1).clamp(min=1), torch.zeros_like(centred))
     else:
         adv = centred
     if scale_std:
-        sq = torch.zeros(G, dtype=torch.float64, device=r.device).index_add_(0, idx, centred**2)  # (G,)
+        sq = zeros.clone().index_add_(0, idx, centred**2)  # (G,)
         std = (sq / (count - 1).clamp(min=1)).sqrt()  # (G,) sample std; 0 for groups of one
         adv = adv / (std[idx] + eps)
-    # Exact zeros for constant groups: max == min within the group.
-    gmax = torch.full((G,), -torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, idx, r, "amax")
-    gmin = torch.full((G,), torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(0, idx, r, "amin")
-    constant = (gmax == gmin)[idx]  # (B,)
-    adv = torch.where(constant, torch.zeros_like(adv), adv)
+    # Exact zeros for constant groups: max == min over the group's valid rows.
+    gmax = torch.full((G,), -torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(
+        0, idx, torch.where(valid, r, torch.full_like(r, -torch.inf)), "amax")
+    gmin = torch.full((G,), torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(
+        0, idx, torch.where(valid, r, torch.full_like(r, torch.inf)), "amin")
+    constant = (gmax <= gmin)[idx]  # (B,) also a group with no valid row (-inf <= inf)
+    adv = torch.where(constant | ~valid, torch.zeros_like(adv), adv)
     return adv.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
 
 
@@ -114,9 +124,10 @@ def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     Shape: ``values``, ``mask`` ``(B, L)``; result scalar (``dim=None``) or reduced along ``dim``.
     """
     m = mask.to(values.dtype)
+    v = torch.where(mask.bool(), values, torch.zeros_like(values))  # not values * m: inf * 0 is NaN
     if dim is None:
-        return (values * m).sum() / m.sum().clamp(min=1)
-    return (values * m).sum(dim) / m.sum(dim).clamp(min=1)
+        return v.sum() / m.sum().clamp(min=1)
+    return v.sum(dim) / m.sum(dim).clamp(min=1)
 
 
 def aggregate(per_token: Tensor, mask: Tensor, aggregation: str = "token-mean") -> Tensor:
@@ -125,7 +136,7 @@ def aggregate(per_token: Tensor, mask: Tensor, aggregation: str = "token-mean") 
     A batch with no valid token gives a zero that is still connected to the graph.
     """
     m = mask.to(per_token.dtype)  # (B, L)
-    masked = per_token * m  # (B, L)
+    masked = torch.where(mask.bool(), per_token, torch.zeros_like(per_token))  # (B, L); not * m: inf * 0 = NaN
     if aggregation == "token-mean":
         return masked.sum() / m.sum().clamp(min=1)
     if aggregation == "seq-mean-token-mean":
@@ -197,14 +208,18 @@ def clipped_pg_loss(
         raise ValueError("kl_beta > 0 needs ref_logp")
     hi = eps_low if eps_high is None else eps_high
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
-    ratio = torch.exp(logp - old_logp.detach())  # (B, L)
+    valid = mask.bool()  # (B, L)
+    # padding / masked-out positions may hold any log-probs: a log-ratio > ~88 there is exp -> inf, and
+    # inf * 0 (a masked reduction, or A = 0) is NaN. Their log-ratio is set to 0 before the exp (d1_loss does
+    # the same), so the loss and its gradient only ever see valid tokens.
+    ratio = torch.exp(torch.where(valid, logp - old_logp.detach(), torch.zeros_like(logp)))  # (B, L)
     clipped_ratio = ratio.clamp(1.0 - eps_low, 1.0 + hi)  # (B, L)
     pg_unclipped = -adv * ratio  # (B, L)
     pg_clipped = -adv * clipped_ratio  # (B, L)
     pg = torch.maximum(pg_unclipped, pg_clipped)  # (B, L) pessimistic bound
     per_token = pg
     if ref_logp is not None:
-        kl = k3_kl(logp, ref_logp.detach())  # (B, L)
+        kl = k3_kl(logp, torch.where(valid, ref_logp.detach(), logp.detach()))  # (B, L); 0 at masked positions
         if kl_beta != 0:
             per_token = per_token + kl_beta * kl
     else:

@@ -298,6 +298,7 @@ def make_header(cfg: BuildConfig, task: Task, backend: Backend, counter: LengthC
         g_ext=cfg.g_ext,
         max_usable_tokens=cfg.max_usable_tokens,
         max_reward=float(task.max_reward),
+        correct_reward=float(task.correct_reward),
         sampling=asdict(cfg.sampling),
         length_control=asdict(cfg.length_control),
         builder="lit_rl.rollouts.build",

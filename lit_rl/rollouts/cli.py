@@ -75,9 +75,20 @@ def _max_reward(header: dict) -> float:
     return float(cls.max_reward) if cls is not None else 1.0
 
 
-def _stage_summary(lengths: list[int], rewards: list[float], max_reward: float) -> dict:
+def _correct_reward(header: dict) -> float:
+    """Reward at or above which an answer is correct: the header's ``correct_reward``, else the task's
+    (MATH 2.0: a correct answer whatever its format credit), else the header's ``max_reward``."""
+    if isinstance(header.get("correct_reward"), (int, float)):
+        return float(header["correct_reward"])
+    from lit_rl.tasks import TASKS
+
+    cls = TASKS.get(str(header.get("task", "")).lower())
+    return float(cls.correct_reward) if cls is not None else _max_reward(header)
+
+
+def _stage_summary(lengths: list[int], rewards: list[float], correct_reward: float) -> dict:
     n = len(lengths)
-    correct = sum(r >= max_reward - 1e-9 for r in rewards)
+    correct = sum(r >= correct_reward - 1e-9 for r in rewards)
     return {
         "completions": n,
         "mean_length": sum(lengths) / n if n else 0.0,
@@ -106,7 +117,8 @@ def pool_stats(path: str | Path, g_ext: int | None = None, max_tokens: int | Non
       usable).
     * Table V: per stage (the first stage of a two-stage build, from ``meta["stage1"]``; the final
       completions; the default training set = the first ``g_ext`` usable completions of usable prompts):
-      mean completion length, mean verifier reward, correct completions (reward = the task's maximum).
+      mean completion length, mean verifier reward, correct completions (reward >= the task's ``correct_reward``: its
+      maximum for Sudoku and Countdown, 2.0 of 3.0 for MATH).
       For two-stage pools also the first -> final transitions (kept / became correct / became incorrect).
     * Generation: total wall time over all build sessions (``<stem>.build.json``), requests, retries.
 
@@ -118,7 +130,7 @@ def pool_stats(path: str | Path, g_ext: int | None = None, max_tokens: int | Non
     # usability as recorded (what the DataModule uses), unless the caller asks for another limit
     recount = max_tokens is not None
     max_tokens = int(max_tokens or header.get("max_usable_tokens") or MAX_USABLE_TOKENS)
-    max_reward = _max_reward(header)
+    max_reward, correct_reward = _max_reward(header), _correct_reward(header)
     per_prompt: dict[str, list[PoolRecord]] = defaultdict(list)
     for r in records:
         per_prompt[r.prompt_id].append(r)
@@ -142,17 +154,17 @@ def pool_stats(path: str | Path, g_ext: int | None = None, max_tokens: int | Non
     transitions = None
     if two_stage:
         s1 = [r.meta["stage1"] for r in recs if isinstance(r.meta.get("stage1"), dict)]
-        stages["first_stage"] = _stage_summary([int(m.get("num_tokens", 0)) for m in s1], [float(m.get("reward", 0.0)) for m in s1], max_reward)
-        pairs = [(float(r.meta["stage1"].get("reward", 0.0)) >= max_reward - 1e-9, r.reward >= max_reward - 1e-9) for r in recs if isinstance(r.meta.get("stage1"), dict)]
+        stages["first_stage"] = _stage_summary([int(m.get("num_tokens", 0)) for m in s1], [float(m.get("reward", 0.0)) for m in s1], correct_reward)
+        pairs = [(float(r.meta["stage1"].get("reward", 0.0)) >= correct_reward - 1e-9, r.reward >= correct_reward - 1e-9) for r in recs if isinstance(r.meta.get("stage1"), dict)]
         transitions = {
             "kept_correct": sum(a and b for a, b in pairs),
             "became_correct": sum(b and not a for a, b in pairs),
             "became_incorrect": sum(a and not b for a, b in pairs),
             "stayed_incorrect": sum(not a and not b for a, b in pairs),
         }
-    stages["final"] = _stage_summary([r.num_tokens for r in recs], [r.reward for r in recs], max_reward)
+    stages["final"] = _stage_summary([r.num_tokens for r in recs], [r.reward for r in recs], correct_reward)
     used = [r for pid in per_prompt if pid in default_usable for r in [x for x in sorted(per_prompt[pid], key=lambda r: r.index) if usable(x)][:g_ext]]
-    stages["default_training"] = _stage_summary([r.num_tokens for r in used], [r.reward for r in used], max_reward)
+    stages["default_training"] = _stage_summary([r.num_tokens for r in used], [r.reward for r in used], correct_reward)
     from lit_rl.rollouts.build import read_build_info
 
     info = read_build_info(path) or {}
@@ -175,6 +187,7 @@ def pool_stats(path: str | Path, g_ext: int | None = None, max_tokens: int | Non
         "length_fallback": bool(header.get("length_fallback", header.get("tokenizer") == "chars")),
         "length_control": (header.get("length_control") or {}).get("mode"),
         "max_reward": max_reward,
+        "correct_reward": correct_reward,
         "table_iv": table_iv,
         "table_v": stages,
         "two_stage_transitions": transitions,

@@ -91,6 +91,9 @@ class Task(abc.ABC):
     name: str = "task"
     #: reward of a fully correct completion (Sudoku/Countdown 1.0, MATH 3.0)
     max_reward: float = 1.0
+    #: reward at or above which the *answer* is correct (Sudoku/Countdown 1.0; MATH 2.0: the correctness
+    #: term, whatever the format credit on top)
+    correct_reward: float = 1.0
     #: d1's texts, per prompt style; subclasses fill these
     SYSTEM_PROMPTS: dict[str, str] = {}
     QUESTION_TEMPLATES: dict[str, str] = {}

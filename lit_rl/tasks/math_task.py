@@ -158,6 +158,7 @@ class MathTask(Task):
 
     name = "math500"
     max_reward = 3.0
+    correct_reward = 2.0  # 2.0 for a correct boxed answer + up to 1.0 format credit
     SYSTEM_PROMPTS = {"d1_train": SYSTEM_PROMPT, "d1_eval": MATH500_EVAL_SYSTEM_PROMPT}
     QUESTION_TEMPLATES = {"d1_train": MATH_TRAIN_TEMPLATE, "d1_eval": "{problem}"}
     JOINERS = {"d1_train": "\n\n", "d1_eval": "\n\n"}

@@ -69,6 +69,17 @@ class TestGroupAdvantages:
         with pytest.raises(ValueError):
             group_advantages(torch.zeros(3), torch.zeros(4, dtype=torch.long))
 
+    def test_nan_reward_is_dropped_not_spread_over_its_group(self):
+        rewards = torch.tensor([1.0, 0.0, math.nan, 1.0, math.nan])
+        group = torch.tensor([0, 0, 0, 1, 2])
+        # group 0 over its valid rows [1, 0]: mean 0.5 -> [0.5, -0.5], the NaN row 0; group 1 one row -> 0;
+        # group 2 has no valid row -> 0
+        torch.testing.assert_close(group_advantages(rewards, group), torch.tensor([0.5, -0.5, 0.0, 0.0, 0.0]))
+        # sample std of [1, 0] is sqrt(0.5) = 0.7071 -> +-0.5 / 0.7071 = +-0.7071 (eps 0)
+        torch.testing.assert_close(group_advantages(rewards, group, scale_std=True, eps=0.0), torch.tensor([0.7071, -0.7071, 0, 0, 0]), atol=1e-4, rtol=0)
+        # RLOO over the 2 valid rows: n/(n-1) = 2 -> [1, -1]
+        torch.testing.assert_close(group_advantages(rewards, group, leave_one_out=True), torch.tensor([1.0, -1.0, 0, 0, 0]))
+
 
 # ----------------------------------------------------------------------------- clipped_pg_loss
 def _single(logratio: float, adv: float, **kw):
@@ -175,6 +186,21 @@ class TestClippedPGLoss:
         loss, stats = clipped_pg_loss(logp, logp.detach() + 0.1, torch.randn(3), torch.ones(3, 4))
         assert loss.requires_grad
         assert all(not v.requires_grad and v.ndim == 0 for v in stats.values())
+
+    def test_extreme_log_probs_at_masked_positions_never_make_nan(self):
+        # position 2 is padding whose old log-prob is -200: log-ratio 199 would exp to inf, and inf * 0 is NaN.
+        # Only position 1 counts (ratio 1): A = -1 -> loss 1, A = 0 -> 0; k3 KL at the valid token: ref = logp -> 0
+        logp = torch.tensor([[-1.0, -1.0]], requires_grad=True)
+        old = torch.tensor([[-1.0, -200.0]])
+        ref = torch.tensor([[-1.0, 100.0]])
+        mask = torch.tensor([[True, False]])
+        for adv, expected in ((-1.0, 1.0), (0.0, 0.0), (1.0, -1.0)):
+            loss, stats = clipped_pg_loss(logp, old, torch.tensor([adv]), mask, ref_logp=ref, kl_beta=0.1)
+            loss.backward()
+            assert loss.item() == pytest.approx(expected), adv
+            assert torch.isfinite(logp.grad).all() and logp.grad[0, 1] == 0
+            assert all(torch.isfinite(v) for v in stats.values()) and stats["ratio_mean"] == 1 and stats["kl_mean"] == 0
+            logp.grad = None
 
     def test_all_masked_is_zero_and_backprops(self):
         logp = torch.randn(2, 3, requires_grad=True)

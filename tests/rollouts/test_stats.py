@@ -73,7 +73,9 @@ def test_single_stage_math_pool_and_char_fallback(tmp_path):
     write_pool_atomic(path, _header("math500", "ext", "chars", length_unit="chars", length_fallback=True), recs)  # no max_reward: from the task
     s = pool_stats(path)
     assert "first_stage" not in s["table_v"] and s["two_stage_transitions"] is None
-    assert s["max_reward"] == 3.0 and s["table_v"]["final"]["correct"] == 1 and s["generation"]["wall_time"] == "-"
+    # correct = a correct answer (MATH's 2.0 correctness term), whatever its format credit: 3.0 and 2.0, not 1.0
+    assert s["max_reward"] == 3.0 and s["correct_reward"] == 2.0 and s["table_v"]["final"]["correct"] == 2
+    assert s["generation"]["wall_time"] == "-"
     md = stats_markdown(s)
     assert "| Final | 3 |" in md and "lengths in CHARACTERS" in md and "**Warning**" in md
 

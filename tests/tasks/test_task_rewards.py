@@ -69,6 +69,7 @@ def test_registry():
     with pytest.raises(ValueError, match="unknown task"):
         get_task("chess")
     assert [SudokuTask.max_reward, CountdownTask.max_reward, MathTask.max_reward] == [1.0, 1.0, 3.0]
+    assert [SudokuTask.correct_reward, CountdownTask.correct_reward, MathTask.correct_reward] == [1.0, 1.0, 2.0]
 
 
 def test_eval_score_fraction():
