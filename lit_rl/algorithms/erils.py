@@ -95,23 +95,26 @@ class ERILSModule(RLModule):
     def _update(self, ro: RolloutBatch, adv: torch.Tensor) -> torch.Tensor:
         """One optimizer update of the SPG loss (micro-batched; guard/clip/step in ``optimizer_update``)."""
         gen = torch.Generator(device="cpu").manual_seed(self.seed * 1_000_003 + self.global_step)
+        return self.optimizer_update(lambda: self.accumulate_gradients(ro, adv, gen), "train/spg")
 
-        def backward() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            total_len = ro.lengths.sum().clamp(min=1)
-            size = self.micro_batch_size or len(ro)
-            loss_sum = torch.zeros((), device=self.device)
-            stats: dict[str, torch.Tensor] = {}
-            for mb, mb_adv in zip(ro.micro_batches(size), adv.split(size)):
-                loss, stats = self.surrogate(
-                    self.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source, mb_adv, gen
-                )
-                # spg_loss normalises by the micro-batch's ΣL; rescale so the sum is Σ(−A·S·L)/ΣL_total
-                loss = loss * (mb.lengths.sum().clamp(min=1) / total_len)
-                self.manual_backward(loss)
-                loss_sum = loss_sum + loss.detach()
-            return loss_sum, stats
-
-        return self.optimizer_update(backward, "train/spg")
+    def accumulate_gradients(
+        self, ro: RolloutBatch, adv: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Backward of the SPG loss over micro-batches of ``micro_batch_size`` rows: each micro-batch's loss
+        (normalised by its own Σw) is rescaled by its share of the batch's Σw, so the gradients add up to the
+        whole batch's ``Σ(−A·S·w)/Σw``. Returns the loss and the last micro-batch's stats."""
+        total_w = self.surrogate.loss_weights(ro.lengths).sum().clamp(min=1)
+        size = self.micro_batch_size or len(ro)
+        loss_sum = torch.zeros((), device=self.device)
+        stats: dict[str, torch.Tensor] = {}
+        for mb, mb_adv in zip(ro.micro_batches(size), adv.split(size)):
+            loss, stats = self.surrogate(
+                self.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source, mb_adv, generator
+            )
+            loss = loss * (self.surrogate.loss_weights(mb.lengths).sum().clamp(min=1) / total_w)
+            self.manual_backward(loss)
+            loss_sum = loss_sum + loss.detach()
+        return loss_sum, stats
 
     def _log_rollout_stats(self, ro: RolloutBatch, adv: torch.Tensor, keep: torch.Tensor) -> None:
         """Per-source reward/advantage mean and std, on-policy completion length (once per batch)."""

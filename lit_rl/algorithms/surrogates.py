@@ -135,6 +135,11 @@ def spg_loss(
     Each rollout's term is weighted by its completion length, so the gradient matches SPG's token-sum
     normalisation; ``Σ L`` is clamped to 1 for an all-empty batch.
 
+    Paper vs code: ERILS Eq. 10 writes the group objective as ``1/(G_on+G_ext) Σ_i A_i ∇S_i`` (every rollout
+    weighted equally); this follows the reference SPG code (spec §2), where a rollout of length L weighs L.
+    With A = [1, 1], L = [10, 100]: Eq. 10 gives ``(∇S_1 + ∇S_2)/2``, this ``(10∇S_1 + 100∇S_2)/110``.
+    ``lengths = ones`` gives the paper's equal weighting (``SPGSurrogate(weighting="rollout")``).
+
     Shapes: ``advantages (B,)``, ``surrogate (B,)``, ``lengths (B,)`` -> scalar loss; stats are detached
     scalars.
     """
@@ -174,6 +179,8 @@ class SPGSurrogate:
         external_rule: ``"count"`` (SPG ``random``) | ``"bernoulli"`` (ERILS App. A) for external rollouts.
         mask_id: the [MASK] id (LLaDA: 126336).
         micro_batch_size: rows per forward; ``None`` = all ``num_t·B`` at once.
+        weighting: how :func:`spg_loss` weighs the rollouts: ``"length"`` (default; the SPG reference code,
+            a rollout weighs its completion length) or ``"rollout"`` (ERILS Eq. 10, every rollout equally).
     """
 
     def __init__(
@@ -189,6 +196,7 @@ class SPGSurrogate:
         external_rule: str = "count",
         mask_id: int = 126336,
         micro_batch_size: int | None = None,
+        weighting: str = "length",
     ) -> None:
         if mode not in ("mix", "eubo", "elbo"):
             raise ValueError(f"mode must be 'mix', 'eubo' or 'elbo', got {mode!r}")
@@ -204,6 +212,9 @@ class SPGSurrogate:
             raise ValueError(f"external_rule must be 'count' or 'bernoulli', got {external_rule!r}")
         if micro_batch_size is not None and micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1 or None, got {micro_batch_size}")
+        if weighting not in ("length", "rollout"):
+            raise ValueError(f"weighting must be 'length' or 'rollout', got {weighting!r}")
+        self.weighting = weighting
         self.beta = beta
         self.num_t = num_t
         self.mode = mode
@@ -215,6 +226,10 @@ class SPGSurrogate:
         self.external_rule = external_rule
         self.mask_id = mask_id
         self.micro_batch_size = micro_batch_size
+
+    def loss_weights(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Per-rollout weights of :func:`spg_loss` under ``weighting``: ``(B,)`` lengths -> ``(B,)``."""
+        return lengths if self.weighting == "length" else torch.ones_like(lengths)
 
     def build_masks(
         self,
@@ -294,7 +309,7 @@ class SPGSurrogate:
         advantages: torch.Tensor,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Loss ``Σ(−A·S·L)/ΣL`` for one rollout batch and detached stats.
+        """Loss ``Σ(−A·S·w)/Σw`` for one rollout batch (``w`` = :meth:`loss_weights`) and detached stats.
 
         Shapes: ``input_ids (B, T)``, ``attention_mask (B, T)``, ``completion_mask (B, L = T − prompt_len)``,
         ``source (B,)`` long, ``advantages (B,)``.
@@ -308,7 +323,8 @@ class SPGSurrogate:
         logp = self.token_logprobs(logits_fn, input_ids, attention_mask, prompt_len, masks)  # (num_t, B, L)
         lengths = completion_mask.sum(-1)  # (B,)
         s, lo, neg = self.surrogate(logp, masks.loss, lengths, advantages)
-        loss, stats = spg_loss(advantages, s, lengths)
+        loss, stats = spg_loss(advantages, s, self.loss_weights(lengths))
+        stats["completion_length_mean"] = lengths.float().mean().detach()
         stats["elbo_mean"] = lo.detach().mean()
         stats[f"{self.mode}_mean"] = neg.detach().mean()
         stats["masked_frac"] = (
@@ -377,6 +393,9 @@ def wd1_loss(
     Shapes: ``seq_logp (B,)``, ``advantages (B,)``, ``group (B,)`` -> scalar.
     """
     adv = advantages.to(seq_logp.dtype)
+    if adv.numel() == 0:  # an empty batch: a zero still connected to the graph
+        loss = seq_logp.sum() * 0.0
+        return loss, {"loss": loss.detach(), "seq_logp_mean": loss.detach()}
     if group is None:
         group = torch.zeros_like(advantages, dtype=torch.long)
     _, g = torch.unique(group, return_inverse=True)  # (B,) dense group ids

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import mlflow
-import pytest
 import torch
 
 from lit_rl.cli import run_lightning_cli

@@ -115,6 +115,12 @@ def test_spg_loss_normalisation_by_hand():
     torch.testing.assert_close(loss, torch.tensor(-1 / 3))
     assert not stats["loss"].requires_grad
     assert stats["frac_positive_advantage"].item() == 0.5
+    # ERILS Eq. 10's equal weighting (SPGSurrogate(weighting="rollout") passes ones): A = [1, -0.5],
+    # S = [-1, -3]: terms -A·S = 1 and -1.5 -> sum -0.5 / 2 rollouts = -0.25; by length L = [2, 4]:
+    # 2 and -6 -> -4 / 6 = -2/3
+    A, S = torch.tensor([1.0, -0.5]), torch.tensor([-1.0, -3.0])
+    torch.testing.assert_close(spg_loss(A, S, torch.ones(2))[0], torch.tensor(-0.25))
+    torch.testing.assert_close(spg_loss(A, S, torch.tensor([2, 4]))[0], torch.tensor(-2 / 3))
 
 
 def test_token_logprobs_from_logits():
@@ -139,6 +145,13 @@ def test_d1_loss_by_hand():
     torch.testing.assert_close(loss, torch.tensor(0.04 * (1 - LN2)))
     with pytest.raises(ValueError, match="ref_logp"):
         d1_loss(z, z, torch.zeros(2), m, beta=0.04)
+
+
+def test_wd1_loss_on_an_empty_batch_is_a_connected_zero():
+    s = torch.zeros(0, requires_grad=True)
+    loss, stats = wd1_loss(s, torch.zeros(0), torch.zeros(0, dtype=torch.long))
+    loss.backward()
+    assert loss.item() == 0 and stats["loss"].item() == 0 and s.grad.shape == (0,)
 
 
 def test_wd1_loss_by_hand():
@@ -189,11 +202,11 @@ def _batch():
     return ids, attn, cm, source, adv
 
 
-@pytest.mark.parametrize("mode", ["mix", "eubo", "elbo"])
-def test_spg_surrogate_matches_pure_functions(mode):
+@pytest.mark.parametrize("mode, weighting", [("mix", "length"), ("eubo", "length"), ("elbo", "length"), ("mix", "rollout")])
+def test_spg_surrogate_matches_pure_functions(mode, weighting):
     ids, attn, cm, source, adv = _batch()
     model = TinyLogits()
-    spg = SPGSurrogate(beta=1.5, num_t=2, mode=mode, block_length=4, mask_id=9)
+    spg = SPGSurrogate(beta=1.5, num_t=2, mode=mode, block_length=4, mask_id=9, weighting=weighting)
     loss, stats = spg(model, ids, attn, 2, cm, source, adv, torch.Generator().manual_seed(0))
     assert model.calls == [(6, 10)]  # num_t·B rows in one forward
     loss.backward()
@@ -210,8 +223,10 @@ def test_spg_surrogate_matches_pure_functions(mode):
         lo = elbo(logp, masks.loss)
         up = eubo(logp, masks.loss, lengths, 1.5)
         neg = {"mix": mix(lo, up, 0.5), "eubo": up, "elbo": lo}[mode]
-        expected, _ = spg_loss(adv, spg_select(lo, neg, adv), lengths)
+        weights = lengths if weighting == "length" else torch.ones_like(lengths)
+        expected, _ = spg_loss(adv, spg_select(lo, neg, adv), weights)
     torch.testing.assert_close(loss.detach(), expected)
+    assert stats["completion_length_mean"].item() == pytest.approx(7.0)  # lengths [7, 6, 8], either weighting
 
 
 def test_spg_surrogate_routes_sources_and_microbatches():

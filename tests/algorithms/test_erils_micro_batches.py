@@ -1,0 +1,67 @@
+"""Gradient accumulation in ERILSModule: micro-batches give the whole rollout batch's SPG loss and gradients
+under both rollout weightings (each micro-batch loss is rescaled by its share of the batch's Σw)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lit_rl.algorithms.erils import ERILSModule
+from lit_rl.algorithms.masks import DiffusionMasks
+from lit_rl.algorithms.surrogates import SPGSurrogate
+from lit_rl.models import TinyDiffusionLM
+from lit_rl.rollouts.types import RolloutBatch, Source
+
+B, P, L = 5, 3, 6
+
+
+class FixedMasks(SPGSurrogate):
+    """Deterministic masks (draw j masks a row's valid completion tokens from position j on), so the full
+    batch and its micro-batches see the same noisy inputs."""
+
+    def build_masks(self, completion_mask, prompt_mask, source, generator=None):
+        valid = completion_mask.bool()  # (b, L)
+        pos = torch.arange(valid.shape[1])  # (L,)
+        comp = torch.stack([valid & (pos >= j) for j in range(self.num_t)])  # (num_t, b, L)
+        return DiffusionMasks(comp, comp.clone(), None)
+
+
+def _batch(policy: TinyDiffusionLM) -> tuple[RolloutBatch, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, 40, (B, P + L), generator=g)
+    lengths = torch.tensor([6, 2, 4, 1, 5])  # ragged, so length weighting differs from rollout weighting
+    ro = RolloutBatch(
+        input_ids=ids, attention_mask=torch.ones_like(ids), prompt_len=P,
+        completion_mask=torch.arange(L)[None] < lengths[:, None], lengths=lengths, rewards=torch.zeros(B),
+        source=torch.tensor([int(Source.ON_POLICY)] * 3 + [int(Source.EXTERNAL)] * 2),
+        group=torch.zeros(B, dtype=torch.long), texts=[""] * B, prompt_ids=["p"] * B,
+        hit_limit=torch.zeros(B, dtype=torch.bool), old_logp=None, eval_total=None,
+    )
+    return ro, torch.tensor([1.0, -0.5, 0.25, -1.0, 0.75])
+
+
+def _grads(weighting: str, micro: int | None) -> tuple[float, dict[str, torch.Tensor]]:
+    torch.manual_seed(0)
+    policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+    surrogate = FixedMasks(num_t=2, mask_id=policy.mask_id, p_mask_prompt=0.0, weighting=weighting)
+    module = ERILSModule(policy, surrogate=surrogate, micro_batch_size=micro)
+    module.manual_backward = lambda loss: loss.backward()  # no trainer needed for the accumulation itself
+    ro, adv = _batch(policy)
+    loss, _ = module.accumulate_gradients(ro, adv)
+    return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("weighting", ["length", "rollout"])
+@pytest.mark.parametrize("micro", [1, 2, 3])
+def test_micro_batches_match_the_full_batch(weighting, micro):
+    full_loss, full = _grads(weighting, None)
+    loss, grads = _grads(weighting, micro)
+    assert loss == pytest.approx(full_loss, rel=1e-5, abs=1e-7)
+    assert grads.keys() == full.keys() and full
+    for n in full:
+        torch.testing.assert_close(grads[n], full[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_the_two_weightings_differ_on_ragged_lengths():
+    # the same masks and rollouts: only the per-rollout weights differ (lengths [6, 2, 4, 1, 5] vs ones)
+    assert _grads("length", None)[0] != pytest.approx(_grads("rollout", None)[0])
