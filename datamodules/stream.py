@@ -91,8 +91,17 @@ class PromptStreamDataModule(L.LightningDataModule):
         output_dir: str | None = None,
     ) -> None:
         super().__init__()
-        if prompts_per_batch <= 0:
-            raise ValueError(f"data.prompts_per_batch must be positive, got {prompts_per_batch}")
+        if prompts_per_batch < 1:
+            raise ValueError(f"data.prompts_per_batch must be >= 1, got {prompts_per_batch}")
+        if eval_batch_size < 1:
+            raise ValueError(f"data.eval_batch_size must be >= 1, got {eval_batch_size}")
+        # a negative N would silently drop the last |N| prompts (list[:N]); 0 would leave none
+        if eval_size is not None and eval_size < 1:
+            raise ValueError(f"data.eval_size must be >= 1 or null (all), got {eval_size}")
+        if num_train_prompts is not None and num_train_prompts < 1:
+            raise ValueError(f"data.num_train_prompts must be >= 1 or null (all), got {num_train_prompts}")
+        if max_prompt_len is not None and max_prompt_len < 1:
+            raise ValueError(f"data.max_prompt_len must be >= 1 or null (no cut), got {max_prompt_len}")
         self.task = task
         self.prompts_per_batch = prompts_per_batch
         self.max_prompt_len = max_prompt_len

@@ -59,8 +59,8 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
     if stripped.startswith("{"):
         try:
             data = json.loads(text)
-        except json.JSONDecodeError:
-            data = None  # maybe JSONL whose first line is an object
+        except (ValueError, RecursionError):
+            data = None  # maybe JSONL whose first line is an object; else the line loop names the bad line
         if isinstance(data, dict) and "generations" in data:  # else: a one-line JSONL file
             gens = data.get("generations")
             if not isinstance(gens, list):
@@ -82,6 +82,10 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise InputError(f"{where}: not valid JSON ({e.msg}); expected d1 JSON or one JSON object per line") from None
+        except RecursionError:
+            raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
+        except ValueError as e:  # an integer past Python's 4300-digit limit
+            raise InputError(f"{where}: not valid JSON ({str(e).split(':')[0]})") from None
         if not isinstance(rec, dict):
             raise InputError(f"{where}: expected a JSON object")
         completion = rec.get("completion")

@@ -108,6 +108,39 @@ def test_malformed_task_specific(tmp_path, capsys):
     assert "c.jsonl:1: 'ground_truth' must be [numbers, target]" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "task, line, message",
+    [
+        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], Infinity]}', "g.jsonl:2: 'ground_truth[1]' must be a finite number"),
+        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], 1e400]}', "g.jsonl:2: 'ground_truth[1]' must be a finite number"),
+        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], ' + "9" * 5000 + "]}", "g.jsonl:2: not valid JSON (Exceeds the limit"),
+        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], ' + "9" * 4000 + "]}", "g.jsonl:2: 'ground_truth[1]' must be a finite number"),
+        ("sudoku", '{"question": "q", "completion": "x", "puzzle": 1234341221434321, "ground_truth": "1234341221434321"}', "g.jsonl:2: field 'puzzle' must be 16 digits 0-4"),
+        ("sudoku", '{"question": "q", "completion": "x", "puzzle": "1034341221434321", "ground_truth": "12"}', "g.jsonl:2: field 'ground_truth' must be 16 digits 1-4"),
+        ("math500", '{"question": ["q"], "completion": "x", "ground_truth": "2"}', "g.jsonl:2: 'question' must be a string, got list"),
+        ("math500", "[" * 100_000 + "]" * 100_000, "g.jsonl:2: not valid JSON (nested too deeply)"),
+    ],
+)
+def test_malformed_record_types(tmp_path, capsys, task, line, message):
+    p = tmp_path / "g.jsonl"
+    good = {"question": "Numbers: [1, 2, 3]\nTarget: 6", "completion": "x", "ground_truth": "2"}
+    good["ground_truth"] = {"countdown": [[1, 2, 3], 6], "sudoku": "1234341221434321", "math500": "2"}[task]
+    good["puzzle"] = "1034341221434321"
+    p.write_text(json.dumps(good) + "\n" + line + "\n")
+    assert main(["--task", task, "--generations", str(p)]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err
+    assert captured.err.count("\n") == 1
+
+
+def test_d1_json_with_a_huge_number_is_an_input_error(tmp_path, capsys):
+    p = tmp_path / "d1.json"
+    p.write_text('{"generations": [{"question": "q", "generations": "x", "ground_truth": ' + "9" * 5000 + "}]}")
+    assert main(["--task", "math500", "--generations", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "d1.json:1: not valid JSON" in err and "Traceback" not in err
+
+
 def test_missing_file_and_bad_args(tmp_path, capsys):
     assert main(["--task", "sudoku", "--generations", str(tmp_path / "missing.json")]) == 2
     assert "missing.json: cannot read" in capsys.readouterr().err

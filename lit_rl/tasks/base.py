@@ -19,9 +19,11 @@ kwargs are the dataset columns (``answer``, ``prompt_id`` and every key of ``Exa
 from __future__ import annotations
 
 import abc
+import codecs
+import json
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from lit_rl.tasks.rewards import RewardFunc, call_reward_func, completion_text, resolve_reward_funcs
 
@@ -61,6 +63,65 @@ class EvalScore(NamedTuple):
     @property
     def fraction(self) -> float:
         return self.correct / self.total if self.total else 0.0
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for one-line error messages."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int past the 4300-digit limit, a deeply nested list
+        return f"<{type(value).__name__} too large to print>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_utf8(path: str | Path) -> str:
+    """The text of a data file (a leading BOM dropped); ``ValueError`` naming the file and line if it is
+    not UTF-8. A missing file raises the usual ``OSError``."""
+    data = Path(path).read_bytes()
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}:{line}: not valid UTF-8 ({e.reason})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``("<file>:<line>", object)`` for each non-blank line of a JSONL data file.
+
+    Strict JSON (no ``NaN``/``Infinity``); any line that is not one JSON object, or cannot be decoded,
+    raises ``ValueError`` naming the file and line.
+    """
+    for lineno, line in enumerate(read_utf8(path).split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(line, parse_constant=_no_constant)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+        except RecursionError:
+            raise ValueError(f"{where}: not valid JSON (nested too deeply)") from None
+        except ValueError as e:  # a NaN/Infinity constant, or an integer past Python's 4300-digit limit
+            raise ValueError(f"{where}: not valid JSON ({str(e).split(':')[0]})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object per line, got {type(row).__name__}")
+        yield where, row
+
+
+def record_fields(question: Any, extra: dict[str, Any], default_id: str) -> tuple[str, str]:
+    """``(id, question)`` of a generation record (:meth:`Task.example_from_record`), type checked."""
+    if not isinstance(question, str):
+        raise ValueError(f"'question' must be a string, got {type(question).__name__}")
+    rid = extra.get("prompt_id", default_id)
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise ValueError(f"'prompt_id' must be a string, got {type(rid).__name__}")
+    return str(rid), question
 
 
 def fill_template(template: str, **fields: Any) -> str:

@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
+import math
 import random
 import re
 from fractions import Fraction
 from typing import Any, Sequence
 
 from lit_rl.tasks.arith import safe_eval, uses_exactly
-from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task
+from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task, read_jsonl, record_fields, short_repr
 from lit_rl.tasks.parsing import first_answer_block, last_answer_block, last_boxed
 
 SYSTEM_PROMPT = """
@@ -150,15 +150,43 @@ def generate_problem(rng: random.Random) -> tuple[list[int], int]:
             return numbers, int(value)
 
 
+_INT_TEXT = re.compile(r"\s*[+-]?[0-9]{1,15}\s*")
+#: numbers and targets are kept below this magnitude (exact as floats, so the 1e-5 comparison means something)
+MAX_ABS = 10**15
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` as an int if it is one (an int, an integral float or a decimal string, ``|x| < 1e15``), else ``None``.
+
+    >>> as_int(" 23"), as_int(4.0), as_int("1e3"), as_int(True)
+    (23, 4, None, None)
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = int(value) if _INT_TEXT.fullmatch(value) else None
+    elif isinstance(value, float):
+        value = int(value) if math.isfinite(value) and value.is_integer() else None
+    return value if isinstance(value, int) and abs(value) < MAX_ABS else None
+
+
 @functools.lru_cache(maxsize=2)
 def read_cd3_test(path: str = str(CD3_TEST_JSONL)) -> tuple[tuple[tuple[int, ...], int], ...]:
-    """``(numbers, target)`` rows of d1's countdown test file."""
+    """``(numbers, target)`` rows of d1's countdown test file (``{"input": "30,100,93", "output": "23"}``
+    per line); ``ValueError`` naming the file, line and field on a malformed row."""
     rows = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                rec = json.loads(line)
-                rows.append((tuple(int(x) for x in rec["input"].split(",")), int(rec["output"])))
+    for where, rec in read_jsonl(path):
+        for key in ("input", "output"):
+            if key not in rec:
+                raise ValueError(f"{where}: field {key!r} missing (expected {{\"input\": \"30,100,93\", \"output\": \"23\"}})")
+        raw = rec["input"]
+        numbers = [as_int(x) for x in raw.split(",")] if isinstance(raw, str) else [None]
+        if None in numbers:
+            raise ValueError(f"{where}: field 'input' must be comma-separated integers such as \"30,100,93\", got {short_repr(raw)}")
+        target = as_int(rec["output"])
+        if target is None:
+            raise ValueError(f"{where}: field 'output' must be an integer such as \"23\", got {short_repr(rec['output'])}")
+        rows.append((tuple(numbers), target))
     return tuple(rows)
 
 
@@ -298,24 +326,28 @@ class CountdownTask(Task):
         return self._eval
 
     def example_from_record(self, question: str, ground_truth: Any, index: int = 0, **extra: Any) -> Example:
-        numbers: Any = None
-        target: Any = None
+        rid, question = record_fields(question, extra, f"countdown-record-{index}")
         if isinstance(ground_truth, (list, tuple)) and len(ground_truth) == 2:
-            numbers, target = ground_truth
+            (numbers, target), fields = ground_truth, ("ground_truth[0]", "ground_truth[1]")
         elif isinstance(ground_truth, dict):
             numbers, target = ground_truth.get("numbers"), ground_truth.get("target")
+            fields = ("ground_truth['numbers']", "ground_truth['target']")
         else:  # the reference falls back to the question text
-            m_num = re.search(r"Numbers: \[([\d, ]+)\]", str(question), re.IGNORECASE)
-            m_tgt = re.search(r"Target: (\d+)", str(question), re.IGNORECASE)
-            if m_num and m_tgt:
-                numbers, target = [int(x) for x in m_num.group(1).split(",") if x.strip()], int(m_tgt.group(1))
-        try:
-            numbers = [int(n) for n in numbers]
-            target = int(target) if float(target) == int(target) else float(target)
-        except (TypeError, ValueError):
-            raise ValueError(f"'ground_truth' must be [numbers, target] or {{'numbers', 'target'}}, got {ground_truth!r}") from None
-        rid = str(extra.get("prompt_id", f"countdown-record-{index}"))
-        return Example(id=rid, question=str(question), answer=(numbers, target), meta={"numbers": numbers, "target": target})
+            m_num = re.search(r"Numbers: \[([\d, ]+)\]", question, re.IGNORECASE)
+            m_tgt = re.search(r"Target: (\d+)", question, re.IGNORECASE)
+            if not (m_num and m_tgt):
+                raise ValueError(f"'ground_truth' must be [numbers, target] or {{'numbers', 'target'}}, got {short_repr(ground_truth)}")
+            numbers, target = [x for x in m_num.group(1).split(",") if x.strip()], m_tgt.group(1)
+            fields = ("question (Numbers: [...])", "question (Target: ...)")
+        ints = [as_int(n) for n in numbers] if isinstance(numbers, (list, tuple)) else [None]
+        if not ints or None in ints:
+            raise ValueError(f"'{fields[0]}' must be a non-empty list of integers (|x| < 1e15), got {short_repr(numbers)}")
+        value: int | float | None = as_int(target)
+        if value is None and isinstance(target, float) and math.isfinite(target) and abs(target) < MAX_ABS:
+            value = target  # a non-integral target is kept as is
+        if value is None:
+            raise ValueError(f"'{fields[1]}' must be a finite number (|x| < 1e15), got {short_repr(target)}")
+        return Example(id=rid, question=question, answer=(ints, value), meta={"numbers": ints, "target": value})
 
     @staticmethod
     def _numbers_target(example: Example) -> tuple[list[int], Any]:

@@ -31,11 +31,10 @@ d1's MATH500 eval prompt. Template field: ``{problem}``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task
+from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task, read_jsonl, record_fields, short_repr
 from lit_rl.tasks.math_normalize import is_equiv
 from lit_rl.tasks.parsing import CLOSE, OPEN, first_answer_block, has_box, last_boxed, reference_boxed
 
@@ -122,24 +121,18 @@ def math_eval_correct(text: str, answer: str, parser: str = "eval") -> bool:
         return False
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
+def _read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, row)`` pairs of a JSONL or Parquet file; ``where`` is ``"<file>:<line>"`` (JSONL) or
+    ``"<file> row <n>"`` (Parquet)."""
     if path.suffix in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    rows = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
-            rows.append(row)
-    return rows
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as e:  # pyarrow's errors on a corrupt file do not name it
+            raise ValueError(f"{path}: not a readable Parquet file ({type(e).__name__}: {e})") from None
+        return [(f"{path} row {i + 1}", row) for i, row in enumerate(rows)]
+    return list(read_jsonl(path))
 
 
 class MathTask(Task):
@@ -181,15 +174,19 @@ class MathTask(Task):
         self._train: list[Example] | None = None
         self._eval: list[Example] | None = None
 
-    def _rows_to_examples(self, rows: list[dict[str, Any]], split: str, source: str) -> list[Example]:
+    def _rows_to_examples(self, rows: list[tuple[str, dict[str, Any]]], split: str) -> list[Example]:
+        """Examples of ``(where, row)`` pairs; ``ValueError`` naming ``where`` and the field on a bad row."""
         out = []
-        for i, row in enumerate(rows):
-            where = f"{source} row {i + 1}"
+        for i, (where, row) in enumerate(rows):
             problem = row.get(self.problem_field)
             if not isinstance(problem, str) or not problem.strip():
                 raise ValueError(f"{where}: missing problem field {self.problem_field!r} (set problem_field=...)")
             answer = row.get(self.answer_field)
-            if answer is None or (isinstance(answer, str) and not answer.strip()):
+            if isinstance(answer, int) and not isinstance(answer, bool):
+                answer = str(answer)
+            elif answer is not None and not isinstance(answer, str):
+                raise ValueError(f"{where}: answer field {self.answer_field!r} must be a string, got {type(answer).__name__}")
+            if answer is None or not answer.strip():
                 solution = row.get(self.solution_field)
                 if not isinstance(solution, str) or not has_box(solution) or reference_boxed(solution) is None:
                     raise ValueError(
@@ -199,7 +196,7 @@ class MathTask(Task):
                 answer = reference_answer(solution)
             meta = {k: row[k] for k in ("unique_id", "level", "subject") if k in row}
             prefix = "math500" if split == "test" else "math"
-            out.append(Example(id=f"{prefix}-{split}-{i}", question=self.format_question(problem=problem), answer=str(answer), meta=meta))
+            out.append(Example(id=f"{prefix}-{split}-{i}", question=self.format_question(problem=problem), answer=answer, meta=meta))
         return out
 
     def train_examples(self) -> list[Example]:
@@ -209,7 +206,7 @@ class MathTask(Task):
             path = Path(self.train_path)
             if not path.exists():
                 raise FileNotFoundError(f"MathTask(train_path={self.train_path!r}): file not found")
-            self._train = self._rows_to_examples(_read_rows(path), "train", str(path))
+            self._train = self._rows_to_examples(_read_rows(path), "train")
         elif self.train_dataset:
             try:
                 import datasets  # type: ignore[import-not-found]
@@ -225,7 +222,7 @@ class MathTask(Task):
                     f"MathTask(train_dataset={self.train_dataset!r}, train_split={self.train_split!r}) could not "
                     f"be loaded ({type(e).__name__}: {e}); set train_path to a local JSONL/Parquet file"
                 ) from None
-            self._train = self._rows_to_examples(rows, "train", self.train_dataset)
+            self._train = self._rows_to_examples([(f"{self.train_dataset} row {i + 1}", r) for i, r in enumerate(rows)], "train")
         else:
             raise ValueError(
                 "MathTask has no training data: set train_path (local JSONL/Parquet with fields "
@@ -236,13 +233,14 @@ class MathTask(Task):
 
     def eval_examples(self) -> list[Example]:
         if self._eval is None:
-            self._eval = self._rows_to_examples(_read_rows(self.eval_path), "test", str(self.eval_path))
+            self._eval = self._rows_to_examples(_read_rows(self.eval_path), "test")
         return self._eval
 
     def example_from_record(self, question: str, ground_truth: Any, index: int = 0, **extra: Any) -> Example:
+        rid, question = record_fields(question, extra, f"math500-record-{index}")
         if not isinstance(ground_truth, str):
-            raise ValueError(f"'ground_truth' must be the reference answer string, got {ground_truth!r}")
-        return Example(id=str(extra.get("prompt_id", f"math500-record-{index}")), question=str(question), answer=ground_truth)
+            raise ValueError(f"'ground_truth' must be the reference answer string, got {short_repr(ground_truth)}")
+        return Example(id=rid, question=question, answer=ground_truth)
 
     def reward(self, completion: str, example: Example) -> float:
         return math_reward(completion, str(example.answer))

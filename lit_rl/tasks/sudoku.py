@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import itertools
 import random
 import re
 from pathlib import Path
 from typing import Any
 
-from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task
+from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task, read_utf8, record_fields, short_repr
 from lit_rl.tasks.parsing import fit16, last_answer_block, sudoku_eval_answer
 
 SUDOKU_SYSTEM_PROMPT = """
@@ -131,10 +132,44 @@ def solve(puzzle: str) -> str | None:
     return all_grids()[(cand & -cand).bit_length() - 1]
 
 
+def grid_problem(puzzle: Any, solution: Any, puzzle_field: str = "Puzzle", solution_field: str = "Solution") -> str | None:
+    """What is wrong with a ``(puzzle, solution)`` pair (``None``: nothing): the puzzle must be 16 digits
+    0-4 (``'0'`` = blank), the solution a valid grid of 16 digits 1-4 that keeps the puzzle's givens."""
+    if not isinstance(puzzle, str) or len(puzzle) != 16 or any(ch not in "01234" for ch in puzzle):
+        return f"field {puzzle_field!r} must be 16 digits 0-4 ('0' = blank), got {short_repr(puzzle)}"
+    if not isinstance(solution, str) or len(solution) != 16 or any(ch not in "1234" for ch in solution):
+        return f"field {solution_field!r} must be 16 digits 1-4, got {short_repr(solution)}"
+    if not is_valid_grid(solution):
+        return f"field {solution_field!r} is not a valid 4x4 Sudoku (a row, column or box repeats a digit): {solution!r}"
+    wrong = [i for i in range(16) if puzzle[i] != "0" and puzzle[i] != solution[i]]
+    if wrong:
+        return f"field {solution_field!r} ({solution}) contradicts the given of {puzzle_field!r} ({puzzle}) at cell {wrong[0]}"
+    return None
+
+
 def read_sudoku_csv(path: str | Path) -> list[tuple[str, str]]:
-    """``(puzzle, solution)`` rows of a ``Puzzle,Solution`` csv (d1/SPG format)."""
-    with open(path, newline="") as f:
-        return [(row["Puzzle"].strip(), row["Solution"].strip()) for row in csv.DictReader(f)]
+    """``(puzzle, solution)`` rows of a ``Puzzle,Solution`` csv (d1/SPG format); ``ValueError`` naming the
+    file, line and field on a malformed row (see :func:`grid_problem`)."""
+    reader = csv.reader(io.StringIO(read_utf8(path), newline=""))
+    header = next(reader, None)
+    names = [h.strip() for h in header or []]
+    if "Puzzle" not in names or "Solution" not in names:
+        raise ValueError(f"{path}:1: the header must name the columns 'Puzzle' and 'Solution', got {short_repr(header)}")
+    ip, isol = names.index("Puzzle"), names.index("Solution")
+    rows = []
+    for row in reader:
+        if not any(cell.strip() for cell in row):  # blank line
+            continue
+        where = f"{path}:{reader.line_num}"
+        if len(row) <= max(ip, isol):
+            missing = "Puzzle" if len(row) <= ip else "Solution"
+            raise ValueError(f"{where}: field {missing!r} missing (the row has {len(row)} field(s))")
+        puzzle, solution = row[ip].strip(), row[isol].strip()
+        problem = grid_problem(puzzle, solution)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+        rows.append((puzzle, solution))
+    return rows
 
 
 @functools.lru_cache(maxsize=4)
@@ -293,12 +328,17 @@ class SudokuTask(Task):
         return self._eval
 
     def example_from_record(self, question: str, ground_truth: Any, index: int = 0, **extra: Any) -> Example:
-        puzzle = extra.get("puzzle") or puzzle_from_question(str(question))
-        if not puzzle or len(puzzle) != 16:
-            raise ValueError("no 16-digit puzzle in 'puzzle' or 'question' (expected 'Sudoku puzzle: <16 digits>')")
-        if not isinstance(ground_truth, str) or len(ground_truth) != 16:
-            raise ValueError(f"'ground_truth' must be the 16-character solution, got {ground_truth!r}")
-        return Example(id=str(extra.get("prompt_id", f"sudoku-record-{index}")), question=str(question), answer=ground_truth, meta={"puzzle": puzzle, "solution": ground_truth})
+        rid, question = record_fields(question, extra, f"sudoku-record-{index}")
+        if "puzzle" in extra:
+            puzzle, pfield = extra["puzzle"], "puzzle"
+        else:
+            puzzle, pfield = puzzle_from_question(question), "question"
+            if puzzle is None:
+                raise ValueError("no 16-digit puzzle in 'puzzle' or 'question' (expected 'Sudoku puzzle: <16 digits>')")
+        problem = grid_problem(puzzle, ground_truth, pfield, "ground_truth")
+        if problem:
+            raise ValueError(problem)
+        return Example(id=rid, question=question, answer=ground_truth, meta={"puzzle": puzzle, "solution": ground_truth})
 
     @staticmethod
     def _puzzle_solution(example: Example) -> tuple[str, str]:

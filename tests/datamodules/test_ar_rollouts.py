@@ -145,3 +145,9 @@ def test_policy_generate_matches_the_pass_at_k_signature():
     assert a.shape == (2, 8) and torch.equal(a, b)
     g = p.generate(ids, mask, SimpleNamespace(gen_length=8, temperature=0.0), seed=0)  # dLLM-style settings
     assert torch.equal(g[0], g[1])
+
+
+def test_eval_batch_size_zero_fails_at_construction():
+    # it used to pass construction and die with a ZeroDivisionError in val_dataloader
+    with pytest.raises(ValueError, match="data.eval_batch_size must be >= 1, got 0"):
+        ARRolloutDataModule(task(), prompts_per_batch=2, num_generations=3, eval_batch_size=0)

@@ -144,7 +144,7 @@ def test_train_errors(tmp_path):
         MathTask().train_examples()
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"problem": "x", "solution": "no box"}) + "\n")
-    with pytest.raises(ValueError, match="row 1.*'answer'"):
+    with pytest.raises(ValueError, match="bad.jsonl:1: .*'answer'"):
         MathTask(train_path=str(p)).train_examples()
     p.write_text(json.dumps({"question": "x", "answer": "1"}) + "\n")
     with pytest.raises(ValueError, match="'problem'"):
