@@ -43,6 +43,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lit_rl.atomic import atomic_write_text
 from lit_rl.evaluation import (
     ConfigScorer,
     EvalConfig,
@@ -293,13 +294,13 @@ class PassAtKEvaluation(Callback):
         out = self._out_dir(trainer)
         stem = self._stem(stage)
         csv_path, md_path = out / f"{stem}_table.csv", out / f"{stem}_table.md"
-        csv_path.write_text(table.to_csv())
-        md_path.write_text(table.to_markdown())
+        atomic_write_text(csv_path, table.to_csv())
+        atomic_write_text(md_path, table.to_markdown())
         paths = [csv_path, md_path]
         if samples:
             sample_path = out / "samples" / f"{stem}_step_{step:06d}.jsonl"
             sample_path.parent.mkdir(exist_ok=True)
-            sample_path.write_text("".join(json.dumps(s) + "\n" for s in samples))
+            atomic_write_text(sample_path, "".join(json.dumps(s) + "\n" for s in samples))
             self._log_artifacts(trainer, [sample_path], "eval/samples")
         self._log_artifacts(trainer, paths)
         if stage != "fit":
@@ -341,7 +342,7 @@ class PassAtKEvaluation(Callback):
             md = ResultsTable.report_markdown(rep, title=f"Pass@k checkpoint report ({stage})", notes=notes)
             md += "\n## All checkpoints\n\n" + (self.table if stage == "fit" else self._stage_table(stage)).to_markdown()
             md_path, json_path = out / f"{stem}_report.md", out / f"{stem}_report.json"
-            md_path.write_text(md)
-            json_path.write_text(dumps_json(rep))
+            atomic_write_text(md_path, md)
+            atomic_write_text(json_path, dumps_json(rep))
             self._log_artifacts(trainer, [md_path, json_path])
         return rep

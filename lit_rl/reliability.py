@@ -26,7 +26,6 @@ import os
 import random
 import socket
 import sys
-import tempfile
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,8 @@ from urllib.parse import urlparse
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from lit_rl.atomic import atomic_write
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -50,40 +51,9 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------------------
 # atomic checkpoint writes
 # ---------------------------------------------------------------------------------------------------------
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save(obj, path)`` as temp file in the same folder + fsync + ``os.replace`` + folder fsync.
-
-    The target is either the old file or the complete new one, whatever happens to the process. A stale
-    temp file of a killed writer (``.<name>.*.partial``) is removed by the next save of the same target.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.partial"):
-        stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    """``torch.save(obj, path)`` through :func:`atomic_write` (temp file + fsync + ``os.replace``)."""
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

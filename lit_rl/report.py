@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from lit_rl.atomic import atomic_savefig, atomic_write_text
+
 __all__ = ["RunData", "ReportSpec", "build_report", "load_runs", "main", "pareto_front"]
 
 DEFAULT_CURVES = ("val/sudoku/greedy/accuracy", "val/sudoku/det64/pass@1", "train/on_policy/reward_mean")
@@ -191,7 +193,7 @@ def plot_learning_curves(runs: list[RunData], metrics: Sequence[str], path: Path
     axes.flat[0].legend(fontsize=8)
     fig.suptitle("Learning curves per variant")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return present
 
@@ -223,7 +225,7 @@ def plot_per_source(runs: list[RunData], path: Path) -> list[str]:
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Per-source statistics (colour: run, line style: rollout source)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return sources
 
@@ -266,7 +268,7 @@ def plot_pareto(runs: list[RunData], x: str, y: str, path: Path) -> list[tuple[s
     ax.legend(fontsize=8)
     ax.set_title("Accuracy vs tokens per problem")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return [(label, a, b, i in front) for i, (label, a, b) in enumerate(rows)]
 
@@ -307,7 +309,7 @@ def plot_sweep(study: str, trials: list[RunData], path: Path) -> list[str]:
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"Sweep {study}: objective vs parameter")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
     return params
 
@@ -378,7 +380,7 @@ def build_report(runs: list[RunData], out: Path, spec: ReportSpec | None = None,
     metrics = list(spec.table_metrics) if spec.table_metrics is not None else list(dict.fromkeys(
         [*spec.curves, spec.pareto_y, spec.pareto_x, *(f"train/{s}/{t}" for s in sources_of(runs) for t in SOURCE_STATS)]))
     md += ["## Final and best metrics", "", markdown_table(runs, metrics, spec), ""]
-    (out / "report.md").write_text("\n".join(md))
+    atomic_write_text(out / "report.md", "\n".join(md))
     drawn["report.md"] = metrics
     return drawn
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import yaml
 
+from lit_rl.atomic import atomic_write_text
 from lit_rl.models.policy import DiffusionPolicy
 
 
@@ -101,5 +102,5 @@ def export_policy(ckpt: str | Path, out: str | Path, merge: bool = False, config
         model.save_pretrained(str(merged_dir), safe_serialization=True)
         policy.tokenizer.save_pretrained(str(merged_dir))
         manifest["merged"] = str(merged_dir)
-    (out / "export.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    atomic_write_text(out / "export.json", json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -1,0 +1,65 @@
+"""Atomic file writes: a temp file in the target's folder, fsync, ``os.replace``, folder fsync.
+
+A reader (or a crash) sees either the old file or the complete new one, never a half-written file. Used for
+every final artifact lit_rl writes (checkpoints through :func:`lit_rl.reliability.atomic_torch_save`,
+reports, tables, figures). Standard library only, so light modules can import it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+__all__ = ["atomic_savefig", "atomic_write", "atomic_write_text"]
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> Path:
+    """Run ``write(fh)`` on a temp file in ``path``'s folder, fsync it, ``os.replace`` it over ``path``,
+    fsync the folder. Returns ``path``.
+
+    The target is either the old file or the complete new one, whatever happens to the process (an
+    exception in ``write`` leaves no temp file). A stale temp file of a killed writer (``.<name>.*.partial``)
+    is removed by the next write of the same target.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.partial"):
+        stale.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """:func:`atomic_write` of UTF-8 ``text``."""
+    return atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+
+
+def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
+    """``fig.savefig(path, **kwargs)`` through :func:`atomic_write` (format from the suffix)."""
+    path = Path(path)
+    return atomic_write(path, lambda fh: fig.savefig(fh, format=path.suffix.lstrip(".") or "png", **kwargs))

@@ -1,0 +1,49 @@
+"""Atomic writes (lit_rl/atomic.py): the target is the old file or the complete new one, never a part."""
+
+from __future__ import annotations
+
+import pytest
+
+from lit_rl.atomic import atomic_savefig, atomic_write, atomic_write_text
+
+
+def test_text_replaces_and_leaves_no_temp_file(tmp_path):
+    path = tmp_path / "sub" / "report.md"
+    atomic_write_text(path, "old ü")
+    atomic_write_text(path, "new")
+    assert path.read_text(encoding="utf-8") == "new"
+    assert [p.name for p in path.parent.iterdir()] == ["report.md"]
+
+
+def test_a_writer_that_fails_midway_keeps_the_old_file(tmp_path):
+    path = tmp_path / "table.csv"
+    atomic_write_text(path, "a,b\n1,2\n")
+
+    def half(fh):
+        fh.write(b"a,b\n3,")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(path, half)
+    assert path.read_text() == "a,b\n1,2\n" and [p.name for p in tmp_path.iterdir()] == ["table.csv"]
+
+
+def test_a_killed_writers_temp_file_is_cleaned_by_the_next_write(tmp_path):
+    path = tmp_path / "x.json"
+    (tmp_path / ".x.json.abc123.partial").write_text("{")  # what a SIGKILL mid-write leaves behind
+    atomic_write_text(path, "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
+
+
+def test_savefig_writes_a_png_by_its_suffix(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    path = atomic_savefig(fig, tmp_path / "curve.png", dpi=50)
+    plt.close(fig)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["curve.png"]
