@@ -497,6 +497,10 @@ def _check_semantics(cfg: _Config) -> None:
         ntp = dargs.get("num_train_prompts")
         if _is_int(ntp) and ntp < 1:
             raise _fail(cfg, dpath + ("num_train_prompts",), f"must be >= 1 or null (all), got {ntp}: the training set would be empty")
+        for key in ("eval_batch_size", "max_prompt_len"):
+            v = dargs.get(key)
+            if _is_int(v) and v < 1:
+                raise _fail(cfg, dpath + (key,), f"must be >= 1, got {v}")
     # optimizer updates per rollout batch vs max_steps
     mu = margs.get("updates_per_batch", _default(mcls, "updates_per_batch", 1))
     if _is_int(mu):

@@ -127,6 +127,9 @@ CASES: dict[str, tuple] = {
     "num_train_prompts_zero": (
         "data:\n  init_args:\n    num_train_prompts: 0\n",
         [], ["data.init_args.num_train_prompts", "training set would be empty"], "num_train_prompts", None),
+    "eval_batch_size_zero": (
+        "data:\n  init_args:\n    eval_batch_size: 0\n",
+        [], ["data.init_args.eval_batch_size", "must be >= 1, got 0"], "eval_batch_size", None),
     "eval_size_zero": (
         "data:\n  init_args:\n    eval_size: 0\n",
         [], ["data.init_args.eval_size", "evaluation set would be empty"], "eval_size", None),
