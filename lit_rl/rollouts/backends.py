@@ -17,7 +17,8 @@ On a failure that retries cannot fix, ``generate`` raises :class:`BackendError`;
 * ``openai`` (:class:`OpenAIBackend`): an OpenAI-compatible HTTP server (the paper: vLLM serving
   Qwen3-30B-A3B-Instruct-2507), chat or completions endpoint, ``concurrency`` requests in flight,
   socket timeouts, bounded retries with exponential backoff (timeouts, connection errors, HTTP 408/409/
-  429/5xx, malformed or truncated responses), immediate errors for 401/403 and other 4xx;
+  429/5xx, malformed or truncated responses: bad JSON, no text, a text with a lone surrogate, JSON nested
+  too deeply or with an over-long integer), immediate errors for 401/403 and other 4xx;
 * ``vllm`` (:class:`VLLMBackend`): vLLM's offline engine ``vllm.LLM`` (``pip install lit-rl[vllm]``);
 * ``hf`` (:class:`HFBackend`): Hugging Face ``generate`` with any local causal LM (or a tiny random
   Llama built from a config, with the character tokenizer, for tests);
@@ -74,7 +75,11 @@ class Sampling:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
+        for key in ("temperature", "max_tokens", "top_p"):
+            value = getattr(self, key)
+            if not isinstance(value, int if key == "max_tokens" else (int, float)) or isinstance(value, bool):
+                raise ValueError(f"sampling.{key}={value!r}: must be {'an integer' if key == 'max_tokens' else 'a number'}")
+        if not self.temperature >= 0:  # also NaN
             raise ValueError(f"sampling.temperature={self.temperature}: must be >= 0")
         if self.max_tokens < 1:
             raise ValueError(f"sampling.max_tokens={self.max_tokens}: must be >= 1")
@@ -364,6 +369,10 @@ class OpenAIBackend(Backend):
             obj = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise _Retryable("malformed", f"response is not JSON ({e}; first bytes {raw[:80]!r})") from None
+        except RecursionError:
+            raise _Retryable("malformed", f"response JSON is nested too deeply (first bytes {raw[:80]!r})") from None
+        except ValueError as e:  # an integer of more than 4300 digits
+            raise _Retryable("malformed", f"response JSON is unreadable ({str(e).split(';')[0][:120]})") from None
         try:
             choice = obj["choices"][0]
             if self.api == "chat":
@@ -376,9 +385,20 @@ class OpenAIBackend(Backend):
                 raise TypeError(f"completion is {type(text).__name__}")
         except (KeyError, IndexError, TypeError) as e:
             raise _Retryable("malformed", f"response JSON lacks choices[0] text ({type(e).__name__}: {e})") from None
+        finish = choice.get("finish_reason")
+        if finish is not None and not isinstance(finish, str):
+            raise _Retryable("malformed", f"response finish_reason is {type(finish).__name__}, not a string")
+        # a lone surrogate ("\ud800" in the JSON) cannot be written to the UTF-8 pool: a malformed reply,
+        # retried like the others (not replaced: the pool holds what the model wrote or nothing)
+        for name, value in (("text", text), ("finish_reason", finish or "")):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise _Retryable("malformed", f"response {name} is not valid Unicode (lone surrogate at character {e.start})") from None
         usage = obj.get("usage") if isinstance(obj, dict) else None
         tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        return GenResult(text=text, finish_reason=choice.get("finish_reason"), completion_tokens=tokens if isinstance(tokens, int) else None)
+        ok_tokens = isinstance(tokens, int) and not isinstance(tokens, bool)
+        return GenResult(text=text, finish_reason=finish, completion_tokens=tokens if ok_tokens else None)
 
     def _request(self, req: GenRequest, sampling: Sampling, stop: threading.Event, hooks: GenHooks) -> GenResult:
         payload = json.dumps(self._body(req, sampling)).encode("utf-8")

@@ -12,7 +12,7 @@ without a default is an error)::
     task:                       # the training prompts: class_path + init_args, as in the training configs
       class_path: lit_rl.tasks.SudokuTask
       init_args: {num_train: 10000}
-    out: data/pools/sudoku_qwen3.jsonl
+    out: data/pools/sudoku_qwen3.jsonl      # plain JSONL (a .gz name is refused; gzip a finished pool yourself)
     n: 6                        # candidates per prompt
     seed: 42                    # dataset seed: every request's seed derives from it (prompt id, candidate, stage)
     limit: null                 # only the first N prompts (a later run with a larger limit extends the pool)
@@ -79,6 +79,10 @@ class BuildConfigError(ValueError):
     """An invalid build config (the message names the file and key)."""
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # YAML ``true`` is not a count
+
+
 @dataclass
 class BuildConfig:
     """A parsed build config (see the module docstring for the YAML).
@@ -117,10 +121,16 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         for key in ("n", "g_ext", "max_usable_tokens", "prompts_per_wave"):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
+            if not _is_int(getattr(self, key)) or getattr(self, key) < 1:
                 raise BuildConfigError(f"{self.source}: {key}={getattr(self, key)!r}: must be an integer >= 1")
-        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
+        if not _is_int(self.seed):
+            raise BuildConfigError(f"{self.source}: seed={self.seed!r}: must be an integer")
+        if self.limit is not None and (not _is_int(self.limit) or self.limit < 0):
             raise BuildConfigError(f"{self.source}: limit={self.limit!r}: must be null or an integer >= 0")
+        if self.length_tokenizer is not None and not isinstance(self.length_tokenizer, str):
+            raise BuildConfigError(f"{self.source}: length_tokenizer={self.length_tokenizer!r}: must be a tokenizer name, auto, chars or null")
+        if Path(self.out).name.endswith(".gz"):  # a gzip name over plain text would fail to load later
+            raise BuildConfigError(f"{self.source}: out={str(self.out)!r}: builders write plain JSONL; drop .gz (gzip the finished pool yourself)")
         if self.g_ext > self.n:
             raise BuildConfigError(f"{self.source}: g_ext={self.g_ext} > n={self.n}: a prompt can never be usable")
 
@@ -153,7 +163,15 @@ def load_build_config(path: str | Path, overrides: dict[str, Any] | None = None)
     path = Path(path)
     if not path.is_file():
         raise BuildConfigError(f"build config not found: {path}")
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        with path.open(encoding="utf-8") as fh:  # a stream, so that YAML errors name the file
+            raw = yaml.safe_load(fh) or {}
+    except yaml.YAMLError as e:
+        raise BuildConfigError(f"{path}: invalid YAML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise BuildConfigError(f"{path}: not UTF-8 (byte offset {e.start})") from None
+    except RecursionError:
+        raise BuildConfigError(f"{path}: invalid YAML: nested too deeply") from None
     if not isinstance(raw, dict):
         raise BuildConfigError(f"{path}: expected a mapping at the top level")
     raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
@@ -169,11 +187,24 @@ def load_build_config(path: str | Path, overrides: dict[str, Any] | None = None)
         task = {"class_path": task}
     if not isinstance(task, dict) or "class_path" not in task:
         raise BuildConfigError(f"{path}: task: expected {{class_path: lit_rl.tasks.SudokuTask, init_args: {{...}}}} or a task name")
-    try:
-        sampling = Sampling(**(cfg.get("sampling") or {}))
-        length_control = LengthControl(**(cfg.get("length_control") or {}))
-    except (TypeError, ValueError) as e:
-        raise BuildConfigError(f"{path}: {e}") from None
+    if not isinstance(task["class_path"], str):
+        raise BuildConfigError(f"{path}: task.class_path={task['class_path']!r}: expected a class path or a task name")
+    if not isinstance(task.get("init_args") or {}, dict):
+        raise BuildConfigError(f"{path}: task.init_args={task['init_args']!r}: expected a mapping of the task's arguments")
+    if not isinstance(cfg["out"], (str, os.PathLike)) or not str(cfg["out"]).strip():
+        raise BuildConfigError(f"{path}: out={cfg['out']!r}: expected the pool's file path")
+    blocks = {}
+    for key, cls in (("sampling", Sampling), ("length_control", LengthControl)):
+        block = cfg.get(key) or {}
+        if not isinstance(block, dict):
+            raise BuildConfigError(f"{path}: {key}: expected a mapping, got {type(block).__name__}")
+        try:
+            blocks[key] = cls(**block)
+        except TypeError as e:  # an unknown key
+            raise BuildConfigError(f"{path}: {key}: {e}") from None
+        except ValueError as e:  # the message names the field (sampling.temperature=...)
+            raise BuildConfigError(f"{path}: {e}") from None
+    sampling, length_control = blocks["sampling"], blocks["length_control"]
     mlflow_cfg = cfg.get("mlflow")
     if mlflow_cfg is not None and not (isinstance(mlflow_cfg, dict) and mlflow_cfg.get("tracking_uri")):
         raise BuildConfigError(f"{path}: mlflow: expected {{tracking_uri: sqlite:///runs/mlflow.db, experiment_name: ...}} or null")
@@ -235,15 +266,23 @@ def read_build_info(pool: str | Path) -> dict[str, Any] | None:
     if not p.is_file():
         return None
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+        info = json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError):  # bad JSON or UTF-8: the side file is advisory, start a new one
         return None
+    return info if isinstance(info, dict) else None
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())  # the data reaches the disk before the rename (a crash cannot leave an empty file)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _now() -> str:
@@ -426,8 +465,8 @@ def build_pool(
     dropped = 0
     info: dict[str, Any] = {"pool": str(out), "sessions": []}
     if out.exists() and not overwrite:
-        state = repair_pool_for_resume(out, cfg.n)
-        _check_resume(out, state.header, header)
+        # the header is compared before any torn tail is cut: a changed config must not delete finished work
+        state = repair_pool_for_resume(out, cfg.n, check_header=lambda old: _check_resume(out, old, header))
         header = state.header
         unknown = [pid for pid in state.done if pid not in set(ids)]
         if unknown and cfg.limit is None:

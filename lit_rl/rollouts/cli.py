@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import BinaryIO, Callable
 
-from lit_rl.rollouts.pool import MAX_USABLE_TOKENS, PoolRecord, _header, iter_pool, pool_stem, reorder_usable_first, write_pool_atomic
+from lit_rl.rollouts.pool import MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem, reorder_usable_first, write_pool_atomic
 
 
 def build_scripted_pool(task_name: str, out: str | Path, n: int = 6, error_rate: float = 0.1, seed: int = 42, limit: int | None = None, task_kwargs: dict | None = None) -> int:
@@ -86,6 +88,24 @@ def _correct_reward(header: dict) -> float:
     return float(cls.correct_reward) if cls is not None else _max_reward(header)
 
 
+def _header_count(header: dict, key: str, path: str | Path) -> int | None:
+    value = header.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise PoolFormatError(f"{path}:1: header field {key!r} must be an integer >= 1, got {repr(value)[:40]}")
+    return value
+
+
+def _check_stage1(meta: dict, where: str) -> None:
+    s1 = meta.get("stage1")
+    if s1 is None:
+        return
+    tokens, reward = (s1.get("num_tokens", 0), s1.get("reward", 0.0)) if isinstance(s1, dict) else (None, None)
+    ok = isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 2**63
+    ok = ok and (isinstance(reward, float) and math.isfinite(reward) or type(reward) is int and abs(reward) < 2**63)
+    if not ok:
+        raise PoolFormatError(f"{where}: field 'meta.stage1' must be an object with a count 'num_tokens' and a finite 'reward'")
+
+
 def _stage_summary(lengths: list[int], rewards: list[float], correct_reward: float) -> dict:
     n = len(lengths)
     correct = sum(r >= correct_reward - 1e-9 for r in rewards)
@@ -125,18 +145,19 @@ def pool_stats(path: str | Path, g_ext: int | None = None, max_tokens: int | Non
     Counts come from ``num_tokens`` (and ``usable``) as recorded; reward is reported, never used to filter.
     Flat keys of the old summary (``source_prompts``, ``completions``, ``over_500_tokens``, ...) are kept.
     """
-    header, records = iter_pool(path)
-    g_ext = int(g_ext or header.get("g_ext") or 2)
+    header, records = iter_pool(path, with_lines=True)
+    g_ext = int(g_ext or _header_count(header, "g_ext", path) or 2)
     # usability as recorded (what the DataModule uses), unless the caller asks for another limit
     recount = max_tokens is not None
-    max_tokens = int(max_tokens or header.get("max_usable_tokens") or MAX_USABLE_TOKENS)
+    max_tokens = int(max_tokens or _header_count(header, "max_usable_tokens", path) or MAX_USABLE_TOKENS)
     max_reward, correct_reward = _max_reward(header), _correct_reward(header)
     per_prompt: dict[str, list[PoolRecord]] = defaultdict(list)
-    for r in records:
+    for lineno, r in records:
+        _check_stage1(r.meta, f"{path}:{lineno}")
         per_prompt[r.prompt_id].append(r)
     recs = [r for rs in per_prompt.values() for r in rs]
     usable = (lambda r: r.num_tokens <= max_tokens) if recount else (lambda r: r.usable)  # noqa: E731
-    n_cands = header.get("n") or (max((len(rs) for rs in per_prompt.values()), default=0))
+    n_cands = _header_count(header, "n", path) or (max((len(rs) for rs in per_prompt.values()), default=0))
     default_usable = {pid for pid, rs in per_prompt.items() if sum(usable(r) for r in rs) >= g_ext}
     table_iv = {
         "task": header.get("task"),
@@ -282,16 +303,35 @@ def plot_length_histogram(stats: dict, out: str | Path) -> Path:
     ax.legend()
     fig.tight_layout()
     out = Path(out)
-    fig.savefig(out)
-    plt.close(fig)
+    try:
+        _write_atomic(out, lambda fh: fig.savefig(fh, format=out.suffix.lstrip(".") or "png"))
+    finally:
+        plt.close(fig)
     return out
 
 
+def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write(fh)`` into ``<stem>.tmp<suffix>`` in ``path``'s folder, fsync, rename over ``path``: a reader or
+    a crash sees the old file or the whole new one, never a half-written one."""
+    tmp = path.with_name(f"{path.stem}.tmp{path.suffix}")
+    try:
+        with tmp.open("wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_stats(stats: dict, pool: str | Path) -> dict[str, Path]:
-    """Write the Markdown, JSON (without the raw length lists) and histogram next to the pool."""
+    """Write the Markdown, JSON (without the raw length lists) and histogram next to the pool, each atomically."""
     paths = stats_paths(pool)
-    paths["markdown"].write_text(stats_markdown(stats), encoding="utf-8")
-    paths["json"].write_text(json.dumps({k: v for k, v in stats.items() if k != "lengths"}, indent=2) + "\n", encoding="utf-8")
+    markdown = stats_markdown(stats).encode("utf-8")
+    summary = (json.dumps({k: v for k, v in stats.items() if k != "lengths"}, indent=2) + "\n").encode("utf-8")
+    _write_atomic(paths["markdown"], lambda fh: fh.write(markdown))
+    _write_atomic(paths["json"], lambda fh: fh.write(summary))
     plot_length_histogram(stats, paths["histogram"])
     return paths
 

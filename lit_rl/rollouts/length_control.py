@@ -70,8 +70,11 @@ class LengthControl:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"length_control.mode={self.mode!r}: expected one of {MODES}")
-        if self.target_total_tokens < 1:
-            raise ValueError(f"length_control.target_total_tokens={self.target_total_tokens}: must be >= 1")
+        if not isinstance(self.target_total_tokens, int) or isinstance(self.target_total_tokens, bool) or self.target_total_tokens < 1:
+            raise ValueError(f"length_control.target_total_tokens={self.target_total_tokens!r}: must be an integer >= 1")
+        for key in ("instruction", "rewrite_prompt"):
+            if not isinstance(getattr(self, key), str):
+                raise ValueError(f"length_control.{key}: expected a text, got {type(getattr(self, key)).__name__}")
         if self.mode == "two_stage":
             for key in ("{task_prompt}", "{completion}"):
                 if key not in self.rewrite_prompt:

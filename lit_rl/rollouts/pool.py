@@ -25,17 +25,28 @@ import gzip
 import json
 import os
 import tempfile
+import zlib
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 POOL_VERSION = 1
 #: ERILS App. B: external completions longer than this (external-tokenizer tokens) are unusable.
 MAX_USABLE_TOKENS = 500
+#: ``index`` and ``num_tokens`` must lie in ``[0, _MAX_COUNT)`` (a 400-digit count would overflow statistics)
+_MAX_COUNT = 2**63
 
 
 class PoolFormatError(ValueError):
     """A malformed pool file (message names the file and line)."""
+
+
+def _short(value: Any) -> str:
+    """``value`` for a message; a huge integer by its size (``str`` of one over 4300 digits raises)."""
+    if isinstance(value, int) and abs(value) >= 10**40:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return repr(value)
 
 
 @dataclass
@@ -80,9 +91,21 @@ class PoolRecord:
                 obj[key].encode("utf-8")
             except UnicodeEncodeError as e:
                 raise PoolFormatError(f"{where}: field '{key}' is not valid Unicode (lone surrogate at character {e.start})") from None
-        reward = float(obj["reward"])
+        for key in ("index", "num_tokens"):
+            if not 0 <= obj[key] < _MAX_COUNT:
+                raise PoolFormatError(f"{where}: field '{key}' must be an integer in [0, 2**63), got {_short(obj[key])}")
+        try:
+            reward = float(obj["reward"])
+        except OverflowError:  # an integer too large for a float
+            reward = float("inf")
         if reward != reward or reward in (float("inf"), float("-inf")):
-            raise PoolFormatError(f"{where}: field 'reward' is not finite ({obj['reward']})")
+            raise PoolFormatError(f"{where}: field 'reward' is not finite ({_short(obj['reward'])})")
+        usable = obj.get("usable", obj["num_tokens"] <= MAX_USABLE_TOKENS)
+        if not isinstance(usable, bool):  # bool("false") is True
+            raise PoolFormatError(f"{where}: field 'usable' must be true or false, got {type(usable).__name__} {_short(usable)[:40]}")
+        meta = obj.get("meta")
+        if meta is not None and not isinstance(meta, dict):
+            raise PoolFormatError(f"{where}: field 'meta' must be an object, got {type(meta).__name__}")
         return cls(
             prompt_id=obj["prompt_id"],
             index=obj["index"],
@@ -91,8 +114,8 @@ class PoolRecord:
             reward=reward,
             num_tokens=obj["num_tokens"],
             tokenizer=obj["tokenizer"],
-            usable=bool(obj.get("usable", obj["num_tokens"] <= MAX_USABLE_TOKENS)),
-            meta=dict(obj.get("meta") or {}),
+            usable=usable,
+            meta=dict(meta or {}),
         )
 
 
@@ -100,38 +123,80 @@ def _header(task: str, policy: str, tokenizer: str, **extra: Any) -> dict[str, A
     return {"lit_rl_pool": POOL_VERSION, "task": task, "policy": policy, "tokenizer": tokenizer, **extra}
 
 
+def _parse_line(raw: bytes, where: str) -> Any:
+    """One JSONL line (bytes) as a JSON value; every decoding failure is a :class:`PoolFormatError` naming ``where``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PoolFormatError(f"{where}: not UTF-8 (byte {raw[e.start:e.start + 1]!r} at offset {e.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PoolFormatError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise PoolFormatError(f"{where}: invalid JSON (nested too deeply)") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise PoolFormatError(f"{where}: invalid JSON ({str(e).split(';')[0][:120]})") from None
+
+
+def _check_header(header: Any, where: str) -> None:
+    version = header.get("lit_rl_pool") if isinstance(header, dict) else None
+    if type(version) is not int or version != POOL_VERSION:  # not true, not 1.0
+        raise PoolFormatError(f"{where}: not a lit_rl pool header (expected \"lit_rl_pool\": {POOL_VERSION})")
+    for key, value in header.items():  # its texts end up in statistics files and on the console
+        try:
+            json.dumps([key, value], ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise PoolFormatError(f"{where}: header field {key.encode('utf-8', 'backslashreplace').decode()!r} is not valid Unicode (a lone surrogate)") from None
+
+
+def _read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """``(line number, raw line)`` of a plain or gzipped file; a damaged gzip stream is a :class:`PoolFormatError`."""
+    lineno = 0
+    # a committed pool may be gzipped (``.jsonl.gz``); builders write plain JSONL
+    fh = gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+    with fh:
+        while True:
+            try:
+                line = fh.readline()
+            except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+                raise PoolFormatError(f"{path}: truncated or corrupt gzip ({type(e).__name__}: {e}; at line {lineno + 1})") from None
+            if not line:
+                return
+            lineno += 1
+            yield lineno, line
+
+
 def iter_pool(path: str | Path, with_lines: bool = False) -> tuple[dict[str, Any], Iterator[Any]]:
-    """Header and a record iterator (of ``(line number, record)`` with ``with_lines``); errors name ``path:line``."""
+    """Header and a record iterator (of ``(line number, record)`` with ``with_lines``); errors name ``path:line``.
+
+    Every malformed input (bad JSON, UTF-8 or gzip, a wrong field, a record twice) is a :class:`PoolFormatError`.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"pool file not found: {path}")
-    # a committed pool may be gzipped (``.jsonl.gz``); builders write plain JSONL
-    fh = gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open("r", encoding="utf-8")
-    first = fh.readline()
+    lines = _read_lines(path)
     try:
-        header = json.loads(first)
-    except json.JSONDecodeError as e:
-        fh.close()
-        raise PoolFormatError(f"{path}:1: header is not JSON ({e.msg})") from None
-    if not isinstance(header, dict) or header.get("lit_rl_pool") != POOL_VERSION:
-        fh.close()
-        raise PoolFormatError(f"{path}:1: not a lit_rl pool header (expected \"lit_rl_pool\": {POOL_VERSION})")
+        _, first = next(lines, (1, b""))
+        header = _parse_line(first, f"{path}:1: header")
+        _check_header(header, f"{path}:1")
+    except BaseException:
+        lines.close()
+        raise
 
     def records() -> Iterator[PoolRecord]:
-        with fh:
-            for lineno, line in enumerate(fh, start=2):
+        seen: dict[tuple[str, int], int] = {}
+        with closing(lines):
+            for lineno, line in lines:
                 if not line.strip():
                     continue
                 where = f"{path}:{lineno}"
-                if not line.endswith("\n"):
+                if not line.endswith(b"\n"):
                     raise PoolFormatError(f"{where}: truncated last line (a killed writer?); resume the build to repair it")
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise PoolFormatError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-                except RecursionError:
-                    raise PoolFormatError(f"{where}: invalid JSON (nested too deeply)") from None
-                rec = PoolRecord.from_json(obj, where)
+                rec = PoolRecord.from_json(_parse_line(line, where), where)
+                first_at = seen.setdefault((rec.prompt_id, rec.index), lineno)
+                if first_at != lineno:
+                    raise PoolFormatError(f"{where}: duplicate record prompt_id {rec.prompt_id!r} index {rec.index}, first at line {first_at}")
                 yield (lineno, rec) if with_lines else rec
 
     return header, records()
@@ -265,14 +330,15 @@ class ResumeState:
     dropped_lines: int
 
 
-def repair_pool_for_resume(path: str | Path, per_prompt: int) -> ResumeState:
+def repair_pool_for_resume(path: str | Path, per_prompt: int, check_header: Callable[[dict[str, Any]], None] | None = None) -> ResumeState:
     """Check a partially built pool and cut a torn tail so that appending can continue.
 
     The file must be a prefix of whole prompts (``per_prompt`` consecutive records each) possibly followed
     by one incomplete prompt and/or a line without its newline (a killed writer); that tail is removed
     (the file is truncated and fsynced). Anything else (bad JSON or a short prompt in the middle, a
     prompt id twice) is a :class:`PoolFormatError` naming the line: such a file was not written by an
-    interrupted build and is not touched.
+    interrupted build and is not touched. ``check_header(header)`` runs before anything is cut (a resume
+    with a changed config raises there and leaves the file as it was).
     """
     path = Path(path)
     with path.open("rb") as fh:
@@ -281,17 +347,16 @@ def repair_pool_for_resume(path: str | Path, per_prompt: int) -> ResumeState:
     tail = lines.pop()  # b"" when the file ends with a newline, else a truncated last line
     if not lines:
         raise PoolFormatError(f"{path}:1: no complete header line")
-    try:
-        header = json.loads(lines[0])
-    except json.JSONDecodeError as e:
-        raise PoolFormatError(f"{path}:1: header is not JSON ({e.msg})") from None
-    if not isinstance(header, dict) or header.get("lit_rl_pool") != POOL_VERSION:
-        raise PoolFormatError(f"{path}:1: not a lit_rl pool header")
+    header = _parse_line(lines[0], f"{path}:1: header")
+    _check_header(header, f"{path}:1")
+    if check_header is not None:
+        check_header(header)
     offset = len(lines[0]) + 1
     keep = offset  # byte offset after the last complete prompt
     done: list[str] = []
     seen: set[str] = set()
     group: list[str] = []
+    indices: dict[int, int] = {}  # index -> line number within the current prompt
     records = kept_records = 0
     dropped = 1 if tail else 0
     body = lines[1:]
@@ -299,23 +364,26 @@ def repair_pool_for_resume(path: str | Path, per_prompt: int) -> ResumeState:
         lineno = k + 2
         where = f"{path}:{lineno}"
         try:
-            rec = PoolRecord.from_json(json.loads(raw), where)
-        except (json.JSONDecodeError, RecursionError, PoolFormatError) as e:
+            rec = PoolRecord.from_json(_parse_line(raw, where), where)
+        except PoolFormatError:
             if k == len(body) - 1:  # a bad last line: torn write
                 dropped += 1
                 break
-            raise PoolFormatError(str(e) if isinstance(e, PoolFormatError) else f"{where}: invalid JSON ({e})") from None
+            raise
         if group and rec.prompt_id != group[0]:
             raise PoolFormatError(f"{where}: prompt {group[0]!r} has {len(group)} records before {rec.prompt_id!r} starts (expected {per_prompt})")
         if not group and rec.prompt_id in seen:
             raise PoolFormatError(f"{where}: prompt {rec.prompt_id!r} appears twice")
+        if rec.index in indices:
+            raise PoolFormatError(f"{where}: duplicate record prompt_id {rec.prompt_id!r} index {rec.index}, first at line {indices[rec.index]}")
+        indices[rec.index] = lineno
         group.append(rec.prompt_id)
         records += 1
         offset += len(raw) + 1
         if len(group) == per_prompt:
             done.append(group[0])
             seen.add(group[0])
-            group = []
+            group, indices = [], {}
             keep, kept_records = offset, records
     dropped += len(group)
     if keep < len(data):

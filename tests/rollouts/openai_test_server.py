@@ -10,7 +10,9 @@ Faults: ``server.fault(index, body, attempt)`` returns ``None`` (answer normally
 ``"timeout"`` (sleep ``timeout_sleep_s`` before answering), ``"500"``, ``"503"`` (with ``Retry-After: 0``),
 ``"malformed"`` (invalid JSON), ``"no_choices"`` (valid JSON without ``choices``), ``"truncated"`` (the body
 stops short of its ``Content-Length``), ``"reset"`` (the connection closes without a response), ``"401"``,
-``"400"``, ``"length"`` (a 200 whose text was cut by ``max_tokens``: ``finish_reason="length"``).
+``"400"``, ``"length"`` (a 200 whose text was cut by ``max_tokens``: ``finish_reason="length"``),
+``"surrogate"`` (a text with a lone surrogate ``\\ud800``), ``"huge_int"`` (a 5000-digit
+``usage.completion_tokens``), ``"deep"`` (JSON nested 100,000 deep).
 ``attempt`` counts the requests seen with the same seed (1 = first). ``die_after=k`` makes the server stop
 listening after ``k`` answered requests (the following connections are refused); ``restart()`` brings it
 back on the same port.
@@ -206,6 +208,19 @@ class FakeOpenAIServer:
                     self.end_headers()
                     self.wfile.write(data)
                     return
+                if fault in ("huge_int", "deep"):
+                    text = '"<reasoning>x</reasoning>\\n<answer>1</answer>"'
+                    if fault == "huge_int":
+                        data = ('{"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": %s}, "text": %s}], '
+                                '"usage": {"completion_tokens": 1%s}}' % (text, text, "0" * 5000)).encode()
+                    else:
+                        data = b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if fault == "no_choices":
                     return self._json(200, {"object": "chat.completion", "model": server.model})
                 if fault == "timeout":
@@ -218,6 +233,8 @@ class FakeOpenAIServer:
                 finish = "stop"
                 if fault == "length":
                     text, finish = text[: len(text) // 2], "length"
+                if fault == "surrogate":
+                    text = text.replace("</answer>", "\ud800</answer>")
                 choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
                 if chat:
                     choice["message"] = {"role": "assistant", "content": text}

@@ -57,7 +57,7 @@ def test_openai_backend_answers_and_reports_usage(api):
     assert sorted(got) == [0, 1, 2] and hooks.requests == 3 and hooks.in_flight == 0 and hooks.retries == 0
 
 
-@pytest.mark.parametrize("fault", ["timeout", "500", "503", "malformed", "no_choices", "truncated", "reset"])
+@pytest.mark.parametrize("fault", ["timeout", "500", "503", "malformed", "no_choices", "truncated", "reset", "surrogate", "huge_int", "deep"])
 def test_transient_fault_is_retried_to_the_same_text(fault):
     # the first attempt of every request fails; the retry returns exactly the fault-free text
     # (generous client timeouts: the test machine may be loaded; only the injected timeout should fire)
@@ -80,6 +80,9 @@ def test_transient_fault_is_retried_to_the_same_text(fault):
         ("no_choices", r"lacks choices\[0\] text"),
         ("truncated", "response body cut off"),
         ("reset", "RemoteDisconnected"),
+        ("surrogate", r"malformed: response text is not valid Unicode \(lone surrogate at character \d+\)"),
+        ("huge_int", r"malformed: response JSON is unreadable \(Exceeds the limit \(4300 digits\)"),
+        ("deep", "malformed: response JSON is nested too deeply"),
     ],
 )
 def test_persistent_fault_gives_up_after_max_retries(fault, reason):
@@ -88,6 +91,13 @@ def test_persistent_fault_gives_up_after_max_retries(fault, reason):
         with pytest.raises(BackendError, match=f"failed after {retries + 1} attempts; last error: .*" + reason):
             _client(srv.url, timeout_s=1.5 if fault == "timeout" else 10.0, max_retries=retries).generate(_reqs(1), Sampling())
         assert srv.attempts[100] == retries + 1  # 1 + max_retries, then a clear error
+
+
+def test_malformed_reply_error_names_the_prompt_and_endpoint():
+    # a server that always answers with a lone surrogate: never written to the pool, a clear error instead
+    with FakeOpenAIServer(fault=lambda i, body, attempt: "surrogate") as srv:
+        with pytest.raises(BackendError, match=rf"request p0 \(seed 100\) to {srv.url}/chat/completions failed after 2 attempts; last error: malformed: response text"):
+            _client(srv.url, max_retries=1).generate(_reqs(1), Sampling())
 
 
 def test_auth_error_is_immediate_and_says_what_to_do():

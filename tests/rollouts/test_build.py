@@ -300,3 +300,63 @@ def test_embedded_config_builds_here(tmp_path):
     assert res.prompts_done == 12 and len(recs) == 72 and header["policy"] == "scripted-sudoku"
     assert all(r.meta["stage1"]["num_tokens"] > 500 for r in recs)  # verbose first stage
     assert sum(r.usable for r in recs) > 60
+
+
+def _bad_config(tmp_path, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+BASE = "task: sudoku\nbackend: {type: scripted, task: sudoku}\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (BASE + "out: x.jsonl.gz\n", r"bad.yaml: out='x.jsonl.gz': builders write plain JSONL; drop .gz"),
+        (BASE + "out: x.jsonl\nn: true\n", r"bad.yaml: n=True: must be an integer >= 1"),
+        (BASE + "out: x.jsonl\ng_ext: true\n", r"bad.yaml: g_ext=True: must be an integer >= 1"),
+        (BASE + "out: x.jsonl\nlimit: true\n", r"bad.yaml: limit=True: must be null or an integer >= 0"),
+        (BASE + "out: x.jsonl\nseed: true\n", r"bad.yaml: seed=True: must be an integer"),
+        ("task: {class_path: lit_rl.tasks.SudokuTask, init_args: [1]}\nbackend: {type: scripted, task: sudoku}\nout: x.jsonl\n", r"bad.yaml: task.init_args=\[1\]: expected a mapping"),
+        (BASE + "out: null\n", r"bad.yaml: out=None: expected the pool's file path"),
+        (BASE + "out: x.jsonl\nsampling: {temperature: hot}\n", r"bad.yaml: sampling.temperature='hot': must be a number"),
+        (BASE + "out: x.jsonl\nsampling: {max_tokens: 1.5}\n", r"bad.yaml: sampling.max_tokens=1.5: must be an integer"),
+        (BASE + "out: x.jsonl\nsampling: {temprature: 1}\n", r"bad.yaml: sampling: .*unexpected keyword argument 'temprature'"),
+        (BASE + "out: x.jsonl\nsampling: [1]\n", r"bad.yaml: sampling: expected a mapping, got list"),
+        (BASE + "out: x.jsonl\nlength_control: {target_total_tokens: true}\n", r"bad.yaml: length_control.target_total_tokens=True: must be an integer >= 1"),
+        (BASE + "out: [x\n", r"(?s)bad.yaml: invalid YAML: while parsing a flow sequence\n  in \".*bad.yaml\", line 3"),
+    ],
+)
+def test_config_type_errors_name_file_and_key(tmp_path, text, message):
+    with pytest.raises(BuildConfigError, match=message):
+        load_build_config(_bad_config(tmp_path, text))
+
+
+def test_gz_out_override_is_refused(tmp_path):
+    with pytest.raises(BuildConfigError, match=r"bad.yaml: out=.*x.jsonl.gz'?: builders write plain JSONL; drop .gz"):
+        load_build_config(_bad_config(tmp_path, BASE + "out: x.jsonl\n"), {"out": str(tmp_path / "x.jsonl.gz")})
+
+
+def test_resume_with_a_changed_n_cuts_nothing(reference, tmp_path):
+    # the pool ends in a torn prompt; a resume with another n must refuse before repairing anything
+    out = tmp_path / "pool.jsonl"
+    torn = reference[: len(reference) - 50]
+    out.write_bytes(torn)
+    with FakeOpenAIServer() as srv:
+        with pytest.raises(BuildConfigError, match=r"different settings \(n: pool has 3, config has 6"):
+            build_pool(load_build_config(_config(tmp_path, srv.url, n=6)), progress=False)
+        assert out.read_bytes() == torn
+        assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_build_info_is_fsynced_before_the_rename(tmp_path, monkeypatch):
+    from lit_rl.rollouts import build
+
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(build.os, "fsync", lambda fd: calls.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(build.os, "replace", lambda a, b: calls.append("replace") or real_replace(a, b))
+    build._write_json_atomic(tmp_path / "x.build.json", {"a": 1})
+    assert calls == ["fsync", "replace"] and json.loads((tmp_path / "x.build.json").read_text()) == {"a": 1}

@@ -2,6 +2,7 @@
 pool; MLflow logging (sqlite); the ``rollouts stats`` / ``rollouts build`` CLI."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,55 @@ def test_build_cli_reports_config_errors(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("LIT_RL_EXTERNAL_URL", raising=False)
     assert main(["build", "--config", str(ROOT / "conf/external/sudoku.yaml")]) == 2
     assert "LIT_RL_EXTERNAL_URL is not set" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda lines: lines[:1] + [lines[1].replace('"meta": {', '"meta": "abc", "x": {')] + lines[2:], "pool.jsonl:2: field 'meta' must be an object"),
+        (lambda lines: lines[:2] + [lines[1]] + lines[2:], "pool.jsonl:3: duplicate record prompt_id 'p0' index 0, first at line 2"),
+        (lambda lines: ["[" * 100_000 + "\n"] + lines[1:], "pool.jsonl:1: header: invalid JSON"),
+        (lambda lines: [lines[0].replace('"g_ext": 2', '"g_ext": [2]')] + lines[1:], "pool.jsonl:1: header field 'g_ext' must be an integer >= 1, got [2]"),
+        (lambda lines: lines[:1] + [lines[1].replace('"num_tokens": 1000', '"num_tokens": [1000]')] + lines[2:], "pool.jsonl:2: field 'meta.stage1' must be an object"),
+    ],
+)
+def test_stats_cli_reports_bad_pools_and_writes_nothing(tmp_path, capsys, mutate, message):
+    path = _write(tmp_path / "pool.jsonl")
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(mutate(lines)))
+    assert main(["stats", str(path)]) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pool.jsonl"]
+
+
+def test_stats_cli_reports_a_damaged_gzip(tmp_path, capsys):
+    import gzip
+
+    data = gzip.compress(_write(tmp_path / "plain.jsonl").read_bytes())
+    path = tmp_path / "pool.jsonl.gz"
+    path.write_bytes(data[:-10])
+    assert main(["stats", str(path)]) == 2
+    assert f"{path}: truncated or corrupt gzip (EOFError" in capsys.readouterr().err
+
+
+def test_stats_files_are_replaced_atomically(tmp_path, monkeypatch):
+    # every file goes to a temp name in the same folder and is renamed over the final name; a failure
+    # before the rename leaves the old file (here: none) and no temp file
+    import lit_rl.rollouts.cli as cli
+
+    path = _write(tmp_path / "pool.jsonl")
+    stats = pool_stats(path)
+    renamed = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        renamed.append((Path(src).name, Path(dst).name))
+        if str(dst).endswith(".png"):
+            raise OSError("disk full")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(cli.os, "replace", replace)
+    with pytest.raises(OSError, match="disk full"):
+        cli.write_stats(stats, path)
+    assert renamed == [("pool.stats.tmp.md", "pool.stats.md"), ("pool.stats.tmp.json", "pool.stats.json"), ("pool.lengths.tmp.png", "pool.lengths.png")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pool.jsonl", "pool.stats.json", "pool.stats.md"]
