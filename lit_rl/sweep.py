@@ -45,7 +45,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import copy
+import difflib
 import itertools
 import json
 import logging
@@ -54,14 +54,17 @@ import operator
 import os
 import socket
 import sys
+import tempfile
 import threading
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import yaml
+
+from lit_rl.reliability import ConfigError, _load_yaml
 
 __all__ = [
     "DerivedRule",
@@ -69,6 +72,7 @@ __all__ = [
     "ParamSpec",
     "StepPruningCallback",
     "SweepConfig",
+    "SweepConfigError",
     "main",
     "run_sweep",
 ]
@@ -81,6 +85,37 @@ SURPLUS_KEY = "lit_rl:slot"
 
 
 # --------------------------------------------------------------------------------------------- config
+
+
+class SweepConfigError(ConfigError):
+    """A bad sweep YAML, or a derived rule that fails for a sampled point: one line naming the sweep file
+    and line (when loaded from a file) and the key. ``key`` is the key path the location is looked up by."""
+
+    key: tuple[str, ...] = ()
+
+
+def _bad(key: Sequence[str], problem: str, at: Sequence[str] | None = None) -> SweepConfigError:
+    """``<dotted key>: <problem>``; ``at``: the key path whose line the file location names (default ``key``)."""
+    err = SweepConfigError(f"{'.'.join(map(str, key))}: {problem}" if key else problem)
+    err.key = tuple(key if at is None else at)
+    return err
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _unknown(key: Sequence[str], given: Iterable[str], allowed: Sequence[str]) -> None:
+    """Refuse keys of a mapping at ``key`` that are not in ``allowed`` (a typo names its likely fix)."""
+    for k in given:
+        if k not in allowed:
+            near = difflib.get_close_matches(str(k), allowed, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"allowed: {', '.join(allowed)}"
+            raise _bad(key, f"unknown key {k!r} ({hint})", at=(*key, k))
 
 
 @dataclass
@@ -107,17 +142,47 @@ class ParamSpec:
     choices: list[Any] | None = None
     grid: list[Any] | None = None
 
+    KEYS = ("type", "low", "high", "log", "step", "choices", "grid")
+
     def __post_init__(self) -> None:
+        key = ("space", self.name)
         if self.type not in ("float", "int", "categorical"):
-            raise ValueError(f"space.{self.name}.type must be float, int or categorical, got {self.type!r}")
+            raise _bad((*key, "type"), f"must be float, int or categorical, got {self.type!r}")
+        if not isinstance(self.log, bool):
+            raise _bad((*key, "log"), f"must be true or false, got {self.log!r}")
+        if self.grid is not None and (not isinstance(self.grid, list) or not self.grid):
+            raise _bad((*key, "grid"), f"must be a non-empty list of values, got {self.grid!r}")
         if self.type == "categorical":
-            if not self.choices:
-                raise ValueError(f"space.{self.name}.choices must list the values of a categorical parameter")
-        elif self.low is None or self.high is None or self.low > self.high:
-            raise ValueError(f"space.{self.name} needs low <= high for a {self.type} parameter")
+            if not isinstance(self.choices, list) or not self.choices:
+                raise _bad((*key, "choices"), f"must list the values of a categorical parameter, got {self.choices!r}")
+            for v in self.choices:
+                if v is not None and not isinstance(v, (bool, int, float, str)):
+                    raise _bad((*key, "choices"), f"values must be numbers, strings, booleans or null, got {v!r}")
+            for k in ("low", "high", "step"):
+                if getattr(self, k) is not None:
+                    raise _bad((*key, k), "applies to float and int parameters only (this one is categorical)")
+            if self.log:
+                raise _bad((*key, "log"), "applies to float and int parameters only (this one is categorical)")
+            return
+        if self.choices is not None:
+            raise _bad((*key, "choices"), f"applies to categorical parameters only (this one is {self.type})")
+        num, what = (_is_int, "an integer") if self.type == "int" else (_is_num, "a number")
+        for k in ("low", "high"):
+            if not num(getattr(self, k)):
+                raise _bad((*key, k), f"must be {what} (type: {self.type}), got {getattr(self, k)!r}")
+        if self.low > self.high:
+            raise _bad(key, f"needs low <= high for a {self.type} parameter, got low={self.low}, high={self.high}", at=(*key, "low"))
+        if self.step is not None and (not num(self.step) or self.step <= 0):
+            raise _bad((*key, "step"), f"must be {what} > 0, got {self.step!r}")
+        if self.log and self.low <= 0:
+            raise _bad((*key, "log"), f"a log scale needs low > 0, got low={self.low}")
+        if self.log and self.step is not None and not (self.type == "int" and self.step == 1):
+            raise _bad((*key, "step"), "cannot be combined with log: true (Optuna samples a log scale without a step)")
         for v in self.grid or []:
-            if self.type != "categorical" and not (self.low <= v <= self.high):
-                raise ValueError(f"space.{self.name}.grid value {v} lies outside [{self.low}, {self.high}]")
+            if not _is_num(v):
+                raise _bad((*key, "grid"), f"values must be numbers, got {v!r}")
+            if not (self.low <= v <= self.high):
+                raise _bad((*key, "grid"), f"value {v} lies outside [{self.low}, {self.high}]")
 
     def suggest(self, trial) -> Any:
         if self.type == "categorical":
@@ -136,15 +201,50 @@ class ParamSpec:
         raise ValueError(f"space.{self.name}: a float parameter needs `grid: [...]` under the grid sampler")
 
 
+# Derived values are config numbers: these bounds only refuse what could run for hours or fill memory
+# (``10**10**10`` is one C-level big-integer power that no signal interrupts).
+_MAX_EXPONENT = 1000
+_MAX_BITS = 4096  # an integer result of ``**`` (10**1000 has 3,322 bits)
+_MAX_STR = 10_000  # a string repeated with ``*``
+
+
+def _pow(a: Any, b: Any) -> Any:
+    if _is_num(b) and abs(b) > _MAX_EXPONENT:
+        raise ValueError(f"exponent {b} is too large (|exponent| <= {_MAX_EXPONENT})")
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a).bit_length() * b > _MAX_BITS:
+        raise ValueError(f"the result of ** would have about {abs(a).bit_length() * b} bits (at most {_MAX_BITS})")
+    return a ** b
+
+
+def _mul(a: Any, b: Any) -> Any:
+    if isinstance(a, str) or isinstance(b, str):
+        text, n = (a, b) if isinstance(a, str) else (b, a)
+        if isinstance(n, int) and len(text) * n > _MAX_STR:
+            raise ValueError(f"a string repeated to more than {_MAX_STR} characters")
+    return a * b
+
+
+def _mod(a: Any, b: Any) -> Any:
+    if isinstance(a, str):  # '%0999999999d' % 1 would build a gigabyte string
+        raise ValueError("string formatting with % is not supported")
+    return a % b
+
+
+def _round(x: Any, ndigits: Any = None) -> Any:
+    if _is_num(ndigits) and abs(ndigits) > _MAX_EXPONENT:  # round(5, -10**8) computes 10**(10**8)
+        raise ValueError(f"round() digits {ndigits} out of range (|digits| <= {_MAX_EXPONENT})")
+    return round(x) if ndigits is None else round(x, ndigits)
+
+
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: _mod, ast.Pow: _pow,
 }
 _CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
     ast.Gt: operator.gt, ast.GtE: operator.ge,
 }
-_FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "int": int, "float": float, "round": round, "abs": abs}
+_FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "int": int, "float": float, "round": _round, "abs": abs}
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -156,37 +256,55 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
+def _names(node: ast.AST) -> list[str]:
+    """The parameter names an expression reads, in order (function names excluded)."""
+    name = _dotted(node)
+    if name is not None:
+        return [name]
+    children = [c for c in ast.iter_child_nodes(node) if not (isinstance(node, ast.Call) and c is node.func)]
+    return [n for c in children for n in _names(c)]
+
+
 @dataclass
 class DerivedRule:
     """A config key computed from the sampled ones, e.g. ``data.init_args.g_on: 6 - data.init_args.g_ext``.
 
     The expression is arithmetic (``+ - * / // % **``, comparisons, ``a if c else b``, ``min max int float
     round abs``) over numbers and parameter names written as their dotted config keys (or the last
-    component alone when unambiguous: ``6 - g_ext``). Evaluated without ``eval``.
+    component alone when unambiguous: ``6 - g_ext``). Evaluated without ``eval``, with bounded ``**``,
+    string repetition and ``round`` digits so that no rule can hang. A rule that fails for a sampled point
+    (``6 / (g_ext - 2)`` at ``g_ext=2``) raises :class:`SweepConfigError` naming the rule and the values.
     """
 
     name: str
     expr: str
 
     def __post_init__(self) -> None:
+        key = ("derived", self.name)
+        if not isinstance(self.expr, str) and not _is_num(self.expr):
+            raise _bad(key, f"must be an expression (a string or a number), got {self.expr!r}")
         try:
             self._tree = ast.parse(str(self.expr), mode="eval").body
-        except SyntaxError as e:
-            raise ValueError(f"derived.{self.name}: cannot parse {self.expr!r}: {e}") from None
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+            raise _bad(key, f"cannot parse {self.expr!r}: {getattr(e, 'msg', None) or e}") from None
+        self._names = list(dict.fromkeys(_names(self._tree)))
 
     def __call__(self, params: dict[str, Any]) -> Any:
         short: dict[str, list[str]] = {}
         for key in params:
             short.setdefault(key.rsplit(".", 1)[-1], []).append(key)
 
+        def lookup(name: str) -> Any:
+            if name in params:
+                return params[name]
+            if len(short.get(name, [])) == 1:
+                return params[short[name][0]]
+            raise _bad(("derived", self.name), f"unknown or ambiguous name {name!r} in {self.expr!r}")
+
         def ev(node: ast.AST) -> Any:
             name = _dotted(node)
             if name is not None:
-                if name in params:
-                    return params[name]
-                if len(short.get(name, [])) == 1:
-                    return params[short[name][0]]
-                raise ValueError(f"derived.{self.name}: unknown or ambiguous name {name!r} in {self.expr!r}")
+                return lookup(name)
             if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
                 return node.value
             if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
@@ -206,9 +324,16 @@ class DerivedRule:
                 return ev(node.body) if ev(node.test) else ev(node.orelse)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
                 return _FUNCS[node.func.id](*[ev(a) for a in node.args])
-            raise ValueError(f"derived.{self.name}: unsupported expression {ast.dump(node)} in {self.expr!r}")
+            raise _bad(("derived", self.name), f"unsupported expression {ast.dump(node)} in {self.expr!r}")
 
-        return ev(self._tree)
+        try:
+            return ev(self._tree)
+        except SweepConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - ZeroDivisionError, OverflowError, TypeError, the bounds above, ...
+            known = [n for n in self._names if n in params or len(short.get(n, [])) == 1]
+            used = ", ".join(f"{n}={lookup(n)!r}" for n in known)
+            raise _bad(("derived", self.name), f"{self.expr!r} failed{' for ' + used if used else ''}: {e or type(e).__name__}") from None
 
 
 @dataclass
@@ -227,10 +352,12 @@ class Objective:
     reduce: str = "last"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not self.metric:
+            raise _bad(("objective", "metric"), f"must be a metric name, got {self.metric!r}")
         if self.direction not in ("maximize", "minimize"):
-            raise ValueError(f"objective.direction must be maximize or minimize, got {self.direction!r}")
+            raise _bad(("objective", "direction"), f"must be maximize or minimize, got {self.direction!r}")
         if self.reduce not in ("last", "best"):
-            raise ValueError(f"objective.reduce must be last or best, got {self.reduce!r}")
+            raise _bad(("objective", "reduce"), f"must be last or best, got {self.reduce!r}")
 
 
 @dataclass
@@ -286,44 +413,109 @@ class SweepConfig:
     output_dir: str = "runs/sweeps"
 
     def __post_init__(self) -> None:
-        if not self.base:
-            raise ValueError("base must list at least one training config")
-        if not self.space:
-            raise ValueError("space must define at least one parameter")
+        for key in ("study_name", "storage", "tracking_uri", "experiment_name", "output_dir", "prune_monitor"):
+            v = getattr(self, key)
+            if not (isinstance(v, str) and v) and not (key == "prune_monitor" and v is None):
+                raise _bad((key,), f"must be a non-empty string, got {v!r}")
+        if not isinstance(self.base, list) or not self.base or not all(isinstance(b, str) and b for b in self.base):
+            raise _bad(("base",), f"must list at least one training config path, got {self.base!r}")
+        for key in ("overrides", "sampler", "pruner"):
+            if not isinstance(getattr(self, key), dict):
+                raise _bad((key,), f"must be a mapping, got {getattr(self, key)!r}")
+        for key in ("sampler", "pruner"):
+            if not isinstance(getattr(self, key).get("name", ""), str):
+                raise _bad((key, "name"), f"must be an alias or a class path, got {getattr(self, key)['name']!r}")
+        if not isinstance(self.space, dict) or not self.space:
+            raise _bad(("space",), "must define at least one parameter")
         clash = set(self.space) & set(self.derived)
         if clash:
-            raise ValueError(f"derived keys {sorted(clash)} are also in space")
+            raise _bad(("derived", sorted(clash)[0]), "is also in space")
+        for key, least in (("n_trials", 1), ("report_every_n_steps", 1), ("heartbeat_interval", 1), ("grace_period", 1), ("max_retry", 0)):
+            v = getattr(self, key)
+            if not (_is_int(v) and v >= least) and not (key == "n_trials" and v is None):
+                raise _bad((key,), f"must be an integer >= {least}, got {v!r}")
+        for key in ("wait_for_running", "catch_exceptions"):
+            if not isinstance(getattr(self, key), bool):
+                raise _bad((key,), f"must be true or false, got {getattr(self, key)!r}")
         if self.n_trials is None and self.sampler_name != "grid":
-            raise ValueError("n_trials is required unless sampler.name is grid")
-        if self.n_trials is not None and self.n_trials < 1:
-            raise ValueError("n_trials must be >= 1")
+            raise _bad(("n_trials",), "required unless sampler.name is grid")
         if self.grace_period <= self.heartbeat_interval:
-            raise ValueError("grace_period must exceed heartbeat_interval")
-        if self.report_every_n_steps < 1:
-            raise ValueError("report_every_n_steps must be >= 1")
+            raise _bad(("grace_period",), f"must exceed heartbeat_interval ({self.heartbeat_interval}), got {self.grace_period}")
+        if "://" not in self.storage:
+            raise _bad(("storage",), f"use a database URL such as sqlite:///runs/sweeps/optuna.db, got {self.storage!r}")
         if self.tracking_uri.startswith(("file:", "./", "/")) or "://" not in self.tracking_uri:
-            raise ValueError(f"tracking_uri {self.tracking_uri!r}: use a database URI such as sqlite:///runs/mlflow.db")
+            raise _bad(("tracking_uri",), f"use a database URI such as sqlite:///runs/mlflow.db, got {self.tracking_uri!r}")
+        if self.sampler_name == "grid":
+            for spec in self.space.values():
+                if spec.type == "float" and spec.grid is None:
+                    raise _bad(("space", spec.name), "a float parameter needs `grid: [...]` under the grid sampler")
 
     @property
     def sampler_name(self) -> str:
         return str(self.sampler.get("name", "tpe")).lower()
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "SweepConfig":
-        raw = dict(raw)
-        base = raw.pop("base", None)
-        raw["base"] = [base] if isinstance(base, str) else list(base or [])
-        raw["space"] = {k: ParamSpec(name=k, **(v or {})) for k, v in (raw.get("space") or {}).items()}
-        raw["derived"] = {k: DerivedRule(k, v) for k, v in (raw.get("derived") or {}).items()}
-        raw["objective"] = Objective(**(raw.get("objective") or {}))
-        unknown = set(raw) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown sweep keys: {sorted(unknown)}")
-        return cls(**raw)
+    def from_dict(cls, raw: dict[str, Any], source: str | os.PathLike | None = None, where: dict[tuple, str] | None = None) -> "SweepConfig":
+        """Build and check a sweep. A problem raises :class:`SweepConfigError`; with ``source`` (the sweep file)
+        its message starts with ``<file>:<line>`` of the key (``where``: key path → ``file:line``, as
+        :func:`lit_rl.reliability._load_yaml` returns it)."""
+        try:
+            return cls._from_dict(raw)
+        except SweepConfigError as e:
+            if source is None and not where:
+                raise
+            found = [where[e.key[:n]] for n in range(len(e.key), -1, -1) if e.key[:n] in (where or {})]
+            raise _bad((), f"{found[0] if found else source}: {e}", at=e.key) from None
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike) -> "SweepConfig":
-        return cls.from_dict(yaml.safe_load(Path(path).read_text()) or {})
+    def _from_dict(cls, raw: Any) -> "SweepConfig":
+        if not isinstance(raw, dict):
+            raise _bad((), f"expected a mapping at the top level, got {type(raw).__name__}")
+        _unknown((), raw, list(cls.__dataclass_fields__))
+        raw = dict(raw)
+        for key in ("space", "derived", "objective", "overrides", "sampler", "pruner"):
+            if raw.get(key) is None and key in raw:
+                raw[key] = {} if key != "pruner" else {"name": "none"}
+            if not isinstance(raw.get(key, {}), dict):
+                raise _bad((key,), f"must be a mapping, got {raw[key]!r}")
+        base = raw.pop("base", None)
+        raw["base"] = [base] if isinstance(base, str) else ([] if base is None else base)
+        space = {}
+        for k, v in raw.get("space", {}).items():
+            if not isinstance(v, dict):
+                raise _bad(("space", k), f"must be a mapping of {', '.join(ParamSpec.KEYS)}, got {v!r}")
+            _unknown(("space", k), v, ParamSpec.KEYS)
+            space[k] = ParamSpec(name=k, **v)
+        raw["space"] = space
+        raw["derived"] = {k: DerivedRule(k, v) for k, v in raw.get("derived", {}).items()}
+        _unknown(("objective",), raw.get("objective", {}), list(Objective.__dataclass_fields__))
+        raw["objective"] = Objective(**raw.get("objective", {}))
+        cfg = cls(**raw)
+        for key, make in (("sampler", cfg.make_sampler), ("pruner", cfg.make_pruner)):
+            try:  # a wrong class path or keyword fails here, not in the first worker's first trial
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    make()
+            except Exception as e:  # noqa: BLE001 - whatever the constructor raises, report it on its key
+                raise _bad((key,), f"cannot build {getattr(cfg, key)}: {type(e).__name__}: {e}") from None
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike, overrides: dict[tuple, tuple[Any, str]] | None = None) -> "SweepConfig":
+        """Load a sweep YAML; ``overrides``: key path → (value, where it came from, e.g. ``command line (--storage)``)."""
+        raw, where = _load_sweep_yaml(Path(path))
+        for key, (value, origin) in (overrides or {}).items():
+            node = raw
+            for k in key[:-1]:
+                if node.get(k) is None:
+                    node[k] = {}
+                node = node[k]
+                if not isinstance(node, dict):  # e.g. `sampler: tpe`: the check reports the file's line
+                    break
+            else:
+                node[key[-1]] = value
+                where[key] = origin
+        return cls.from_dict(raw, source=path, where=where)
 
     # ----------------------------------------------------------------------------------------- pieces
 
@@ -397,6 +589,31 @@ class SweepConfig:
             f"--trainer.logger.init_args.run_id={run_id}",
         ]
         return args
+
+
+def _load_sweep_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, str]]:
+    """The sweep YAML and where each key is (``file:line``); a missing file or a YAML error names the file."""
+    try:
+        return _load_yaml(path)
+    except UnicodeDecodeError as e:
+        raise SweepConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except ConfigError as e:
+        raise SweepConfigError(str(e)) from None
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file in ``path``'s folder, fsync it, rename it over ``path``: a reader (or a
+    worker killed mid-write) sees the old file or the whole new one, never half of it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def build_pruner(spec: dict[str, Any] | None):
@@ -745,11 +962,11 @@ class SweepRunner:
             self.study = optuna.load_study(study_name=cfg.study_name, storage=self.storage, sampler=cfg.make_sampler(), pruner=cfg.make_pruner())
             self.creator = False
             if self.study.direction.name.lower() != direction:
-                raise ValueError(f"study {cfg.study_name!r} exists with direction {self.study.direction.name.lower()}, config says {direction}")
+                raise _bad(("objective", "direction"), f"study {cfg.study_name!r} exists in {cfg.storage} with direction {self.study.direction.name.lower()}, the config says {direction}")
         self.out = Path(cfg.output_dir) / cfg.study_name
         self.out.mkdir(parents=True, exist_ok=True)
         self.overlay = self.out / "overrides.yaml"
-        self.overlay.write_text(yaml.safe_dump(cfg.overrides or {}, sort_keys=False))
+        _write_text_atomic(self.overlay, yaml.safe_dump(cfg.overrides or {}, sort_keys=False))
         self.ran: list[int] = []
 
     # -- setup: exactly one worker (the creator) creates the parent run and the slots -----------------
@@ -845,15 +1062,21 @@ class SweepRunner:
         cfg = self.cfg
         with _Heartbeat(self.storage, trial._trial_id, cfg.heartbeat_interval):
             sampled = {name: spec.suggest(trial) for name, spec in cfg.space.items()}
-            values = cfg.trial_values(sampled)
-            for name in cfg.derived:
+            try:  # a derived rule that fails at this point (6 / (g_ext - 2) at g_ext=2) fails the trial below
+                values, derived_error = cfg.trial_values(sampled), None
+            except SweepConfigError as e:
+                values, derived_error = dict(sampled), e
+            derived = [name for name in cfg.derived if name in values]
+            for name in derived:
                 trial.set_user_attr(name, values[name])
-            run_id = self.tracker.create_child(self.parent_id, trial.number, values, cfg.derived)
+            run_id = self.tracker.create_child(self.parent_id, trial.number, values, derived)
             trial.set_user_attr("mlflow_run_id", run_id)
             trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
             log.info("trial %d: %s", trial.number, values)
             state, value, error = "FAIL", None, None
             try:
+                if derived_error is not None:
+                    raise derived_error
                 value = self.fit_trial(cfg, trial, values, run_id, self.out / f"trial_{trial.number}", self.overlay)
                 state = "COMPLETE"
             except optuna.TrialPruned as e:
@@ -865,7 +1088,7 @@ class SweepRunner:
                 raise
             except Exception as e:  # noqa: BLE001
                 error = f"{type(e).__name__}: {e}"
-                log.exception("trial %d failed", trial.number)
+                log.error("trial %d failed: %s", trial.number, error, exc_info=not isinstance(e, SweepConfigError))
                 if not cfg.catch_exceptions:
                     self.tracker.finish_child(run_id, "FAIL", error=error)
                     self.study.tell(trial, state=TS.FAIL)
@@ -923,7 +1146,7 @@ def fit_trial_with_lightning_cli(cfg: SweepConfig, trial, values: dict[str, Any]
 
     trial_dir.mkdir(parents=True, exist_ok=True)
     args = cfg.cli_args(values, trial_dir, overlay, run_id, f"{cfg.study_name}-trial-{trial.number}")
-    (trial_dir / "cli_args.json").write_text(json.dumps(args, indent=1))
+    _write_text_atomic(trial_dir / "cli_args.json", json.dumps(args, indent=1))
     try:
         cli = run_lightning_cli(args, run=False)
     except SystemExit as e:  # jsonargparse exits on a bad config: a failed trial, not a dead sweep
@@ -992,17 +1215,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sampler", default=None, help="override sampler.name (tpe, random, grid, class path)")
     parser.add_argument("--output-dir", default=None, help="override output_dir")
     args = parser.parse_args(argv)
+    if args.max_trials is not None and args.max_trials < 1:
+        parser.error(f"--max-trials must be >= 1, got {args.max_trials}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    raw = yaml.safe_load(Path(args.config).read_text()) or {}
-    for key, attr in (("study_name", "study_name"), ("storage", "storage"), ("tracking_uri", "tracking_uri"), ("output_dir", "output_dir")):
-        if getattr(args, attr) is not None:
-            raw[key] = getattr(args, attr)
+    overrides: dict[tuple, tuple[Any, str]] = {}
+    for key in ("study_name", "storage", "tracking_uri", "output_dir", "n_trials"):
+        if getattr(args, key) is not None:
+            overrides[(key,)] = (getattr(args, key), f"command line (--{key.replace('_', '-')})")
     if args.sampler:
-        raw["sampler"] = {**copy.deepcopy(raw.get("sampler") or {}), "name": args.sampler}
-    if args.n_trials is not None:
-        raw["n_trials"] = args.n_trials
-    cfg = SweepConfig.from_dict(raw)
-    study = run_sweep(cfg, args.n_trials, max_trials=args.max_trials)
+        overrides[("sampler", "name")] = (args.sampler, "command line (--sampler)")
+    try:  # a bad sweep file is one line naming the file, line and key (exit 2), not a traceback
+        cfg = SweepConfig.from_yaml(args.config, overrides)
+        study = run_sweep(cfg, args.n_trials, max_trials=args.max_trials)
+    except SweepConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(summarize(study))
     return 0
 

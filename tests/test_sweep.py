@@ -4,7 +4,10 @@ study, and resume after a worker is killed mid-trial."""
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +28,9 @@ from lit_rl.sweep import (
     ParamSpec,
     StepPruningCallback,
     SweepConfig,
+    SweepConfigError,
+    SweepRunner,
+    fit_trial_with_lightning_cli,
     run_sweep,
 )
 
@@ -85,15 +91,15 @@ def test_derived_rules_use_dotted_or_short_names_and_reject_code():
 
 
 def test_config_validation_names_the_key_and_builds_the_grid(tmp_path):
-    with pytest.raises(ValueError, match="space.rho needs low <= high"):
+    with pytest.raises(ValueError, match="space.rho: needs low <= high"):
         ParamSpec("rho", "float", low=1.0, high=0.5)
-    with pytest.raises(ValueError, match="space.rho.grid value 1.5"):
+    with pytest.raises(ValueError, match="space.rho.grid: value 1.5 lies outside"):
         ParamSpec("rho", "float", low=0.5, high=0.99, grid=[1.5])
-    with pytest.raises(ValueError, match="n_trials is required"):
+    with pytest.raises(ValueError, match="n_trials: required unless sampler.name is grid"):
         SweepConfig.from_dict(_cfg(tmp_path, sampler={"name": "tpe"}))
     with pytest.raises(ValueError, match="tracking_uri"):
         SweepConfig.from_dict(_cfg(tmp_path, tracking_uri="runs/mlruns"))
-    with pytest.raises(ValueError, match="unknown sweep keys"):
+    with pytest.raises(ValueError, match="unknown key 'n_trail' \\(did you mean 'n_trials'\\?\\)"):
         SweepConfig.from_dict(_cfg(tmp_path, n_trail=3))
     cfg = SweepConfig.from_yaml(ROOT / "conf/sweeps/double_rollout_grid.yaml")
     grid = cfg.grid()
@@ -104,6 +110,103 @@ def test_config_validation_names_the_key_and_builds_the_grid(tmp_path):
     assert tpe.target_trials() == 20 and tpe.space["model.init_args.double_rollout.rho"].low == 0.5
     gext = SweepConfig.from_yaml(ROOT / "conf/sweeps/erils_gext.yaml")
     assert [gext.trial_values(p)["data.init_args.g_on"] for p in gext.grid()] == [5, 4, 3, 2]
+
+
+def _refuses_quickly(expr: str) -> None:
+    """In a forked child (``10**10**10`` is one C call no signal interrupts): exit 0 iff the rule is refused."""
+    try:
+        DerivedRule("x", expr)({"g_ext": 2})
+    except SweepConfigError:
+        os._exit(0)
+    os._exit(1)
+
+
+@pytest.mark.parametrize(("expr", "problem"), [
+    ("10**10**10", "exponent 10000000000 is too large"),
+    ("(10**1000)**1000", "the result of \\*\\* would have about 3322000 bits"),
+    ("2 ** -10**9", "exponent -1000000000 is too large"),
+    ("'a' * 10**9", "a string repeated to more than"),
+    ("'%0999999999d' % g_ext", "string formatting with % is not supported"),
+    ("round(g_ext, -10**8)", "round\\(\\) digits -100000000 out of range"),
+])
+def test_derived_rules_cannot_hang(expr, problem):
+    child = multiprocessing.get_context("fork").Process(target=_refuses_quickly, args=(expr,))
+    child.start()
+    child.join(30)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+        child.join()
+    assert not alive and child.exitcode == 0, f"{expr!r} ran for 30 s or was not refused (exit {child.exitcode})"
+    with pytest.raises(SweepConfigError, match=f"^derived.x: .* failed.*: {problem}"):
+        DerivedRule("x", expr)({"g_ext": 2})
+    assert DerivedRule("x", "10**3 + 2**10 + round(g_ext / 3, 2)")({"g_ext": 2}) == 1000 + 1024 + 0.67
+
+
+def test_a_derived_rule_that_fails_fails_its_trial_and_the_sweep_continues(tmp_path):
+    message = "derived.data.init_args.g_on: '6 / (g_ext - 2)' failed for g_ext=2: division by zero"
+
+    def fake_fit(cfg, trial, values, run_id, trial_dir, overlay):
+        return float(values["data.init_args.g_on"])
+
+    raw = _cfg(tmp_path, study_name="div", derived={"data.init_args.g_on": "6 / (g_ext - 2)"})
+    study = run_sweep(SweepConfig.from_dict(raw), fit_trial=fake_fit)
+    trials = sorted(study.trials, key=lambda t: t.number)
+    assert [t.params["data.init_args.g_ext"] for t in trials] == [1, 2, 3]
+    assert [t.state for t in trials] == [TS.COMPLETE, TS.FAIL, TS.COMPLETE]
+    assert [trials[0].value, trials[2].value] == [-6.0, 6.0]
+    _, children = _runs(tmp_path, "div")
+    assert children[1].info.status == "FAILED" and children[1].data.tags["optuna.trial_state"] == "FAIL"
+    assert children[1].data.tags["lit_rl.error"] == f"SweepConfigError: {message}"
+    assert children[1].data.params == {"data.init_args.g_ext": "2"}  # no derived value to log
+    assert children[2].data.params["data.init_args.g_on"] == "6.0"
+
+    # catch_exceptions: false stops the sweep at that trial, which is FAIL (not left RUNNING)
+    raw = _cfg(tmp_path, study_name="div-strict", derived={"data.init_args.g_on": "6 / (g_ext - 2)"}, catch_exceptions=False)
+    with pytest.raises(SweepConfigError, match=f"^{re.escape(message)}$"):
+        run_sweep(SweepConfig.from_dict(raw), fit_trial=fake_fit)
+    study = optuna.load_study(study_name="div-strict", storage=raw["storage"])
+    assert [t.state for t in sorted(study.trials, key=lambda t: t.number)] == [TS.COMPLETE, TS.FAIL, TS.WAITING]
+    _, children = _runs(tmp_path, "div-strict")
+    assert children[1].info.status == "FAILED" and message in children[1].data.tags["lit_rl.error"]
+
+
+def _no_space(fd):
+    raise OSError(28, "No space left on device")
+
+
+def test_overlay_and_cli_args_are_replaced_whole_never_written_in_place(tmp_path, monkeypatch):
+    """A write that fails (here: fsync on a full disk) leaves the previous file as it was and no temp file."""
+    SweepRunner(SweepConfig.from_dict(_cfg(tmp_path, study_name="atomic")))
+    overlay = tmp_path / "out/atomic/overrides.yaml"
+    old = overlay.read_text()
+    assert yaml.safe_load(old) == {"data": {"init_args": {"pool_path": str(POOL)}}}
+    cfg = SweepConfig.from_dict(_cfg(tmp_path, study_name="atomic", overrides={"trainer": {"max_steps": 2}}))
+    monkeypatch.setattr(os, "fsync", _no_space)
+    with pytest.raises(OSError, match="No space left"):
+        SweepRunner(cfg)
+    assert overlay.read_text() == old
+    assert sorted(p.name for p in overlay.parent.iterdir()) == ["overrides.yaml"]
+
+    import lit_rl.cli
+
+    built = []
+
+    def fake_cli(args, run=True):
+        built.append(args)
+        raise RuntimeError("stop after the arguments are written")
+
+    monkeypatch.setattr(lit_rl.cli, "run_lightning_cli", fake_cli)
+    trial_dir = tmp_path / "out/atomic/trial_0"
+    with pytest.raises(OSError, match="No space left"):
+        fit_trial_with_lightning_cli(cfg, SimpleNamespace(number=0), {"data.init_args.g_ext": 1}, "0" * 32, trial_dir, overlay)
+    assert list(trial_dir.iterdir()) == [] and built == []
+    monkeypatch.undo()
+    monkeypatch.setattr(lit_rl.cli, "run_lightning_cli", fake_cli)
+    with pytest.raises(RuntimeError, match="stop after"):
+        fit_trial_with_lightning_cli(cfg, SimpleNamespace(number=0), {"data.init_args.g_ext": 1}, "0" * 32, trial_dir, overlay)
+    assert [p.name for p in trial_dir.iterdir()] == ["cli_args.json"]
+    assert json.loads((trial_dir / "cli_args.json").read_text()) == built[0]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "conf/sweeps").glob("*.yaml")), ids=lambda p: p.name)
