@@ -30,6 +30,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks.warmup import _weights_digest
 from lit_rl.algorithms.ar_sft import scripted_sft
+from lit_rl.reliability import atomic_torch_save
 from lit_rl.rollouts.scripted import TRACE_STYLES
 
 __all__ = ["ScriptedSFTWarmup"]
@@ -122,10 +123,7 @@ class ScriptedSFTWarmup(L.Callback):
         )
         rank_zero_info(f"AR SFT warm-up: {self.steps} steps in {time.perf_counter() - t0:.1f}s, final loss {self.final_loss:.3f}")
         if cache is not None and trainer.is_global_zero:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp")
-            torch.save(policy.model.state_dict(), tmp)  # HF names: loadable as init_checkpoint
-            tmp.replace(cache)
+            atomic_torch_save(policy.model.state_dict(), cache)  # HF names: loadable as init_checkpoint
         self.ran = True
 
 

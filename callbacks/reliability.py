@@ -28,6 +28,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from lit_rl.atomic import atomic_write_text
 from lit_rl.reliability import capture_rng_state, restore_rng_state
 from lit_rl.runs import run_dir
 
@@ -120,9 +121,7 @@ class PromptLedger(L.Callback):
             rank_zero_warn(f"PromptLedger: {p} has {len(lines)} lines but the checkpoint consumed {self.batches} batches")
             return
         if len(lines) > self.batches:
-            tmp = p.with_suffix(".tmp")
-            tmp.write_text("".join(lines[: self.batches]), encoding="utf-8")
-            tmp.replace(p)
+            atomic_write_text(p, "".join(lines[: self.batches]))
             rank_zero_info(f"PromptLedger: dropped {len(lines) - self.batches} batch(es) recorded after the checkpoint")
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:

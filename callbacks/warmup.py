@@ -24,6 +24,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
+from lit_rl.reliability import atomic_torch_save
 from lit_rl.rollouts.scripted import format_warmup_text
 
 
@@ -79,10 +80,7 @@ class FormatWarmup(L.Callback):
         loss = self._train(policy, dm, pl_module.device)
         rank_zero_info(f"format warm-up: {self.steps} steps in {time.perf_counter() - t0:.1f}s, final loss {loss:.3f}")
         if cache is not None and trainer.is_global_zero:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(".tmp")
-            torch.save(policy.state_dict(), tmp)
-            tmp.replace(cache)
+            atomic_torch_save(policy.state_dict(), cache)
         self.ran = True
 
     def _train(self, policy: torch.nn.Module, dm, device: torch.device) -> float:

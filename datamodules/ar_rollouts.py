@@ -35,6 +35,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from datamodules.stream import PromptStreamDataModule, step_seed
 from lit_rl.algorithms.double_rollout_math import pass_rate_filter
+from lit_rl.atomic import atomic_write_text
 from lit_rl.generation.ar import ARBackend, HFBackend
 from lit_rl.models.ar import SamplingSettings
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
@@ -215,10 +216,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
                     policy, backend, self.task, examples, self.generation, s, self.max_prompt_len, threshold
                 )
             if cache is not None and self._world()[0] == 0:
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cache.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"ids": [e.id for e in examples], "pass_rates": rates}))
-                tmp.replace(cache)
+                atomic_write_text(cache, json.dumps({"ids": [e.id for e in examples], "pass_rates": rates}))
         keep = pass_rate_filter(torch.tensor(rates, dtype=torch.float64), s.low, s.high).tolist()
         kept = [e.id for e, k in zip(examples, keep) if k]
         self.profile_stats = {

@@ -24,6 +24,7 @@ import torch
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from lit_rl.atomic import atomic_write_text
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Example, Task
 from lit_rl.runs import run_dir
@@ -240,11 +241,6 @@ class PromptStreamDataModule(L.LightningDataModule):
         p = self._order_path()
         if rank != 0 or p is None or p.exists():
             return
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
         order = self._order(0)
-        with tmp.open("w") as fh:
-            fh.write(json.dumps({"seed": self.seed, "prompts_per_batch": self.prompts_per_batch, "num_prompts": len(order)}) + "\n")
-            for i in order:
-                fh.write(json.dumps(self.train_examples[i].id) + "\n")
-        tmp.replace(p)
+        head = json.dumps({"seed": self.seed, "prompts_per_batch": self.prompts_per_batch, "num_prompts": len(order)})
+        atomic_write_text(p, "".join([head + "\n", *(json.dumps(self.train_examples[i].id) + "\n" for i in order)]))

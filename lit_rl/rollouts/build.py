@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from lit_rl.atomic import atomic_write_text
 from lit_rl.rollouts.backends import Backend, BackendError, GenHooks, GenRequest, GenResult, Sampling, build_backend, request_seed
 from lit_rl.rollouts.length_control import LengthControl, LengthCounter, resolve_length_counter
 from lit_rl.rollouts.pool import (
@@ -273,16 +274,7 @@ def read_build_info(pool: str | Path) -> dict[str, Any] | None:
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())  # the data reaches the disk before the rename (a crash cannot leave an empty file)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def _now() -> str:

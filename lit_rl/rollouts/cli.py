@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import BinaryIO, Callable
 
+from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.rollouts.pool import MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem, reorder_usable_first, write_pool_atomic
 
 
@@ -304,34 +303,17 @@ def plot_length_histogram(stats: dict, out: str | Path) -> Path:
     fig.tight_layout()
     out = Path(out)
     try:
-        _write_atomic(out, lambda fh: fig.savefig(fh, format=out.suffix.lstrip(".") or "png"))
+        atomic_savefig(fig, out)
     finally:
         plt.close(fig)
     return out
 
 
-def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """``write(fh)`` into ``<stem>.tmp<suffix>`` in ``path``'s folder, fsync, rename over ``path``: a reader or
-    a crash sees the old file or the whole new one, never a half-written one."""
-    tmp = path.with_name(f"{path.stem}.tmp{path.suffix}")
-    try:
-        with tmp.open("wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def write_stats(stats: dict, pool: str | Path) -> dict[str, Path]:
     """Write the Markdown, JSON (without the raw length lists) and histogram next to the pool, each atomically."""
     paths = stats_paths(pool)
-    markdown = stats_markdown(stats).encode("utf-8")
-    summary = (json.dumps({k: v for k, v in stats.items() if k != "lengths"}, indent=2) + "\n").encode("utf-8")
-    _write_atomic(paths["markdown"], lambda fh: fh.write(markdown))
-    _write_atomic(paths["json"], lambda fh: fh.write(summary))
+    atomic_write_text(paths["markdown"], stats_markdown(stats))
+    atomic_write_text(paths["json"], json.dumps({k: v for k, v in stats.items() if k != "lengths"}, indent=2) + "\n")
     plot_length_histogram(stats, paths["histogram"])
     return paths
 
