@@ -150,7 +150,9 @@ def _fail(cfg: _Config, path: Sequence[Any], problem: str) -> ConfigError:
     return ConfigError(f"{cfg.loc(path)}: {_dotted(path)}: {problem}")
 
 
-def _load_yaml(path: Path) -> tuple[Any, dict[tuple, str]]:
+def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, str]]:
+    """A YAML file's data and where each key sits: ``{key path tuple: "file:line"}``; a missing file or a
+    syntax error raises :class:`ConfigError` naming the file and line (the preflight and sweep configs)."""
     import yaml
 
     if not path.is_file():
@@ -257,7 +259,7 @@ def parse_command_line(argv: Sequence[str]) -> tuple[str | None, _Config] | None
             i += 1
         i += 1
         if key == "config":
-            data, where = _load_yaml(Path(val))
+            data, where = load_yaml_with_lines(Path(val))
             cfg.data = _merge(cfg.data, data)
             cfg.where.update(where)
         else:

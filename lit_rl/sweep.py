@@ -54,7 +54,6 @@ import operator
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -64,7 +63,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import yaml
 
-from lit_rl.reliability import ConfigError, _load_yaml
+from lit_rl.atomic import atomic_write_text
+from lit_rl.reliability import ConfigError, load_yaml_with_lines
 
 __all__ = [
     "DerivedRule",
@@ -458,7 +458,7 @@ class SweepConfig:
     def from_dict(cls, raw: dict[str, Any], source: str | os.PathLike | None = None, where: dict[tuple, str] | None = None) -> "SweepConfig":
         """Build and check a sweep. A problem raises :class:`SweepConfigError`; with ``source`` (the sweep file)
         its message starts with ``<file>:<line>`` of the key (``where``: key path → ``file:line``, as
-        :func:`lit_rl.reliability._load_yaml` returns it)."""
+        :func:`lit_rl.reliability.load_yaml_with_lines` returns it)."""
         try:
             return cls._from_dict(raw)
         except SweepConfigError as e:
@@ -594,26 +594,11 @@ class SweepConfig:
 def _load_sweep_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple, str]]:
     """The sweep YAML and where each key is (``file:line``); a missing file or a YAML error names the file."""
     try:
-        return _load_yaml(path)
+        return load_yaml_with_lines(path)
     except UnicodeDecodeError as e:
         raise SweepConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
     except ConfigError as e:
         raise SweepConfigError(str(e)) from None
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file in ``path``'s folder, fsync it, rename it over ``path``: a reader (or a
-    worker killed mid-write) sees the old file or the whole new one, never half of it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def build_pruner(spec: dict[str, Any] | None):
@@ -966,7 +951,7 @@ class SweepRunner:
         self.out = Path(cfg.output_dir) / cfg.study_name
         self.out.mkdir(parents=True, exist_ok=True)
         self.overlay = self.out / "overrides.yaml"
-        _write_text_atomic(self.overlay, yaml.safe_dump(cfg.overrides or {}, sort_keys=False))
+        atomic_write_text(self.overlay, yaml.safe_dump(cfg.overrides or {}, sort_keys=False))
         self.ran: list[int] = []
 
     # -- setup: exactly one worker (the creator) creates the parent run and the slots -----------------
@@ -1146,7 +1131,7 @@ def fit_trial_with_lightning_cli(cfg: SweepConfig, trial, values: dict[str, Any]
 
     trial_dir.mkdir(parents=True, exist_ok=True)
     args = cfg.cli_args(values, trial_dir, overlay, run_id, f"{cfg.study_name}-trial-{trial.number}")
-    _write_text_atomic(trial_dir / "cli_args.json", json.dumps(args, indent=1))
+    atomic_write_text(trial_dir / "cli_args.json", json.dumps(args, indent=1))
     try:
         cli = run_lightning_cli(args, run=False)
     except SystemExit as e:  # jsonargparse exits on a bad config: a failed trial, not a dead sweep
