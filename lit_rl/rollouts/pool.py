@@ -24,12 +24,13 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import tempfile
 import zlib
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from lit_rl.atomic import atomic_write
 
 POOL_VERSION = 1
 #: ERILS App. B: external completions longer than this (external-tokenizer tokens) are unusable.
@@ -234,21 +235,14 @@ def load_pool(
 
 
 def write_pool_atomic(path: str | Path, header: dict[str, Any], records: Iterable[PoolRecord]) -> None:
-    """Write a whole pool file atomically (temp file in the same folder + fsync + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(header, sort_keys=True) + "\n")
-            for rec in records:
-                fh.write(json.dumps(asdict(rec), sort_keys=True, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write a whole pool file atomically (:func:`lit_rl.atomic.atomic_write`: temp file + fsync + rename)."""
+
+    def write(fh) -> None:
+        fh.write((json.dumps(header, sort_keys=True) + "\n").encode("utf-8"))
+        for rec in records:
+            fh.write((json.dumps(asdict(rec), sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    atomic_write(path, write)
 
 
 def reorder_usable_first(records: list[PoolRecord], max_tokens: int = MAX_USABLE_TOKENS) -> list[PoolRecord]:

@@ -348,7 +348,7 @@ def test_resume_with_a_changed_n_cuts_nothing(reference, tmp_path):
         with pytest.raises(BuildConfigError, match=r"different settings \(n: pool has 3, config has 6"):
             build_pool(load_build_config(_config(tmp_path, srv.url, n=6)), progress=False)
         assert out.read_bytes() == torn
-        assert not list(tmp_path.glob("*.tmp"))
+        assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.partial"))
 
 
 def test_build_info_is_fsynced_before_the_rename(tmp_path, monkeypatch):
