@@ -23,7 +23,7 @@ from lit_rl.generation.settings import DecodeSettings  # noqa: E402
 from lit_rl.models import PretrainedDiffusionLM  # noqa: E402
 from lit_rl.models.policy import LORA_TARGETS, resolve_lora_targets  # noqa: E402
 from lit_rl.models.quantization import PACKING_FLAG, linear4bit_modules, packed_layers  # noqa: E402
-from support.pretrained import PROMPTS, adapter_grads, build_pretrained, eval_pass, randomize_adapters  # noqa: E402
+from support.pretrained import PROMPTS, adapter_grads, build_pretrained, eval_pass, fit_tiny_erils, randomize_adapters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests/fixtures/tiny_dream"
@@ -214,21 +214,7 @@ def test_hf_gradient_checkpointing_gives_the_same_gradients():
 # -- ERILS through the CLI ------------------------------------------------------------------------------
 def test_erils_fit_with_4bit_lora_dream_policy(tmp_path):
     """A few ERILS steps through the real CLI (sanity check on): every adapter moves, the 4-bit base does not."""
-    from lit_rl.cli import run_lightning_cli
-
-    torch.manual_seed(0)
-    cli = run_lightning_cli([
-        "fit",
-        "--config", str(ROOT / "conf/erils.yaml"),
-        "--config", str(ROOT / "tests/tiny_overlay.yaml"),
-        "--config", str(ROOT / "tests/models/tiny_dream_4bit.yaml"),
-        f"--model.init_args.policy.init_args.path={FIXTURE}",
-        f"--trainer.default_root_dir={tmp_path}",
-        f"--trainer.callbacks.init_args.dirpath={tmp_path}/checkpoints",
-        "--trainer.num_sanity_val_steps=1",
-        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
-        f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz",
-    ])
+    cli = fit_tiny_erils(FIXTURE, "tests/models/tiny_dream_4bit.yaml", tmp_path)
     trainer, policy = cli.trainer, cli.model.policy
     assert trainer.global_step == 4 and trainer.datamodule.cursor == 2
     assert policy.logits_shift and policy.checkpointing == "hf" and cli.model.surrogate.mask_id == 2

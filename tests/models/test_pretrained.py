@@ -23,7 +23,7 @@ bnb = pytest.importorskip("bitsandbytes")
 
 from lit_rl.models import PretrainedDiffusionLM  # noqa: E402
 from lit_rl.models.quantization import PACKING_FLAG, disable_cpu_weight_packing, linear4bit_modules, packed_layers  # noqa: E402
-from support.pretrained import PROMPTS, adapter_grads, build_pretrained, eval_pass, randomize_adapters  # noqa: E402
+from support.pretrained import PROMPTS, adapter_grads, build_pretrained, eval_pass, fit_tiny_erils, randomize_adapters  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests/fixtures/tiny_llada"
@@ -162,23 +162,8 @@ def test_disable_cpu_weight_packing_on_a_model_without_4bit_layers():
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     """A few ERILS steps through the real CLI with the 4-bit + LoRA remote-code policy (sanity check on)."""
-    from lit_rl.cli import run_lightning_cli
-
     tmp = tmp_path_factory.mktemp("llada_fit")
-    torch.manual_seed(0)
-    cli = run_lightning_cli([
-        "fit",
-        "--config", str(ROOT / "conf/erils.yaml"),
-        "--config", str(ROOT / "tests/tiny_overlay.yaml"),
-        "--config", str(ROOT / "tests/models/tiny_llada_4bit.yaml"),
-        f"--model.init_args.policy.init_args.path={FIXTURE}",
-        f"--trainer.default_root_dir={tmp}",
-        f"--trainer.callbacks.init_args.dirpath={tmp}/checkpoints",
-        "--trainer.num_sanity_val_steps=1",
-        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp}/mlflow.db",
-        f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz",
-    ])
-    return cli, tmp
+    return fit_tiny_erils(FIXTURE, "tests/models/tiny_llada_4bit.yaml", tmp), tmp
 
 
 def test_erils_fit_with_4bit_lora_remote_code_policy(fitted):

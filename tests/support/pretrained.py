@@ -1,6 +1,6 @@
 """Probes shared by the remote-code dLLM tests (tests/models/test_pretrained.py for the LLaDA fixture,
 tests/models/test_dream.py for the Dream one): build a 4-bit + LoRA policy on a fixture, give its adapters
-values, take a fixed loss's adapter gradients, run an evaluation pass."""
+values, take a fixed loss's adapter gradients, run an evaluation pass, fit a few ERILS steps via the CLI."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 
 from lit_rl.models import LoraSettings, PretrainedDiffusionLM, QuantizationSettings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # one long and one short prompt: the short one is left-padded
 PROMPTS = [[{"role": "user", "content": "1030040200310040"}], [{"role": "user", "content": "12"}]]
@@ -60,3 +62,23 @@ def eval_pass(policy: PretrainedDiffusionLM) -> None:
     with torch.no_grad():
         policy(ids, mask)
     policy.train()
+
+
+def fit_tiny_erils(fixture: Path, overlay: str, out: Path):
+    """4 ERILS updates (tests/tiny_overlay.yaml) through the real CLI with the 4-bit + LoRA policy on
+    ``fixture`` (``overlay``: tests/models/tiny_<name>_4bit.yaml), sanity check on; returns the CLI."""
+    from lit_rl.cli import run_lightning_cli
+
+    torch.manual_seed(0)
+    return run_lightning_cli([
+        "fit",
+        "--config", str(ROOT / "conf/erils.yaml"),
+        "--config", str(ROOT / "tests/tiny_overlay.yaml"),
+        "--config", str(ROOT / overlay),
+        f"--model.init_args.policy.init_args.path={fixture}",
+        f"--trainer.default_root_dir={out}",
+        f"--trainer.callbacks.init_args.dirpath={out}/checkpoints",
+        "--trainer.num_sanity_val_steps=1",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{out}/mlflow.db",
+        f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz",
+    ])
