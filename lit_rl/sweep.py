@@ -289,6 +289,17 @@ class DerivedRule:
             raise _bad(key, f"cannot parse {self.expr!r}: {getattr(e, 'msg', None) or e}") from None
         self._names = list(dict.fromkeys(_names(self._tree)))
 
+    def check_names(self, keys: list[str]) -> None:
+        """Every name the rule reads is one of ``keys`` (dotted) or the unambiguous last part of one;
+        raises :class:`SweepConfigError` at load time otherwise (not at the first trial)."""
+        short: dict[str, list[str]] = {}
+        for key in keys:
+            short.setdefault(key.rsplit(".", 1)[-1], []).append(key)
+        for name in self._names:
+            if name not in keys and len(short.get(name, [])) != 1:
+                why = "ambiguous" if short.get(name) else "unknown"
+                raise _bad(("derived", self.name), f"{why} name {name!r} in {self.expr!r} (known: {', '.join(keys) or 'none'})")
+
     def __call__(self, params: dict[str, Any]) -> Any:
         short: dict[str, list[str]] = {}
         for key in params:
@@ -488,6 +499,10 @@ class SweepConfig:
             space[k] = ParamSpec(name=k, **v)
         raw["space"] = space
         raw["derived"] = {k: DerivedRule(k, v) for k, v in raw.get("derived", {}).items()}
+        known = list(space)  # a rule reads sampled keys and the derived keys above it
+        for name, rule in raw["derived"].items():
+            rule.check_names(known)
+            known.append(name)
         _unknown(("objective",), raw.get("objective", {}), list(Objective.__dataclass_fields__))
         raw["objective"] = Objective(**raw.get("objective", {}))
         cfg = cls(**raw)

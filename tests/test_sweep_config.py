@@ -81,6 +81,7 @@ CASES = [
     (("objective", "direction"), "up", "objective.direction: must be maximize or minimize, got 'up'", "direction"),
     (("derived", "data.init_args.g_on"), "6 -", "derived.data.init_args.g_on: cannot parse '6 -': invalid syntax", "data.init_args.g_on"),
     (("derived", "lr"), "1", "derived.lr: is also in space", "lr"),
+    (("derived", "data.init_args.g_on"), "6 - g_ex", "derived.data.init_args.g_on: unknown name 'g_ex' in '6 - g_ex' (known: lr)", "data.init_args.g_on"),
     (("report_every_n_steps",), 0, "report_every_n_steps: must be an integer >= 1, got 0", "report_every_n_steps"),
 ]
 
