@@ -267,15 +267,16 @@ def dr_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("resume_dr")
     dirs = {"dr_ref": base / "ref", "dr_kill": base / "kill"}
     t0 = time.time()
-    rc1 = _wait({
-        "dr_ref": _start(dirs["dr_ref"], algo="double_rollout"),
-        "dr_kill": _start(dirs["dr_kill"], [f"{{class_path: rel_faults.KillAt, init_args: {{step: {DR_KILL_STEP}, sig: SIGKILL}}}}"], algo="double_rollout"),
-    })
+    ref = _start(dirs["dr_ref"], algo="double_rollout")
+    kill = _start(dirs["dr_kill"], [f"{{class_path: rel_faults.KillAt, init_args: {{step: {DR_KILL_STEP}, sig: SIGKILL}}}}"], algo="double_rollout")
+    rc_kill = kill.wait(timeout=900)
     after = {"dr_kill": {
         "last_step": _ckpt(dirs["dr_kill"] / "checkpoints" / "last.ckpt")["global_step"] if (dirs["dr_kill"] / "checkpoints" / "last.ckpt").exists() else None,
         "ledger_lines": len(_ledger(dirs["dr_kill"])),
     }}
-    rc2 = _wait({"dr_kill": _start(dirs["dr_kill"], resume=True, algo="double_rollout")})
+    resumed = _start(dirs["dr_kill"], resume=True, algo="double_rollout")  # while the reference still runs
+    rc1 = {"dr_ref": ref.wait(timeout=900), "dr_kill": rc_kill}
+    rc2 = _wait({"dr_kill": resumed})
     print(f"[resume] double-rollout: exit statuses {rc1} then {rc2}; wall time {time.time() - t0:.0f}s; kill before update {DR_KILL_STEP + 1}")
     return {"dirs": dirs, "rc1": rc1, "rc2": rc2, "after_fault": after}
 
