@@ -152,7 +152,10 @@ class FakeOpenAIServer:
                 pass
 
             def _json(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(obj).encode()
+                self._raw(code, json.dumps(obj).encode(), headers)
+
+            def _raw(self, code: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+                """Send ``data`` as an application/json body as it is (malformed bodies included)."""
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -201,13 +204,7 @@ class FakeOpenAIServer:
                     self.close_connection = True
                     return
                 if fault == "malformed":
-                    data = b'{"choices": [{"message": {"content": "<reas'
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
+                    return self._raw(200, b'{"choices": [{"message": {"content": "<reas')
                 if fault in ("huge_int", "deep"):
                     text = '"<reasoning>x</reasoning>\\n<answer>1</answer>"'
                     if fault == "huge_int":
@@ -215,12 +212,7 @@ class FakeOpenAIServer:
                                 '"usage": {"completion_tokens": 1%s}}' % (text, text, "0" * 5000)).encode()
                     else:
                         data = b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
+                    return self._raw(200, data)
                 if fault == "no_choices":
                     return self._json(200, {"object": "chat.completion", "model": server.model})
                 if fault == "timeout":
