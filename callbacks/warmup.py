@@ -25,6 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
 from lit_rl.reliability import atomic_torch_save
+from lit_rl.rng import cpu_generator
 from lit_rl.rollouts.scripted import format_warmup_text
 
 
@@ -85,7 +86,7 @@ class FormatWarmup(L.Callback):
 
     def _train(self, policy: torch.nn.Module, dm, device: torch.device) -> float:
         rng = random.Random(self.seed)
-        gen = torch.Generator().manual_seed(self.seed)
+        gen = cpu_generator(self.seed)
         examples = dm.train_examples
         params = [p for p in policy.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=0.0)

@@ -265,7 +265,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
         t0 = time.perf_counter()
         comp = backend.generate(
             prompt_ids, prompt_mask, max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
-            top_p=gen.top_p, n=G, seed=step_seed(self.seed, batch.step),
+            top_p=gen.top_p, n=G, seed=self.generation_seed(batch.step),
         ).to(prompt_ids.device)  # (B_p*G, L) prompt-major
         stage1 = time.perf_counter() - t0
         rollouts = self._rows(policy, batch.examples, prompt_ids, prompt_mask, comp, G, score="reward")

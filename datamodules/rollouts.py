@@ -44,7 +44,9 @@ class RolloutDataModule(PromptStreamDataModule):
         generation: training rollout decoding (paper: L_gen 256, block 32, steps 128, T 1.0).
         eval_generation: decoding of the periodic greedy evaluation (T must be 0 for greedy).
         max_prompt_len: prompts are cut to their last ``max_prompt_len`` tokens (paper 200).
-        max_external_len: external completions are cut to this many policy tokens (plus EOS).
+        max_external_len: external completions are cut to this many policy tokens (plus EOS) when they are
+            longer than ``L_gen``; a cut row has no EOS in frame, is rewarded on its cut text and is counted
+            in ``train/external/cut_frac``.
         eval_size: evaluate on the first ``eval_size`` prompts of the task's eval set (``None``: all).
         eval_batch_size: prompts per validation batch.
         seed: seed of the prompt order and of rollout sampling.
@@ -140,7 +142,7 @@ class RolloutDataModule(PromptStreamDataModule):
         if self.g_on:
             on_prompt = prompt_ids.repeat_interleave(self.g_on, 0)  # (B_p*G_on, P)
             on_mask = prompt_mask.repeat_interleave(self.g_on, 0)
-            comp = policy.generate(on_prompt, on_mask, self.generation, step_seed(self.seed, batch.step))  # (B_p*G_on, L_gen)
+            comp = policy.generate(on_prompt, on_mask, self.generation, self.generation_seed(batch.step))  # (B_p*G_on, L_gen)
             on_texts = policy.decode_completions(comp)
             for k, text in enumerate(on_texts):
                 g = k // self.g_on
@@ -152,32 +154,45 @@ class RolloutDataModule(PromptStreamDataModule):
                 rewards.append(self.task.total_reward(text, examples[g]))
                 hit.append(bool((comp[k] != policy.eos_id).all()))
         gen_time = time.perf_counter() - t0
-        # 2. external: the pool's first G_ext usable records, re-scored by this run's verifier
-        ext_texts = [(g, r.completion) for g, recs in enumerate(batch.external) for r in recs]
+        # 2. external: the pool's first G_ext usable records, re-scored by this run's verifier. A record
+        #    longer than the width is cut for training (no EOS in frame, like an on-policy row that hit
+        #    L_gen: hit_limit True) and rewarded on the cut text, the text that is trained on.
+        ext = [(g, r.completion) for g, recs in enumerate(batch.external) for r in recs]
         width = L_gen
         ext_ids = None
-        if ext_texts:
-            longest = max(policy.count_tokens(t) for _, t in ext_texts) + 1
-            width = max(L_gen, min(longest, self.max_external_len + 1))
-            ext_ids, _ = policy.encode_completions([t for _, t in ext_texts], width)
-            ext_ids = ext_ids.to(device)
+        cut: list[bool] = []
+        if ext:
+            n_tok = [policy.count_tokens(t) for _, t in ext]
+            width = max(L_gen, min(max(n_tok) + 1, self.max_external_len + 1))
+            ext_ids = policy.encode_completions([t for _, t in ext], width + 1)[0][:, :width].to(device)  # (E, width)
+            cut = [n >= width for n in n_tok]
+        cut_texts = iter(policy.decode_completions(ext_ids[torch.tensor(cut)])) if any(cut) else iter(())
+        # on-policy rows keep their own width L_gen: lengths, completion and attention masks end there
         comps = [torch.cat([r, r.new_full((width - r.shape[0],), policy.eos_id)]) for r in rows_ids]
-        for j, (g, text) in enumerate(ext_texts):
+        gen_width = [L_gen] * len(rows_ids)
+        for j, (g, text) in enumerate(ext):
+            text = next(cut_texts) if cut[j] else text
             comps.append(ext_ids[j])
+            gen_width.append(width)
             rows_src.append(int(Source.EXTERNAL))
             rows_grp.append(g)
             texts.append(text)
             pids.append(examples[g].id)
             rewards.append(self.task.total_reward(text, examples[g]))
-            hit.append(False)
+            hit.append(cut[j])
         completion = torch.stack(comps)  # (N, L)
-        lengths = policy.completion_lengths(completion)  # (N,)
         L_w = completion.shape[1]
+        own = torch.tensor(gen_width, device=device)  # (N,)
+        pos = torch.arange(L_w, device=device)[None, :]  # (1, L)
+        lengths = torch.stack([policy.completion_lengths(c[None, :w])[0] for c, w in zip(completion, gen_width)])  # (N,)
         grp = torch.tensor(rows_grp, device=device)
         input_ids = torch.cat([prompt_ids[grp], completion], dim=1)  # (N, P+L)
-        attention_mask = torch.cat([prompt_mask[grp], torch.ones_like(completion)], dim=1)
-        completion_mask = torch.arange(L_w, device=device)[None, :] < lengths[:, None]  # (N, L)
+        attention_mask = torch.cat([prompt_mask[grp], (pos < own[:, None]).to(prompt_mask.dtype)], dim=1)  # padding not attended
+        completion_mask = pos < lengths[:, None]  # (N, L)
+        n_ext = len(ext)
         self.last_stats = {"time/generation_s": gen_time}
+        if n_ext:
+            self.last_stats["train/external/cut_frac"] = sum(cut) / n_ext
         return RolloutBatch(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -190,6 +205,7 @@ class RolloutDataModule(PromptStreamDataModule):
             texts=texts,
             prompt_ids=pids,
             hit_limit=torch.tensor(hit, dtype=torch.bool, device=device),
+            gen_width=own,
         )
 
     def evaluate_batch(self, batch: PromptBatch, module: torch.nn.Module) -> RolloutBatch:

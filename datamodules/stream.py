@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rl.atomic import atomic_write_text
+from lit_rl.rng import seed_for
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Example, Task
 from lit_rl.runs import run_dir
@@ -32,9 +33,11 @@ from lit_rl.runs import run_dir
 __all__ = ["PromptStreamDataModule", "step_seed"]
 
 
-def step_seed(seed: int, step: int, salt: int = 0) -> int:
-    """A seed for stream batch ``step`` (the same formula as the dLLM DataModule)."""
-    return (seed * 1_000_003 + step * 7_919 + salt * 104_729) % (2**63 - 1)
+def step_seed(seed: int, step: int, salt: int = 0, rank: int = 0) -> int:
+    """The seed of stream batch ``step`` on DDP rank ``rank``: :func:`lit_rl.rng.seed_for` with stream
+    ``salt`` (:class:`lit_rl.rng.Stream`; 0 = training generation, 1 = evaluation), so ranks never draw the
+    same rollouts and a resumed run draws the same."""
+    return seed_for(seed, salt, rank=rank, step=step)
 
 
 class _PromptStream(IterableDataset):
@@ -150,6 +153,11 @@ class PromptStreamDataModule(L.LightningDataModule):
         if trainer is None:
             return 0, 1
         return trainer.global_rank, trainer.world_size
+
+    def generation_seed(self, step: int) -> int:
+        """Seed of the training rollouts of stream batch ``step`` on this rank (rank-specific: DDP ranks draw
+        different noise; evaluation seeds stay rank-free so pooled scores do not depend on the world size)."""
+        return step_seed(self.seed, step, salt=0, rank=self._world()[0])
 
     def _order(self, epoch: int) -> list[int]:
         if epoch not in self._orders:

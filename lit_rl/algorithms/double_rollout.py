@@ -93,6 +93,7 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 
+from lit_rl import rng
 from lit_rl.algorithms.double_rollout_math import (
     continuation_budget,
     cut_index,
@@ -374,7 +375,7 @@ def estimate_rewards(
     if settings.replacement == "off":
         replaced = none
     else:
-        gen = torch.Generator().manual_seed(int(seed))
+        gen = rng.cpu_generator(seed)
         replaced = one_sided_replacement(
             adv.cpu(), own_correct.cpu(), cont_correct.cpu(), rule=settings.replacement,
             cont_lengths=cont_len.cpu(), generator=gen,
@@ -439,7 +440,7 @@ def _rebuild(
     return RolloutBatch(
         input_ids=input_ids, attention_mask=attention_mask, prompt_len=P, completion_mask=completion_mask,
         lengths=lengths, rewards=ro.rewards.clone(), source=source, group=ro.group, texts=texts,
-        prompt_ids=list(ro.prompt_ids), hit_limit=hit, old_logp=None, eval_total=ro.eval_total,
+        prompt_ids=list(ro.prompt_ids), hit_limit=hit, old_logp=None, eval_total=ro.eval_total, row=ro.row,
     )
 
 
@@ -602,7 +603,7 @@ class DoubleRolloutGRPO(RLModule):
             max_new_tokens=int(getattr(gen, "max_new_tokens", ro.completion_ids.shape[1])),
             temperature=self.dr.temperature if self.dr.temperature is not None else float(getattr(gen, "temperature", 1.0)),
             top_p=self.dr.top_p if self.dr.top_p is not None else float(getattr(gen, "top_p", 1.0)),
-            seed=(self.seed * 1_000_003 + batch.step * 7_919 + 17) % (2**63 - 1),
+            seed=rng.seed_for(self.seed, rng.Stream.CONTINUATION, rank=self.global_rank, step=batch.step),
         )
         replaced = (est.replaced >= 0).nonzero().squeeze(-1).tolist()
         if replaced:  # texts of the replaced rows, for sample tables

@@ -26,6 +26,8 @@ from typing import Literal, Sequence
 import torch
 from torch import Tensor
 
+from lit_rl import rng
+
 __all__ = [
     "continuation_budget",
     "cut_index",
@@ -193,8 +195,7 @@ def one_sided_replacement(
         # lowest correct index: argmin over (j where correct else N)
         choice = torch.where(cc, j, torch.full_like(j, N)).argmin(dim=1)  # (B,)
     elif rule == "random":
-        gen_device = generator.device if generator is not None else cc.device
-        noise = torch.rand(B, N, generator=generator, device=gen_device).to(cc.device)  # (B, N) in [0, 1)
+        noise = rng.uniform((B, N), generator=generator, device=cc.device)  # (B, N) in [0, 1)
         choice = torch.where(cc, noise, torch.full_like(noise, -1.0)).argmax(dim=1)  # (B,)
     elif rule == "shortest":
         if cont_lengths is None or cont_lengths.shape != (B, N):

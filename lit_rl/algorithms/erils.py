@@ -7,7 +7,10 @@ so ``max_steps`` is the paper's step count. The parts are injected (LightningCLI
 the policy, the surrogate (SPG: ELBO for positive, EUBO/mix for negative advantages), the advantage
 processor (source-specific / joint / on-policy only / external only) and the optimizer/scheduler factories.
 
-Mask draws are seeded by ``(seed, global_step)`` so a resumed run draws the same masks.
+Mask draws: every rollout draws its masks from its own CPU stream, seeded by
+``lit_rl.rng.seed_for(seed, Stream.MASKS, rank, global_step, row)``, so micro-batching changes memory,
+never the update; DDP ranks draw different masks; a resumed run (or one resumed on another device) draws
+the same masks.
 A non-finite loss or gradient skips the update (weights unchanged, ``train/skipped_updates`` counts it);
 ``max_consecutive_skips`` in a row stop the run with an error (:class:`~lit_rl.algorithms.rl_module.RLModule`).
 """
@@ -19,6 +22,7 @@ from typing import Iterable
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
+from lit_rl import rng
 from lit_rl.algorithms.advantages import AdvantageProcessor, SourceSpecific
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.algorithms.rl_module import NonFiniteUpdateError, RLModule
@@ -94,22 +98,31 @@ class ERILSModule(RLModule):
 
     def _update(self, ro: RolloutBatch, adv: torch.Tensor) -> torch.Tensor:
         """One optimizer update of the SPG loss (micro-batched; guard/clip/step in ``optimizer_update``)."""
-        gen = torch.Generator(device="cpu").manual_seed(self.seed * 1_000_003 + self.global_step)
-        return self.optimizer_update(lambda: self.accumulate_gradients(ro, adv, gen), "train/spg")
+        return self.optimizer_update(lambda: self.accumulate_gradients(ro, adv), "train/spg")
+
+    def mask_seeds(self, ro: RolloutBatch, step: int | None = None) -> list[int]:
+        """One mask seed per rollout: ``seed_for(seed, MASKS, rank, step, row)``, ``step`` = the optimizer
+        update (default ``global_step``)."""
+        step = self.global_step if step is None else step
+        rank = self.global_rank
+        return [rng.seed_for(self.seed, rng.Stream.MASKS, rank=rank, step=step, row=r) for r in ro.row.tolist()]
 
     def accumulate_gradients(
-        self, ro: RolloutBatch, adv: torch.Tensor, generator: torch.Generator | None = None
+        self, ro: RolloutBatch, adv: torch.Tensor, step: int | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Backward of the SPG loss over micro-batches of ``micro_batch_size`` rows: each micro-batch's loss
         (normalised by its own Σw) is rescaled by its share of the batch's Σw, so the gradients add up to the
-        whole batch's ``Σ(−A·S·w)/Σw``. Returns the loss and the last micro-batch's stats."""
+        whole batch's ``Σ(−A·S·w)/Σw``. Each row's masks come from its own seed (:meth:`mask_seeds`), so the
+        split does not change them. Returns the loss and the last micro-batch's stats."""
         total_w = self.surrogate.loss_weights(ro.lengths).sum().clamp(min=1)
         size = self.micro_batch_size or len(ro)
         loss_sum = torch.zeros((), device=self.device)
         stats: dict[str, torch.Tensor] = {}
-        for mb, mb_adv in zip(ro.micro_batches(size), adv.split(size)):
+        seeds = torch.tensor(self.mask_seeds(ro, step))  # (N,) on CPU, split with the rows
+        for mb, mb_adv, mb_seeds in zip(ro.micro_batches(size), adv.split(size), seeds.split(size)):
             loss, stats = self.surrogate(
-                self.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source, mb_adv, generator
+                self.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source, mb_adv,
+                seeds=mb_seeds, gen_width=mb.gen_width,
             )
             loss = loss * (self.surrogate.loss_weights(mb.lengths).sum().clamp(min=1) / total_w)
             self.manual_backward(loss)

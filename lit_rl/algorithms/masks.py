@@ -22,6 +22,8 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from lit_rl import rng
+
 __all__ = [
     "DiffusionMasks",
     "BlockChoice",
@@ -50,7 +52,7 @@ BlockChoice = Callable[[torch.Tensor, int, int, torch.Generator | None], torch.T
 
 def _randperm_rows(rows: int, n: int, generator, device) -> torch.Tensor:
     """An independent random permutation of ``range(n)`` per row. Shape: ``(rows, n)``."""
-    return torch.rand(rows, n, generator=generator, device=device).argsort(-1)  # (rows, n)
+    return rng.uniform((rows, n), generator=generator, device=device).argsort(-1)  # (rows, n)
 
 
 def spg_block_choice(
@@ -74,7 +76,7 @@ def uniform_block_choice(
     valid_blocks: torch.Tensor, num_blocks: int, num_t: int, generator: torch.Generator | None
 ) -> torch.Tensor:
     """Independent uniform choice among the row's non-empty blocks for each draw (with replacement)."""
-    u = torch.rand(num_t, valid_blocks.shape[0], generator=generator, device=valid_blocks.device)  # (num_t, B)
+    u = rng.uniform((num_t, valid_blocks.shape[0]), generator=generator, device=valid_blocks.device)  # (num_t, B)
     return (u * valid_blocks[None, :]).floor().long().clamp(max=valid_blocks[None, :] - 1)  # (num_t, B)
 
 
@@ -87,7 +89,7 @@ def _random_subset(candidates: torch.Tensor, counts: torch.Tensor, generator) ->
     ``candidates (..., L)`` bool, ``counts (...)`` long with ``counts <= candidates.sum(-1)``.
     Returns ``(..., L)`` bool.
     """
-    scores = torch.rand(candidates.shape, generator=generator, device=candidates.device)  # (..., L)
+    scores = rng.uniform(candidates.shape, generator=generator, device=candidates.device)  # (..., L)
     scores = scores.masked_fill(~candidates, 2.0)  # non-candidates rank last
     rank = scores.argsort(-1).argsort(-1)  # (..., L) rank of each position
     return (rank < counts[..., None]) & candidates
@@ -99,7 +101,7 @@ def _uniform_count(upper: torch.Tensor, generator, min_frac: float = 0.0, max_fr
     lo = (upper.double() * min_frac).long().clamp(min=1)
     hi = torch.minimum((upper.double() * max_frac).long(), upper)
     hi = torch.maximum(hi, lo)
-    u = torch.rand(upper.shape, generator=generator, device=upper.device, dtype=torch.float64)
+    u = rng.uniform(upper.shape, generator=generator, device=upper.device, dtype=torch.float64)
     n = lo + (u * (hi - lo + 1)).floor().long()
     return torch.where(upper > 0, n.clamp(max=hi), torch.zeros_like(n))
 
@@ -120,6 +122,7 @@ def spg_block_masks(
     min_t: float = 0.0,
     max_t: float = 1.0,
     p_mask_clean: float = 0.0,
+    gen_width: int | None = None,
 ) -> DiffusionMasks:
     """SPG's block masking for on-policy rollouts (SPG code, ``forward_type="block_random"``).
 
@@ -132,9 +135,14 @@ def spg_block_masks(
     reference, scored (SPG draws this with its ``p_mask_prompt`` for every token outside the block-level
     mask: the prompt and the blocks before ``k_j``; the prompt part is :func:`mask_prompt_tokens`).
 
-    Blocks are aligned to the start of the completion (as in decoding); if ``L`` is not a multiple of
-    ``block_length`` the last block is shorter (SPG asserts divisibility; mixed batches may be padded to an
-    external rollout's width). A row with an empty completion gets no scored position.
+    Blocks are aligned to the start of the completion (as in decoding). ``gen_width`` is the rows' own
+    generation width (on-policy rows: ``L_gen``; ``None``: ``L``): a mixed batch is padded to its widest
+    external rollout, and positions at or after ``gen_width`` are padding, never scored and masked in the
+    input. SPG's block rule runs over the ``ceil(gen_width / block_length)`` blocks of the rows' own width,
+    not over the padded width (over the padded width ``perm % valid_blocks`` would favour block 0 more the
+    wider the padding: 0.176 instead of 0.125 with 8 valid blocks in a 17-block width), so without padding
+    nothing changes. If ``gen_width`` is not a multiple of ``block_length`` the last block is shorter (SPG
+    asserts divisibility). A row with an empty completion gets no scored position.
 
     Shapes: ``completion_mask (B, L)`` -> masks ``(num_t, B, L)``.
     """
@@ -149,12 +157,16 @@ def spg_block_masks(
             raise ValueError(f"block_choice must be one of {sorted(BLOCK_CHOICES)} or a callable, got {block_choice!r}")
         block_choice = BLOCK_CHOICES[block_choice]
     device = completion_mask.device
-    num_blocks = -(-L // block_length)  # ceil: a shorter last block if L % block_length
+    width = L if gen_width is None else int(gen_width)
+    if not 1 <= width <= L:
+        raise ValueError(f"gen_width must be in [1, L = {L}], got {gen_width}")
+    pos = torch.arange(L, device=device)  # (L,)
+    completion_mask = completion_mask & (pos < width)[None, :]  # padding is never a completion token
+    num_blocks = -(-width // block_length)  # ceil: a shorter last block if width % block_length
     lengths = completion_mask.sum(-1)  # (B,)
     valid_blocks = ((lengths - 1) // block_length + 1).clamp(min=1)  # (B,) blocks holding completion tokens
 
     k = block_choice(valid_blocks, num_blocks, num_t, generator).to(device)  # (num_t, B)
-    pos = torch.arange(L, device=device)  # (L,)
     block_of = pos // block_length  # (L,)
     kk = k[:, :, None]  # (num_t, B, 1)
     valid = completion_mask[None].expand(num_t, B, L)  # (num_t, B, L)
@@ -168,7 +180,7 @@ def spg_block_masks(
 
     masked = masked_in_block | after
     if p_mask_clean > 0:
-        u = torch.rand((num_t, B, L), generator=generator, device=device)
+        u = rng.uniform((num_t, B, L), generator=generator, device=device)
         masked = masked | (before & valid & (u < p_mask_clean))
     loss = masked & valid
     completion = masked | ~valid  # after-EOS positions are masked in the input
@@ -209,8 +221,8 @@ def uniform_random_masks(
         n = _uniform_count(lengths, generator, min_t, max_t)  # (num_t, B)
         selected = _random_subset(valid, n, generator)  # (num_t, B, L)
     elif rule == "bernoulli":
-        t = torch.rand((num_t, B, 1), generator=generator, device=device)
-        u = torch.rand((num_t, B, L), generator=generator, device=device)
+        t = rng.uniform((num_t, B, 1), generator=generator, device=device)
+        u = rng.uniform((num_t, B, L), generator=generator, device=device)
         selected = (u < t) & valid
         none = (selected.sum(-1) == 0) & (lengths > 0)  # (num_t, B)
         one = _random_subset(valid, none.long(), generator)
@@ -244,7 +256,7 @@ def mask_prompt_tokens(
     pm = prompt_mask.bool()[None].expand(num_t, *prompt_mask.shape)  # (num_t, B, P)
     if p <= 0:
         return masks._replace(prompt=torch.zeros_like(pm))
-    u = torch.rand(pm.shape, generator=generator, device=pm.device)
+    u = rng.uniform(pm.shape, generator=generator, device=pm.device)
     return masks._replace(prompt=pm & (u < p))
 
 

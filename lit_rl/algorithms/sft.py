@@ -10,12 +10,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from lit_rl import rng
+
 
 def denoising_masks(completion_mask: torch.Tensor, generator: torch.Generator | None = None, eps: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw ``t (B,)`` and the masked positions ``(B, L)`` among valid completion tokens."""
     B, L = completion_mask.shape
-    t = eps + (1 - eps) * torch.rand(B, generator=generator, device="cpu").to(completion_mask.device)  # (B,)
-    u = torch.rand(B, L, generator=generator, device="cpu").to(completion_mask.device)  # (B, L)
+    t = eps + (1 - eps) * rng.uniform((B,), generator=generator, device=completion_mask.device)  # (B,)
+    u = rng.uniform((B, L), generator=generator, device=completion_mask.device)  # (B, L)
     return t, (u < t[:, None]) & completion_mask.bool()
 
 

@@ -25,10 +25,11 @@ and k3 KL (:func:`d1_loss`), and wd1's weighted-likelihood loss (:func:`wd1_loss
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
+from lit_rl import rng
 from lit_rl.algorithms.masks import (
     BLOCK_CHOICES,
     BlockChoice,
@@ -237,8 +238,17 @@ class SPGSurrogate:
         prompt_mask: torch.Tensor,
         source: torch.Tensor,
         generator: torch.Generator | None = None,
+        *,
+        seeds: Sequence[int] | torch.Tensor | None = None,
+        gen_width: torch.Tensor | None = None,
     ) -> DiffusionMasks:
         """Block masks for on-policy rows, uniform masks for external rows, then prompt masking.
+
+        ``seeds (B,)``: one seed per rollout; each row then draws all its masks from its own CPU stream
+        (:func:`lit_rl.rng.cpu_generator`), so a row's masks do not depend on which rows share its batch
+        or micro-batch (micro-batching changes memory, never the update). Without ``seeds`` the rows draw
+        from ``generator`` in turn (grouped by source and width). ``gen_width (B,)``: each row's own
+        generation width (``None``: ``L``), see :func:`~lit_rl.algorithms.masks.spg_block_masks`.
 
         Shapes: ``completion_mask (B, L)``, ``prompt_mask (B, P)``, ``source (B,)`` -> masks ``(num_t, B, ·)``.
         """
@@ -247,20 +257,32 @@ class SPGSurrogate:
         bad = (source != SOURCE_ON_POLICY) & (source != SOURCE_EXTERNAL)
         if bad.any():
             raise ValueError(f"source must hold 0 (on-policy) or 1 (external), got {source[bad].unique().tolist()}")
-        comp = torch.zeros(self.num_t, B, L, dtype=torch.bool, device=completion_mask.device)
+        if seeds is not None and len(seeds) != B:
+            raise ValueError(f"seeds must hold one seed per row ({B}), got {len(seeds)}")
+        widths = [L] * B if gen_width is None else [int(w) for w in gen_width.tolist()]
+        sources = source.tolist()
+        if seeds is None:  # rows of one (source, width) draw together from the shared generator
+            keys = sorted(set(zip(sources, widths)))
+            groups = [([i for i in range(B) if (sources[i], widths[i]) == k], *k, generator) for k in keys]
+        else:
+            seed_list = seeds.tolist() if isinstance(seeds, torch.Tensor) else list(seeds)
+            groups = [([i], sources[i], widths[i], rng.cpu_generator(seed_list[i])) for i in range(B)]
+        device = completion_mask.device
+        comp = torch.zeros(self.num_t, B, L, dtype=torch.bool, device=device)
         loss = torch.zeros_like(comp)
-        on = (source == SOURCE_ON_POLICY).nonzero().squeeze(-1)  # (B_on,)
-        ext = (source == SOURCE_EXTERNAL).nonzero().squeeze(-1)  # (B_ext,)
-        if on.numel():
-            m = spg_block_masks(
-                completion_mask[on], self.block_length, self.num_t, generator,
-                block_choice=self.block_choice, p_mask_clean=self.p_mask_clean,
-            )
-            comp[:, on], loss[:, on] = m.completion, m.loss
-        if ext.numel():
-            m = uniform_random_masks(completion_mask[ext], self.num_t, generator, rule=self.external_rule)
-            comp[:, ext], loss[:, ext] = m.completion, m.loss
-        return mask_prompt_tokens(DiffusionMasks(comp, loss), prompt_mask, self.p_mask_prompt, generator)
+        prompt = torch.zeros(self.num_t, *prompt_mask.shape, dtype=torch.bool, device=device)
+        for rows, src, width, g in groups:
+            idx = torch.tensor(rows, device=device)
+            if src == SOURCE_ON_POLICY:
+                m = spg_block_masks(
+                    completion_mask[idx], self.block_length, self.num_t, g,
+                    block_choice=self.block_choice, p_mask_clean=self.p_mask_clean, gen_width=width,
+                )
+            else:
+                m = uniform_random_masks(completion_mask[idx], self.num_t, g, rule=self.external_rule)
+            m = mask_prompt_tokens(m, prompt_mask[idx], self.p_mask_prompt, g)
+            comp[:, idx], loss[:, idx], prompt[:, idx] = m.completion, m.loss, m.prompt
+        return DiffusionMasks(comp, loss, prompt)
 
     def token_logprobs(
         self,
@@ -308,18 +330,24 @@ class SPGSurrogate:
         source: torch.Tensor,
         advantages: torch.Tensor,
         generator: torch.Generator | None = None,
+        *,
+        seeds: Sequence[int] | torch.Tensor | None = None,
+        gen_width: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss ``Σ(−A·S·w)/Σw`` for one rollout batch (``w`` = :meth:`loss_weights`) and detached stats.
 
         Shapes: ``input_ids (B, T)``, ``attention_mask (B, T)``, ``completion_mask (B, L = T − prompt_len)``,
-        ``source (B,)`` long, ``advantages (B,)``.
+        ``source (B,)`` long, ``advantages (B,)``; ``seeds (B,)`` and ``gen_width (B,)`` as in
+        :meth:`build_masks`.
         """
         B, T = input_ids.shape
         if completion_mask.shape != (B, T - prompt_len):
             raise ValueError(
                 f"completion_mask shape {tuple(completion_mask.shape)} must be (B, T - prompt_len) = {(B, T - prompt_len)}"
             )
-        masks = self.build_masks(completion_mask, attention_mask[:, :prompt_len], source, generator)
+        masks = self.build_masks(
+            completion_mask, attention_mask[:, :prompt_len], source, generator, seeds=seeds, gen_width=gen_width
+        )
         logp = self.token_logprobs(logits_fn, input_ids, attention_mask, prompt_len, masks)  # (num_t, B, L)
         lengths = completion_mask.sum(-1)  # (B,)
         s, lo, neg = self.surrogate(logp, masks.loss, lengths, advantages)

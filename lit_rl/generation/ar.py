@@ -35,6 +35,8 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
+from lit_rl import rng
+
 __all__ = ["ARBackend", "HFBackend", "VLLMBackend", "hit_budget", "left_pad", "merged_state_dict", "sample_next"]
 
 
@@ -138,7 +140,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generato
         drop = sorted_p.cumsum(-1) - sorted_p >= top_p  # mass before this token already reaches top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)  # (R, V)
-    noise = torch.empty_like(probs).exponential_(generator=generator)  # (R, V)
+    noise = rng.exponential(probs.shape, generator=generator, device=probs.device, dtype=probs.dtype)  # (R, V)
     return (probs / noise).argmax(-1)
 
 
@@ -253,7 +255,7 @@ class HFBackend(ARBackend):
         seed: int,
     ) -> torch.Tensor:
         device = self._device()
-        generator = torch.Generator(device=device).manual_seed(seed)
+        generator = rng.device_generator(seed, device)  # (R, V) noise per step: drawn where it is used
         width = max(budgets)
         per_chunk = len(budgets) if self.max_rows is None else max(1, self.max_rows // n)
         was_training = self.model.training

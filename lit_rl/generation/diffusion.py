@@ -40,6 +40,8 @@ from typing import Callable
 
 import torch
 
+from lit_rl import rng
+
 __all__ = [
     "ModelFn",
     "diffusion_generate",
@@ -140,11 +142,11 @@ def _choose_tokens(
     if has_mask:
         scores[:, mask_id] = float("-inf")
     if sampler == "gumbel":
-        u = torch.rand(scores.shape, generator=generator, dtype=dtype, device=flat.device)  # (N, V)
+        u = rng.uniform(scores.shape, generator=generator, dtype=dtype, device=flat.device)  # (N, V)
         x0 = (scores - torch.log(-torch.log(u))).argmax(-1)  # (N,)
     else:
         cdf = torch.softmax(scores, -1).cumsum(-1)  # (N, V)
-        u = torch.rand((flat.shape[0], 1), generator=generator, dtype=dtype, device=flat.device) * cdf[:, -1:]
+        u = rng.uniform((flat.shape[0], 1), generator=generator, dtype=dtype, device=flat.device) * cdf[:, -1:]
         x0 = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=V - 1)  # (N,)
     return x0, flat.gather(-1, x0[:, None]).squeeze(-1)
 

@@ -147,7 +147,10 @@ class DiffusionPolicy(TextPolicy, nn.Module):
         """
         from lit_rl.generation.diffusion import diffusion_generate
 
-        gen = torch.Generator(device=prompt_ids.device).manual_seed(int(seed))
+        # Gumbel noise is (N, V) per step (~0.8 GB at LLaDA's vocabulary): a generator on the device
+        from lit_rl.rng import device_generator
+
+        gen = device_generator(seed, prompt_ids.device)
         was_training = self.training
         self.eval()
         try:

@@ -63,6 +63,12 @@ class RolloutBatch:
         old_logp: ``(N, L)`` optional rollout-time token log-probs (GRPO's pi_old).
         eval_total: ``(N,)`` optional evaluation units per row (validation batches: ``rewards`` holds
             the evaluation score's ``correct`` and this its ``total``, e.g. Sudoku blank cells).
+        row: ``(N,)`` long, the row's index in the batch as produced (kept by :meth:`select` and
+            :meth:`micro_batches`): with the step and rank it seeds the row's own random draws, so they do
+            not depend on how the batch is filtered or split. Default ``arange(N)``.
+        gen_width: ``(N,)`` long, the width of the row's own completion (on-policy rows: ``L_gen``).
+            Positions at or after it are padding added to stack rows of different widths: outside
+            ``completion_mask`` and ``attention_mask``, never scored. Default ``L`` for every row.
     """
 
     input_ids: torch.Tensor
@@ -78,6 +84,15 @@ class RolloutBatch:
     hit_limit: torch.Tensor
     old_logp: torch.Tensor | None = None
     eval_total: torch.Tensor | None = None
+    row: torch.Tensor | None = None
+    gen_width: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        n, device = int(self.input_ids.shape[0]), self.input_ids.device
+        if self.row is None:
+            self.row = torch.arange(n, device=device)
+        if self.gen_width is None:
+            self.gen_width = torch.full((n,), self.input_ids.shape[1] - self.prompt_len, dtype=torch.long, device=device)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

@@ -1,5 +1,6 @@
 """Gradient accumulation in ERILSModule: micro-batches give the whole rollout batch's SPG loss and gradients
-under both rollout weightings (each micro-batch loss is rescaled by its share of the batch's Σw)."""
+under both rollout weightings (each micro-batch loss is rescaled by its share of the batch's Σw), with the
+REAL masks: every rollout draws its masks from its own seed, so the split cannot change them."""
 
 from __future__ import annotations
 
@@ -7,23 +8,11 @@ import pytest
 import torch
 
 from lit_rl.algorithms.erils import ERILSModule
-from lit_rl.algorithms.masks import DiffusionMasks
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.models import TinyDiffusionLM
 from lit_rl.rollouts.types import RolloutBatch, Source
 
 B, P, L = 5, 3, 6
-
-
-class FixedMasks(SPGSurrogate):
-    """Deterministic masks (draw j masks a row's valid completion tokens from position j on), so the full
-    batch and its micro-batches see the same noisy inputs."""
-
-    def build_masks(self, completion_mask, prompt_mask, source, generator=None):
-        valid = completion_mask.bool()  # (b, L)
-        pos = torch.arange(valid.shape[1])  # (L,)
-        comp = torch.stack([valid & (pos >= j) for j in range(self.num_t)])  # (num_t, b, L)
-        return DiffusionMasks(comp, comp.clone(), None)
 
 
 def _batch(policy: TinyDiffusionLM) -> tuple[RolloutBatch, torch.Tensor]:
@@ -40,14 +29,16 @@ def _batch(policy: TinyDiffusionLM) -> tuple[RolloutBatch, torch.Tensor]:
     return ro, torch.tensor([1.0, -0.5, 0.25, -1.0, 0.75])
 
 
-def _grads(weighting: str, micro: int | None) -> tuple[float, dict[str, torch.Tensor]]:
+def _grads(weighting: str, micro: int | None, step: int = 0, seed: int = 0) -> tuple[float, dict[str, torch.Tensor]]:
     torch.manual_seed(0)
     policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
-    surrogate = FixedMasks(num_t=2, mask_id=policy.mask_id, p_mask_prompt=0.0, weighting=weighting)
-    module = ERILSModule(policy, surrogate=surrogate, micro_batch_size=micro)
+    # the real surrogate: SPG block masks (2-token blocks) for on-policy rows, random masks for external ones,
+    # prompt masking, clean-token masking
+    surrogate = SPGSurrogate(num_t=2, block_length=2, mask_id=policy.mask_id, weighting=weighting)
+    module = ERILSModule(policy, surrogate=surrogate, micro_batch_size=micro, seed=seed)
     module.manual_backward = lambda loss: loss.backward()  # no trainer needed for the accumulation itself
     ro, adv = _batch(policy)
-    loss, _ = module.accumulate_gradients(ro, adv)
+    loss, _ = module.accumulate_gradients(ro, adv, step=step)
     return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
 
 
@@ -60,6 +51,14 @@ def test_micro_batches_match_the_full_batch(weighting, micro):
     assert grads.keys() == full.keys() and full
     for n in full:
         torch.testing.assert_close(grads[n], full[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_masks_follow_the_step_and_the_seed():
+    # the per-rollout seeds carry the update and the run seed: another step or seed draws other masks
+    base = _grads("length", None)[0]
+    assert _grads("length", None, step=1)[0] != pytest.approx(base)
+    assert _grads("length", None, seed=1)[0] != pytest.approx(base)
+    assert _grads("length", 2, step=1)[0] == pytest.approx(_grads("length", None, step=1)[0], rel=1e-5)
 
 
 def test_the_two_weightings_differ_on_ragged_lengths():

@@ -180,3 +180,29 @@ def test_apply_masks_by_hand():
     assert no_prompt[0, 0, :2].tolist() == [1, 2]
     with pytest.raises(ValueError, match="prompt_len"):
         apply_masks(ids, masks, 3, 9)
+
+
+def test_spg_block_choice_runs_over_the_rows_own_width_not_the_padding():
+    # 8 valid blocks of 2 tokens in a batch padded to 17 blocks: over the padded width SPG's
+    # perm % valid_blocks picks block 0 w.p. 3/17 = 0.176 (perm values 0, 8, 16); over the row's own
+    # 8-block generation width it is uniform, 1/8
+    B, bl = 4000, 2
+    cm = _cm([16] * B, 34)
+    m = spg_block_masks(cm, bl, 1, gen(0), gen_width=16)
+    first = m.loss[0].float().argmax(-1) // bl  # (B,) chosen block = first scored position's block
+    freq0 = (first == 0).float().mean().item()
+    assert abs(freq0 - 1 / 8) < 0.02, freq0
+    padded = spg_block_masks(cm, bl, 1, gen(0))  # the old behaviour: blocks counted over the padded width
+    freq0_padded = ((padded.loss[0].float().argmax(-1) // bl) == 0).float().mean().item()
+    assert abs(freq0_padded - 3 / 17) < 0.02, freq0_padded
+    # padding is never scored and always masked in the input
+    assert not m.loss[..., 16:].any() and m.completion[..., 16:].all()
+
+
+def test_gen_width_equal_to_the_batch_width_changes_nothing():
+    cm = _cm([7, 3, 12], 12)
+    a = spg_block_masks(cm, 4, 3, gen(4), p_mask_clean=0.2)
+    b = spg_block_masks(cm, 4, 3, gen(4), p_mask_clean=0.2, gen_width=12)
+    assert torch.equal(a.completion, b.completion) and torch.equal(a.loss, b.loss)
+    with pytest.raises(ValueError, match="gen_width"):
+        spg_block_masks(cm, 4, 3, gen(4), gen_width=13)

@@ -261,3 +261,54 @@ def test_spg_surrogate_validation():
         spg(TinyLogits(), ids, attn, 2, cm, torch.tensor([0, 2, 1]), adv)
     with pytest.raises(ValueError, match="completion_mask"):
         spg(TinyLogits(), ids, attn, 3, cm, source, adv)
+
+
+def _is_block_suffix(row: torch.Tensor, valid: torch.Tensor, bl: int) -> bool:
+    """A block mask (p_mask_clean 0): clean before block k, some of block k, every later valid position."""
+    pos = row.nonzero().flatten()
+    if not len(pos):
+        return False
+    k = int(pos[0]) // bl
+    blocks = torch.arange(row.shape[0]) // bl
+    return bool(row[valid & (blocks > k)].all()) and not bool(row[blocks < k].any())
+
+
+def test_external_rows_get_uniform_masks_and_on_policy_rows_block_masks():
+    # independent of the code under test: over many seeds, on-policy rows' scored sets always have SPG's block
+    # structure, external rows' often do not (a uniform subset); and each row's masks are the pure function's
+    # from that row's own seed (so swapping the routing, or sharing one stream, fails)
+    from lit_rl import rng
+    from lit_rl.algorithms.masks import spg_block_masks, uniform_random_masks
+
+    L, bl = 12, 4
+    cm = torch.arange(L)[None, :] < torch.tensor([12, 10, 12, 11])[:, None]
+    source = torch.tensor([0, 0, 1, 1])
+    spg = SPGSurrogate(num_t=2, block_length=bl, mask_id=9, p_mask_prompt=0.0, p_mask_clean=0.0)
+    non_block_ext = 0
+    for s in range(50):
+        seeds = [1000 * s + i for i in range(4)]
+        masks = spg.build_masks(cm, torch.ones(4, 3), source, seeds=seeds)
+        for j in range(2):
+            for b in (0, 1):
+                assert _is_block_suffix(masks.loss[j, b], cm[b], bl)
+            for b in (2, 3):
+                assert masks.loss[j, b].any() and not (masks.loss[j, b] & ~cm[b]).any()
+                non_block_ext += not _is_block_suffix(masks.loss[j, b], cm[b], bl)
+        for b in range(4):
+            g = rng.cpu_generator(seeds[b])
+            if b < 2:
+                want = spg_block_masks(cm[b : b + 1], bl, 2, g, p_mask_clean=0.0)
+            else:
+                want = uniform_random_masks(cm[b : b + 1], 2, g)
+            assert torch.equal(masks.loss[:, b], want.loss[:, 0]) and torch.equal(masks.completion[:, b], want.completion[:, 0])
+    assert non_block_ext > 50  # of 200 external draws; a uniform subset of 10-12 tokens is rarely a block suffix
+
+
+def test_row_masks_do_not_depend_on_the_other_rows():
+    ids, attn, cm, source, adv = _batch()
+    spg = SPGSurrogate(num_t=2, block_length=4, mask_id=9)
+    seeds = [11, 22, 33]
+    full = spg.build_masks(cm, attn[:, :2], source, seeds=seeds)
+    for b in range(3):
+        one = spg.build_masks(cm[b : b + 1], attn[b : b + 1, :2], source[b : b + 1], seeds=seeds[b : b + 1])
+        assert torch.equal(one.completion[:, 0], full.completion[:, b]) and torch.equal(one.prompt[:, 0], full.prompt[:, b])

@@ -110,3 +110,60 @@ def test_eval_batches_split_over_ranks_and_too_few_batches_fail_clearly(monkeypa
     monkeypatch.setattr(dm, "_world", lambda: (1, 2))
     with pytest.raises(ValueError, match=r"data.eval_size \(4\) / data.eval_batch_size \(4\) gives 1 eval batch"):
         dm.val_dataloader()
+
+
+def _tiny_policy() -> TinyDiffusionLM:
+    torch.manual_seed(0)
+    return TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=200)
+
+
+def test_on_policy_rows_keep_their_own_width_when_external_rows_are_wider():
+    # L_gen 32 while the scripted external completions take ~49 tokens: on-policy rows are padded to the
+    # external width. The padding is not the policy's: no length, loss or attention may reach it (before the
+    # fix a row that hit L_gen found the pad as its first EOS: length 33, an EOS the policy never wrote).
+    dm = _dm(generation=DecodeSettings(32, 32, 4, 1.0))
+    ro = dm.produce_rollouts(dm.prompt_batch(0), _tiny_policy())
+    L, P = ro.completion_mask.shape[1], ro.prompt_len
+    on = ro.source == int(Source.ON_POLICY)
+    assert L > 32
+    assert ro.hit_limit[on].any()  # the untrained model fills L_gen
+    assert ro.lengths[on & ro.hit_limit].tolist() == [32] * int((on & ro.hit_limit).sum())
+    assert (ro.lengths[on] <= 32).all()
+    assert not ro.completion_mask[on][:, 32:].any()
+    assert not ro.attention_mask[on][:, P + 32:].any() and ro.attention_mask[on][:, P:P + 32].all()
+    assert ro.gen_width[on].tolist() == [32] * 6 and ro.gen_width[~on].tolist() == [L] * 6
+    assert ro.attention_mask[~on][:, P:].all()  # external rows: their own width is the batch width
+    assert (ro.completion_mask.sum(-1) == ro.lengths).all()
+
+
+def test_cut_external_rows_are_rewarded_on_the_text_that_is_trained_on():
+    # max_external_len 20 with L_gen 32: external rows are cut to 32 tokens (the answer tag is lost), so
+    # their reward must be the cut text's, not the full record's (1.0 for these scripted solutions)
+    dm = _dm(generation=DecodeSettings(32, 32, 4, 1.0), max_external_len=20)
+    policy = _tiny_policy()
+    batch = dm.prompt_batch(0)
+    ro = dm.produce_rollouts(batch, policy)
+    ext = (ro.source == int(Source.EXTERNAL)).nonzero().squeeze(-1).tolist()
+    full = [r.completion for recs in batch.external for r in recs]
+    assert ro.completion_mask.shape[1] == 32
+    for j, i in enumerate(ext):
+        trained = policy.decode_completions(ro.completion_ids[i : i + 1])[0]
+        assert ro.texts[i] == trained and full[j].startswith(trained) and trained != full[j]
+        ex = batch.examples[int(ro.group[i])]
+        assert ro.rewards[i].item() == pytest.approx(dm.task.total_reward(trained, ex))
+        assert ro.rewards[i].item() < dm.task.total_reward(full[j], ex)
+        # no EOS in frame: a cut row is not taught to stop where it was cut
+        assert ro.lengths[i].item() == 32 and bool(ro.hit_limit[i]) and policy.eos_id not in ro.completion_ids[i].tolist()
+    assert dm.last_stats["train/external/cut_frac"] == 1.0
+
+
+def test_generation_seeds_differ_across_ranks_and_repeat_per_step(monkeypatch):
+    dm = _dm()
+    seeds = {}
+    for rank in (0, 1):
+        monkeypatch.setattr(type(dm), "_world", lambda self, r=rank: (r, 2))
+        seeds[rank] = [dm.generation_seed(s) for s in range(3)]
+    assert seeds[0] != seeds[1] and not set(seeds[0]) & set(seeds[1])
+    assert len(set(seeds[0])) == 3
+    monkeypatch.setattr(type(dm), "_world", lambda self: (1, 2))
+    assert [dm.generation_seed(s) for s in range(3)] == seeds[1]  # a resumed rank re-derives its seeds

@@ -1,0 +1,137 @@
+"""One rule for every random draw in lit_rl.
+
+CUDA refuses a draw whose generator lives on another device than its output ("Expected a 'cuda' device
+type for generator but found 'cpu'"), and CPU and CUDA generators give different streams for one seed.
+So every draw in the package goes through the functions below (a test walks the source and finds no
+``generator=`` draw anywhere else), which follow one rule:
+
+* **draw where the generator lives, then move**: ``uniform(shape, generator=g, device=d)`` draws on
+  ``g.device`` (CPU when ``g`` is ``None``: the global CPU stream) and returns ``.to(d)``. Masks and other
+  small draws use CPU generators (:func:`cpu_generator`), so the same seed gives the same masks on CPU and
+  GPU and a run resumed on another device draws the same.
+* **large noise tensors** (Gumbel noise over the vocabulary: ``(N, V)`` float64 is ~0.8 GB per decoding
+  step at LLaDA's 126k vocabulary) would be slow to draw on CPU and copy: callers that draw such tensors
+  pass a generator on the output's device, :func:`device_generator`, seeded by :func:`derive_seed` (or
+  from a CPU stream by :func:`spawn`). Its stream is device-specific (CPU and CUDA differ): exact
+  repeatability holds per device type. ``benchmarks/sampler_noise.py`` measures both options.
+
+Seeds: :func:`derive_seed` hashes ``(base, *parts)`` (e.g. ``(seed, rank, step, row)``) into an independent
+63-bit seed, so DDP ranks, steps and rollouts never share a stream and a resumed run re-derives the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Sequence
+
+import torch
+
+__all__ = [
+    "Stream",
+    "derive_seed",
+    "seed_for",
+    "cpu_generator",
+    "device_generator",
+    "spawn",
+    "uniform",
+    "exponential",
+    "randint",
+]
+
+_MASK63 = (1 << 63) - 1
+
+
+def derive_seed(base: int, *parts: int) -> int:
+    """An independent 63-bit seed for ``(base, *parts)``, e.g. ``derive_seed(seed, rank, step, row)``.
+
+    blake2b of the integers (signed 64-bit each), so nearby tuples give unrelated seeds (a linear formula
+    such as ``seed * a + step * b`` repeats across ``(seed, step)`` pairs) and the result is the same on
+    every machine and Python version.
+    """
+    data = struct.pack(f"<{1 + len(parts)}Q", *(int(v) % 2**64 for v in (base, *parts)))
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") & _MASK63
+
+
+class Stream:
+    """What a seed is for (the first part of :func:`seed_for`), so two uses never share a stream."""
+
+    GENERATION = 0  #: training rollouts (on-policy decoding / AR sampling), per batch
+    EVAL = 1  #: evaluation decoding in the rollout DataModules
+    MASKS = 2  #: the surrogate's noise masks, per rollout and optimizer update
+    CONTINUATION = 3  #: double-rollout continuations and the random replacement rule, per batch
+
+
+def seed_for(base: int, stream: int, *, rank: int = 0, step: int = 0, row: int = 0) -> int:
+    """The seed of one random stream: ``derive_seed(base, stream, rank, step, row)``.
+
+    The one formula for the run's randomness: ``stream`` is a :class:`Stream`, ``rank`` the DDP global
+    rank (TRL seeds each process separately; ranks must not draw the same rollouts or masks), ``step`` the
+    rollout batch or optimizer update, ``row`` the rollout within it. Everything is a function of values a
+    checkpoint restores, so a resumed run draws the same.
+    """
+    return derive_seed(base, stream, rank, step, row)
+
+
+def cpu_generator(seed: int) -> torch.Generator:
+    """A CPU generator seeded with ``seed`` (masks and other small draws)."""
+    return torch.Generator(device="cpu").manual_seed(int(seed))
+
+
+def device_generator(seed: int, device: torch.device | str) -> torch.Generator:
+    """A generator on ``device`` seeded with ``seed``, for large noise tensors drawn where they are used."""
+    return torch.Generator(device=torch.device(device)).manual_seed(int(seed))
+
+
+def spawn(generator: torch.Generator | None, device: torch.device | str) -> torch.Generator:
+    """A generator on ``device`` whose seed is the next draw of the CPU ``generator`` (``None``: the global
+    CPU stream): large per-step noise stays on the device while the run's seed still decides it."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=_cpu_or_none(generator)).item())
+    return device_generator(seed, device)
+
+
+def _cpu_or_none(generator: torch.Generator | None) -> torch.Generator | None:
+    if generator is not None and generator.device.type != "cpu":
+        raise ValueError(f"spawn needs a CPU generator, got one on {generator.device}")
+    return generator
+
+
+def _source_device(generator: torch.Generator | None) -> torch.device:
+    return torch.device("cpu") if generator is None else generator.device
+
+
+def uniform(
+    shape: Sequence[int],
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """``U[0, 1)`` draws of ``shape``, drawn on the generator's device and moved to ``device``."""
+    out = torch.rand(tuple(shape), generator=generator, dtype=dtype, device=_source_device(generator))
+    return out if device is None else out.to(device)
+
+
+def exponential(
+    shape: Sequence[int],
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """``Exp(1)`` draws of ``shape`` (the Gumbel-max / exponential-race trick), same rule as :func:`uniform`."""
+    out = torch.empty(tuple(shape), dtype=dtype, device=_source_device(generator)).exponential_(generator=generator)
+    return out if device is None else out.to(device)
+
+
+def randint(
+    low: int,
+    high: int,
+    shape: Sequence[int],
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Integers in ``[low, high)`` of ``shape`` (long), same rule as :func:`uniform`."""
+    out = torch.randint(low, high, tuple(shape), generator=generator, device=_source_device(generator))
+    return out if device is None else out.to(device)
