@@ -10,6 +10,17 @@ import torch  # noqa: E402
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
+# LIT_RL_FORCE_AVX512BF16=1|0 forces bitsandbytes' AVX512-BF16 detection (the 4-bit CPU weight packing in
+# Linear4bit) on or off for the whole in-process suite, so a machine without the feature can run the suite
+# as one with it would, and the reverse: the suite must pass both ways and natively.
+_FORCE_BF16 = os.environ.get("LIT_RL_FORCE_AVX512BF16")
+if _FORCE_BF16 not in (None, "", "0", "1"):
+    raise RuntimeError(f"LIT_RL_FORCE_AVX512BF16 must be 0 or 1, got {_FORCE_BF16!r}")
+if _FORCE_BF16 in ("0", "1"):
+    import bitsandbytes.nn.modules as _bnb_modules  # noqa: E402
+
+    _bnb_modules.has_avx512bf16 = lambda _on=_FORCE_BF16 == "1": _on
+
 
 import re  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -55,6 +55,25 @@ def adapter_grads(policy: PretrainedDiffusionLM) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
 
 
+def assert_trap(policy: PretrainedDiffusionLM, want: dict[str, torch.Tensor]) -> str:
+    """The bitsandbytes packing trap, in either of its forms, after an unguarded eval pass packed ``policy``'s
+    4-bit weights: without native AVX512-BF16 the packed weights give WRONG gradients (most adapters differ
+    from ``want``); with it, bitsandbytes' fused CPU kernel raises "a view of a leaf Variable that requires
+    grad is being used in an in-place operation" in the backward. Returns which form was seen."""
+    import warnings
+
+    with warnings.catch_warnings():  # torch: "bitsandbytes::gemv_4bit: an autograd kernel was not registered"
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            got = adapter_grads(policy)
+        except RuntimeError as err:
+            assert "leaf Variable" in str(err) and "in-place" in str(err), err
+            return "error"
+    wrong = [n for n in want if not torch.allclose(got[n], want[n], rtol=1e-4, atol=1e-5)]
+    assert len(wrong) > len(want) // 2, f"only {len(wrong)} of {len(want)} adapter gradients changed"
+    return "wrong_gradients"
+
+
 def eval_pass(policy: PretrainedDiffusionLM) -> None:
     """What Lightning's sanity check / greedy evaluation does to the policy: eval mode, no grad."""
     ids, mask = policy.encode_prompts(PROMPTS)
