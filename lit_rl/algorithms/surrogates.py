@@ -169,7 +169,8 @@ class SPGSurrogate:
     ``(num_t·B, T)`` forward, or in micro-batches of ``micro_batch_size`` rows.
 
     Args:
-        beta: EUBO exponent β (SPG: Sudoku 1.0, Countdown 2.0, math 1.5).
+        beta: EUBO exponent β. SPG's scripts: mix mode Sudoku 1.0, Countdown 1.5, math 1.5; EUBO-only mode
+            Sudoku 1.0, Countdown 2.0, math 1.5 (facebookresearch/SPG ``slurm_scripts/spg_{mix,eubo}``).
         num_t: Monte-Carlo noise draws per rollout.
         mode: surrogate for ``A <= 0``: ``"mix"`` | ``"eubo"`` | ``"elbo"``.
         w: EUBO weight in ``"mix"``.
