@@ -13,7 +13,8 @@ pool (``data/pools/sudoku_scripted.jsonl.gz``), rollouts at L_gen 256 / 128 step
 greedy decoding batch. Printed figures:
 
 * peak GPU memory (``torch.cuda.max_memory_allocated``) of training and of decoding;
-* update time: (rollout-batch time - rollout generation time) / updates per batch, and its tokens/s
+* update time: the training step's wall time / updates per batch (rollout generation runs before it, in the
+  DataModule's ``on_after_batch_transfer``, and is timed separately), and its tokens/s
   (the surrogate processes ``num_t x rows x (prompt + completion)`` tokens per update);
 * decoding tokens/s (completion tokens of the batch / wall time) and per-step latency;
 * achieved TFLOP/s, counted as 2·N·tokens per forward pass over the N base parameters (attention score
@@ -60,7 +61,7 @@ def write_model_dir(out: Path, d_model: int, layers: int, heads: int, mlp: int, 
 
 
 class _Timer:
-    """Lightning callback: wall time of each rollout batch (generation + μ updates)."""
+    """Lightning callback: wall time of each training step (the μ updates; generation ran just before)."""
 
     def __init__(self) -> None:
         import lightning as L
@@ -86,6 +87,25 @@ class _Timer:
                 })
 
         self.cb = Cb()
+
+
+def masks_match_cpu(device: str) -> bool:
+    """The random-draw rule on the real device (issue #13): SPG masks built for rollouts on ``device`` from
+    per-rollout CPU seeds equal the CPU ones (before the fix the first ERILS update on CUDA raised "Expected
+    a 'cuda' device type for generator but found 'cpu'")."""
+    import torch
+
+    from lit_rl.algorithms.surrogates import SPGSurrogate
+
+    lengths = torch.tensor([256, 100, 31, 300, 64, 1])
+    cm = torch.arange(320)[None, :] < lengths[:, None]  # (6, 320)
+    source = torch.tensor([0, 0, 0, 1, 1, 1])
+    width = torch.tensor([256, 256, 256, 320, 320, 320])
+    spg = SPGSurrogate(num_t=2, block_length=32)
+    seeds = list(range(100, 106))
+    cpu = spg.build_masks(cm, torch.ones(6, 40), source, seeds=seeds, gen_width=width)
+    dev = spg.build_masks(cm.to(device), torch.ones(6, 40, device=device), source.to(device), seeds=seeds, gen_width=width.to(device))
+    return all(torch.equal(a, b.cpu()) for a, b in zip(cpu, dev))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.reset_peak_memory_stats()
             print(f"GPU memory after load: {torch.cuda.memory_allocated() / 2**30:.2f} GiB")
 
+        masks_ok = masks_match_cpu("cuda" if gpu else "cpu")
+        print(f"SPG masks on the device equal the CPU ones: {masks_ok}")
         gen = DecodeSettings(gen_length=args.gen_length, block_length=32, steps=args.steps, temperature=1.0)
         dm = RolloutDataModule(
             task=SudokuTask(system_prompt="", question_template="{puzzle}", num_train=1000),
@@ -176,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         n_base = n_params  # FLOPs count all base parameters (4-bit weights are dequantised to bf16 for the matmul)
         print("\nERILS rollout batches (generation + updates):")
         for i, b in enumerate(timer.batches):
-            upd = (b["wall_s"] - b["gen_s"]) / args.updates
+            upd = b["wall_s"] / args.updates
             toks = 2 * b["rows"] * b["seq_len"]  # num_t = 2 draws per rollout
             tflops = 8 * n_base * toks / upd / 1e12
             gen_toks = args.prompts * args.g_on * args.gen_length
@@ -203,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         dec_tflops = 2 * n_base * args.steps * ids.shape[0] * (ids.shape[1] + args.gen_length) / dec_s / 1e12
         dec_peak = torch.cuda.max_memory_allocated() / 2**30 if gpu else float("nan")
 
-        upd = (last["wall_s"] - last["gen_s"]) / args.updates
+        upd = last["wall_s"] / args.updates
         toks = 2 * last["rows"] * last["seq_len"]
         summary = {
             "device": torch.cuda.get_device_name(0) if gpu else "cpu (dry run)",
@@ -221,8 +243,12 @@ def main(argv: list[str] | None = None) -> int:
             "decode_TFLOPs": round(dec_tflops, 2),
             "decode_peak_mem_GiB": round(dec_peak, 2),
             "global_step": trainer.global_step,
+            "masks_match_cpu": masks_ok,
         }
         print("\nsummary: " + json.dumps(summary))
+        if not masks_ok:
+            print("gpu_smoke: masks drawn for device rollouts differ from the CPU ones", file=sys.stderr)
+            return 1
         if trainer.global_step != args.updates * args.batches:
             print(f"gpu_smoke: expected {args.updates * args.batches} optimizer steps, got {trainer.global_step}", file=sys.stderr)
             return 1
