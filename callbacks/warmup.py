@@ -51,14 +51,20 @@ class FormatWarmup(L.Callback):
         lr: AdamW learning rate of the warm-up.
         batch_size: completions per step.
         seed: seed of the texts and masks.
+        trace: format style of :func:`~lit_rl.rollouts.scripted.format_warmup_text` (``None``: the task's
+            default; Sudoku ``grid`` is the fixed-length format of the ``grid`` external pool).
         cache_dir: where warmed-up weights are cached (``None`` disables the cache; FSDP2-sharded policies
             are never cached).
     """
 
-    def __init__(self, steps: int = 300, lr: float = 1e-3, batch_size: int = 32, seed: int = 0, cache_dir: str | None = "runs/cache") -> None:
+    def __init__(
+        self, steps: int = 300, lr: float = 1e-3, batch_size: int = 32, seed: int = 0, cache_dir: str | None = "runs/cache",
+        trace: str | None = None,
+    ) -> None:
         if steps < 0 or batch_size < 1:
             raise ValueError(f"FormatWarmup: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
         self.steps, self.lr, self.batch_size, self.seed, self.cache_dir = steps, lr, batch_size, seed, cache_dir
+        self.trace = trace
         self.ran = False
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -69,7 +75,8 @@ class FormatWarmup(L.Callback):
         dm.setup("fit")
         digest = _weights_digest(policy)
         key = hashlib.sha256(
-            f"{digest}|{dm.task.name}|{dm.generation.gen_length}|{self.steps}|{self.lr}|{self.batch_size}|{self.seed}".encode()
+            f"{digest}|{dm.task.name}|{dm.generation.gen_length}|{self.steps}|{self.lr}|{self.batch_size}|{self.seed}"
+            f"{'|' + self.trace if self.trace else ''}".encode()
         ).hexdigest()[:16]
         cache = Path(self.cache_dir) / f"format_warmup_{dm.task.name}_{key}.pt" if self.cache_dir and digest else None
         if cache is not None and cache.exists():
@@ -95,7 +102,7 @@ class FormatWarmup(L.Callback):
         loss_val = float("nan")
         for step in range(self.steps):
             batch = [examples[rng.randrange(len(examples))] for _ in range(self.batch_size)]
-            texts = [format_warmup_text(dm.task.name, e, rng) for e in batch]
+            texts = [format_warmup_text(dm.task.name, e, rng, self.trace) for e in batch]
             prompt_ids, prompt_mask = policy.encode_prompts([dm.task.messages(e) for e in batch], dm.max_prompt_len)
             comp, lengths = policy.encode_completions(texts, width)  # (B, L), (B,)
             # the whole width is trained, EOS padding included (as LLaDA's SFT), so the model learns to stop

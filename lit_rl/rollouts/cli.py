@@ -7,7 +7,7 @@
   [--experiment NAME] [--json] [--no-write]`` prints ERILS Tables IV and V (and the generation wall time
   of Table XII) for any pool, writes them next to the pool as ``<stem>.stats.md`` and
   ``<stem>.stats.json`` with a length histogram ``<stem>.lengths.png``, and logs all three to MLflow.
-* ``rollouts scripted --task sudoku --out POOL [--n 6] [--error-rate 0.1] [--seed 42] [--limit N]``
+* ``rollouts scripted --task sudoku --out POOL [--n 6] [--error-rate 0.1] [--seed 42] [--limit N] [--trace grid]``
   writes a pool from the scripted solver (:mod:`lit_rl.rollouts.scripted`) in one go (the committed
   demo pool; ``build`` with ``conf/external/sudoku_embedded.yaml`` is the resumable equivalent).
 """
@@ -27,17 +27,28 @@ from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.rollouts.pool import MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem, reorder_usable_first, write_pool_atomic
 
 
-def build_scripted_pool(task_name: str, out: str | Path, n: int = 6, error_rate: float = 0.1, seed: int = 42, limit: int | None = None, task_kwargs: dict | None = None) -> int:
-    """Write a scripted pool for ``task_name``'s training prompts; returns the number of records."""
+def build_scripted_pool(
+    task_name: str, out: str | Path, n: int = 6, error_rate: float = 0.1, seed: int = 42, limit: int | None = None,
+    task_kwargs: dict | None = None, trace: str | None = None,
+) -> int:
+    """Write a scripted pool for ``task_name``'s training prompts; returns the number of records.
+
+    ``trace``: a style of :data:`~lit_rl.rollouts.scripted.TRACE_STYLES` (``None``: the task's first, e.g.
+    Sudoku ``deduction``; ``grid`` is the fixed-length trace)."""
     from lit_rl.models.tokenizer import build_char_tokenizer
-    from lit_rl.rollouts.scripted import SCRIPTED_POLICIES
+    from lit_rl.rollouts.scripted import SCRIPTED_POLICIES, TRACE_STYLES
     from lit_rl.tasks import get_task
 
     if task_name not in SCRIPTED_POLICIES:
         raise ValueError(f"--task: no scripted policy for {task_name!r} (known: {sorted(SCRIPTED_POLICIES)})")
+    if Path(out).name.endswith(".gz"):  # a gzip name over plain text would fail to load later
+        raise ValueError(f"--out {str(out)!r}: the scripted writer writes plain JSONL; drop .gz (gzip the finished pool yourself)")
+    styles = TRACE_STYLES[task_name]
+    if trace is not None and trace not in styles:
+        raise ValueError(f"--trace: no {trace!r} trace for {task_name!r} (known: {sorted(styles)})")
     task = get_task(task_name, **(task_kwargs or {}))
     tok = build_char_tokenizer()
-    write = SCRIPTED_POLICIES[task_name]
+    write = styles[trace] if trace is not None else SCRIPTED_POLICIES[task_name]
     examples = task.train_examples()[:limit] if limit else task.train_examples()
     records: list[PoolRecord] = []
     t0 = time.perf_counter()
@@ -59,7 +70,8 @@ def build_scripted_pool(task_name: str, out: str | Path, n: int = 6, error_rate:
                 )
             )
         records.extend(reorder_usable_first(cands))
-    header = _header(task_name, f"scripted-{task_name}", tok.name_or_path, n=n, seed=seed, error_rate=error_rate, wall_time_s=round(time.perf_counter() - t0, 3))
+    extra = {"trace": trace} if trace is not None else {}
+    header = _header(task_name, f"scripted-{task_name}", tok.name_or_path, n=n, seed=seed, error_rate=error_rate, wall_time_s=round(time.perf_counter() - t0, 3), **extra)
     write_pool_atomic(out, header, records)
     return len(records)
 
@@ -387,6 +399,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("--error-rate", type=float, default=0.1, help="share of deliberately wrong answers")
     s.add_argument("--seed", type=int, default=42)
     s.add_argument("--limit", type=int, default=None, help="only the first N training prompts")
+    s.add_argument("--trace", default=None, help="trace style (Sudoku: deduction (default) or grid, the fixed-length trace)")
     st = sub.add_parser("stats", help="ERILS Tables IV/V of a pool: print, write next to it, log to MLflow")
     st.add_argument("pool")
     st.add_argument("--g-ext", type=int, default=None, help="G_ext of 'default usable' (default: the header's, else 2)")
@@ -417,7 +430,7 @@ def main(argv: list[str]) -> int:
                 print(stats_markdown(stats))
                 print("wrote " + ", ".join(str(p) for p in files.values()), file=sys.stderr)
         elif args.cmd == "scripted":
-            count = build_scripted_pool(args.task, args.out, args.n, args.error_rate, args.seed, args.limit)
+            count = build_scripted_pool(args.task, args.out, args.n, args.error_rate, args.seed, args.limit, trace=args.trace)
             print(json.dumps({"pool": args.out, "records": count}))
         else:
             stats, files = run_stats(args.pool, args.g_ext, args.max_tokens, write=not args.no_write, tracking_uri=args.mlflow_uri, experiment_name=args.experiment, run_name=args.run_name)

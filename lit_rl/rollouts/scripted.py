@@ -134,12 +134,20 @@ TRACE_STYLES = {
 }
 
 
-def format_warmup_text(task_name: str, example: Example, rng: random.Random) -> str:
-    """A format-only completion: random reasoning of random length, an answer unrelated to the task.
+def format_warmup_text(task_name: str, example: Example, rng: random.Random, style: str | None = None) -> str:
+    """A format-only completion: random reasoning, an answer unrelated to the task.
 
-    Sudoku: the answer copies the givens and puts random digits in the blanks (cell accuracy ~chance).
-    Countdown: a random expression of the three numbers.
+    Sudoku, ``style`` ``"deduction"`` (default): random ``rcd`` steps of random length, and an answer that
+    copies the givens with random digits in the blanks (cell accuracy ~chance). ``"grid"``: the format of
+    :func:`sudoku_grid_completion` with random blanks: the givens copied, random digits in the blanks, the
+    same 16 digits as the answer (fixed length; blank-cell accuracy ~chance, so it teaches the format and
+    the copying, not the solving). Countdown: a random expression of the three numbers.
     """
+    if task_name == "sudoku" and style == "grid":
+        g = "".join(ch if ch != "0" else str(rng.randint(1, 4)) for ch in example.meta["puzzle"])
+        return f"<reasoning>{g}</reasoning>\n<answer>{g}</answer>"
+    if style not in (None, *TRACE_STYLES.get(task_name, {})):
+        raise ValueError(f"no format warm-up style {style!r} for task {task_name!r} (known: {sorted(TRACE_STYLES.get(task_name, {}))})")
     if task_name == "sudoku":
         puzzle = example.meta["puzzle"]
         n = rng.randint(0, 12)

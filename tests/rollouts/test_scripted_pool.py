@@ -20,3 +20,46 @@ def test_committed_pool_matches_a_fresh_build(tmp_path):
     # every completion is in the ERILS format and ~90% are fully correct
     assert all(r["completion"].startswith("<reasoning>") and r["completion"].endswith("</answer>") for r in fresh)
     assert 0.7 <= sum(r["reward"] == 1.0 for r in fresh) / len(fresh) <= 1.0
+
+
+def test_committed_grid_pool_matches_a_fresh_build(tmp_path):
+    # data/pools/sudoku_grid.jsonl.gz: --task sudoku --trace grid --limit 1000 --n 6 --error-rate 0.1 --seed 42
+    out = tmp_path / "pool.jsonl"
+    build_scripted_pool("sudoku", out, n=6, error_rate=0.1, seed=42, limit=20, trace="grid")
+    lines = out.read_text().splitlines()
+    assert json.loads(lines[0])["trace"] == "grid"
+    fresh = [json.loads(line) for line in lines[1:]]
+    with gzip.open(ROOT / "data/pools/sudoku_grid.jsonl.gz", "rt") as fh:
+        committed = [json.loads(line) for _, line in zip(range(1 + len(fresh)), fh)][1:]
+    assert committed == fresh
+    for r in fresh:  # fixed length: 16 trace digits, the same 16 as the answer (37 char-tokens)
+        body = r["completion"]
+        trace, answer = body[len("<reasoning>"):].split("</reasoning>\n<answer>")
+        assert len(trace) == 16 and answer == trace + "</answer>" and r["num_tokens"] == 37
+
+
+def test_scripted_pool_refuses_a_gz_name_and_unknown_traces(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="plain JSONL"):
+        build_scripted_pool("sudoku", tmp_path / "p.jsonl.gz", limit=2)
+    with pytest.raises(ValueError, match="--trace"):
+        build_scripted_pool("sudoku", tmp_path / "p.jsonl", limit=2, trace="nope")
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_grid_format_warmup_text_copies_givens_and_repeats_the_trace():
+    import random
+
+    from lit_rl.rollouts.scripted import format_warmup_text
+    from lit_rl.tasks.base import Example
+
+    ex = Example(id="x", question="", answer="1234341221434321", meta={"puzzle": "1030040221004300"})
+    text = format_warmup_text("sudoku", ex, random.Random(0), "grid")
+    trace, answer = text[len("<reasoning>"):-len("</answer>")].split("</reasoning>\n<answer>")
+    assert trace == answer and len(trace) == 16
+    assert all(t == p for t, p in zip(trace, ex.meta["puzzle"]) if p != "0") and set(trace) <= set("1234")
+    import pytest
+
+    with pytest.raises(ValueError, match="style"):
+        format_warmup_text("sudoku", ex, random.Random(0), "nope")
