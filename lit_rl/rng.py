@@ -6,13 +6,12 @@ So every draw in the package goes through the functions below (a test walks the 
 ``generator=`` draw anywhere else), which follow one rule:
 
 * **draw where the generator lives, then move**: ``uniform(shape, generator=g, device=d)`` draws on
-  ``g.device`` (CPU when ``g`` is ``None``: the global CPU stream) and returns ``.to(d)``. Masks and other
+  ``g.device`` and returns ``.to(d)`` (without a generator it draws from ``d``'s global stream). Masks and other
   small draws use CPU generators (:func:`cpu_generator`), so the same seed gives the same masks on CPU and
   GPU and a run resumed on another device draws the same.
 * **large noise tensors** (Gumbel noise over the vocabulary: ``(N, V)`` float64 is ~0.8 GB per decoding
   step at LLaDA's 126k vocabulary) would be slow to draw on CPU and copy: callers that draw such tensors
-  pass a generator on the output's device, :func:`device_generator`, seeded by :func:`derive_seed` (or
-  from a CPU stream by :func:`spawn`). Its stream is device-specific (CPU and CUDA differ): exact
+  pass a generator on the output's device, :func:`device_generator`, seeded by :func:`derive_seed`. Its stream is device-specific (CPU and CUDA differ): exact
   repeatability holds per device type. ``benchmarks/sampler_noise.py`` measures both options.
 
 Seeds: :func:`derive_seed` hashes ``(base, *parts)`` (e.g. ``(seed, rank, step, row)``) into an independent
@@ -33,7 +32,6 @@ __all__ = [
     "seed_for",
     "cpu_generator",
     "device_generator",
-    "spawn",
     "uniform",
     "exponential",
     "randint",
@@ -45,9 +43,9 @@ _MASK63 = (1 << 63) - 1
 def derive_seed(base: int, *parts: int) -> int:
     """An independent 63-bit seed for ``(base, *parts)``, e.g. ``derive_seed(seed, rank, step, row)``.
 
-    blake2b of the integers (signed 64-bit each), so nearby tuples give unrelated seeds (a linear formula
-    such as ``seed * a + step * b`` repeats across ``(seed, step)`` pairs) and the result is the same on
-    every machine and Python version.
+    blake2b of the integers (each taken mod 2**64, little-endian), so nearby tuples give unrelated seeds (a
+    linear formula such as ``seed * a + step * b`` repeats across ``(seed, step)`` pairs) and the result is
+    the same on every machine and Python version.
     """
     data = struct.pack(f"<{1 + len(parts)}Q", *(int(v) % 2**64 for v in (base, *parts)))
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") & _MASK63
@@ -83,21 +81,10 @@ def device_generator(seed: int, device: torch.device | str) -> torch.Generator:
     return torch.Generator(device=torch.device(device)).manual_seed(int(seed))
 
 
-def spawn(generator: torch.Generator | None, device: torch.device | str) -> torch.Generator:
-    """A generator on ``device`` whose seed is the next draw of the CPU ``generator`` (``None``: the global
-    CPU stream): large per-step noise stays on the device while the run's seed still decides it."""
-    seed = int(torch.randint(0, 2**62, (1,), generator=_cpu_or_none(generator)).item())
-    return device_generator(seed, device)
-
-
-def _cpu_or_none(generator: torch.Generator | None) -> torch.Generator | None:
-    if generator is not None and generator.device.type != "cpu":
-        raise ValueError(f"spawn needs a CPU generator, got one on {generator.device}")
-    return generator
-
-
-def _source_device(generator: torch.Generator | None) -> torch.device:
-    return torch.device("cpu") if generator is None else generator.device
+def _source_device(generator: torch.Generator | None, device: torch.device | str | None) -> torch.device:
+    if generator is not None:
+        return generator.device
+    return torch.device("cpu") if device is None else torch.device(device)
 
 
 def uniform(
@@ -107,8 +94,9 @@ def uniform(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """``U[0, 1)`` draws of ``shape``, drawn on the generator's device and moved to ``device``."""
-    out = torch.rand(tuple(shape), generator=generator, dtype=dtype, device=_source_device(generator))
+    """``U[0, 1)`` draws of ``shape``, drawn on the generator's device and moved to ``device`` (no generator:
+    the output device's global stream, nothing copied)."""
+    out = torch.rand(tuple(shape), generator=generator, dtype=dtype, device=_source_device(generator, device))
     return out if device is None else out.to(device)
 
 
@@ -120,7 +108,7 @@ def exponential(
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """``Exp(1)`` draws of ``shape`` (the Gumbel-max / exponential-race trick), same rule as :func:`uniform`."""
-    out = torch.empty(tuple(shape), dtype=dtype, device=_source_device(generator)).exponential_(generator=generator)
+    out = torch.empty(tuple(shape), dtype=dtype, device=_source_device(generator, device)).exponential_(generator=generator)
     return out if device is None else out.to(device)
 
 
@@ -133,5 +121,5 @@ def randint(
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Integers in ``[low, high)`` of ``shape`` (long), same rule as :func:`uniform`."""
-    out = torch.randint(low, high, tuple(shape), generator=generator, device=_source_device(generator))
+    out = torch.randint(low, high, tuple(shape), generator=generator, device=_source_device(generator, device))
     return out if device is None else out.to(device)

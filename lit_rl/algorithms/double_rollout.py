@@ -375,7 +375,7 @@ def estimate_rewards(
     if settings.replacement == "off":
         replaced = none
     else:
-        gen = rng.cpu_generator(seed)
+        gen = rng.cpu_generator(rng.derive_seed(seed, 1))  # not the continuations' own stream
         replaced = one_sided_replacement(
             adv.cpu(), own_correct.cpu(), cont_correct.cpu(), rule=settings.replacement,
             cont_lengths=cont_len.cpu(), generator=gen,

@@ -8,9 +8,11 @@ the policy, the surrogate (SPG: ELBO for positive, EUBO/mix for negative advanta
 processor (source-specific / joint / on-policy only / external only) and the optimizer/scheduler factories.
 
 Mask draws: every rollout draws its masks from its own CPU stream, seeded by
-``lit_rl.rng.seed_for(seed, Stream.MASKS, rank, global_step, row)``, so micro-batching changes memory,
-never the update; DDP ranks draw different masks; a resumed run (or one resumed on another device) draws
-the same masks.
+``lit_rl.rng.seed_for(seed, Stream.MASKS, rank, global_step, row)``, so micro-batching never changes the
+masks (nor, without dropout, the update: tested); DDP ranks draw different masks; a resumed run (or one
+resumed on another device) draws the same masks. Dropout (e.g. LoRA dropout 0.05 in the paper configs)
+draws from the device's global stream in forward order, so its noise still depends on the split, as in
+every framework that accumulates gradients.
 A non-finite loss or gradient skips the update (weights unchanged, ``train/skipped_updates`` counts it);
 ``max_consecutive_skips`` in a row stop the run with an error (:class:`~lit_rl.algorithms.rl_module.RLModule`).
 """

@@ -64,3 +64,28 @@ def test_masks_follow_the_step_and_the_seed():
 def test_the_two_weightings_differ_on_ragged_lengths():
     # the same masks and rollouts: only the per-rollout weights differ (lengths [6, 2, 4, 1, 5] vs ones)
     assert _grads("length", None)[0] != pytest.approx(_grads("rollout", None)[0])
+
+
+def test_the_update_passes_each_rows_own_width_and_rank_specific_seeds(monkeypatch):
+    # the update path, not only the pure mask functions: build_masks gets the rows' gen_width and seeds
+    # that carry the DDP rank (ranks must not draw the same masks)
+    policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+    module = ERILSModule(policy, surrogate=SPGSurrogate(num_t=2, block_length=2, mask_id=policy.mask_id))
+    module.manual_backward = lambda loss: loss.backward()
+    ro, adv = _batch(policy)
+    ro.gen_width = torch.tensor([4, 4, 4, L, L])
+    ro.completion_mask &= torch.arange(L)[None] < ro.gen_width[:, None]
+    ro.lengths = ro.completion_mask.sum(-1)
+    seen = []
+    real = SPGSurrogate.build_masks
+
+    def spy(self, *args, **kw):
+        seen.append((kw["gen_width"].tolist(), list(kw["seeds"].tolist())))
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(SPGSurrogate, "build_masks", spy)
+    module.accumulate_gradients(ro, adv, step=3)
+    assert seen[0][0] == [4, 4, 4, L, L]
+    assert seen[0][1] == module.mask_seeds(ro, 3) and len(set(seen[0][1])) == B
+    monkeypatch.setattr(type(module), "global_rank", property(lambda self: 1))
+    assert not set(module.mask_seeds(ro, 3)) & set(seen[0][1])

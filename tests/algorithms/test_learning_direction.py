@@ -22,15 +22,18 @@ def test_erils_raises_positive_and_lowers_negative_rows():
     torch.manual_seed(0)
     policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
     on, ext = int(Source.ON_POLICY), int(Source.EXTERNAL)
-    # one group: on-policy rewards [1, 0, 1, 0] and external [1, 0] -> source-specific advantages +, -, +, -, +, -
-    ro = fixed_rollouts(policy, [on, on, on, on, ext, ext], [1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
-    before = dllm_scores(policy, ro)
+    # one group: on-policy rewards [1, 0, 1, 0] and external [1, 0] -> source-specific advantages +, -, +, -, +, -;
+    # every row has its own digit (EOS left out of the score), so each row moves with its own advantage only
+    # (external rows sharing the on-policy rows' text would let zeroed or dropped external advantages pass)
+    texts = [d * 8 for d in "123456"]
+    ro = fixed_rollouts(policy, [on, on, on, on, ext, ext], [1.0, 0.0, 1.0, 0.0, 1.0, 0.0], texts)
+    before = dllm_scores(policy, ro, text_only=True)
     module = ERILSModule(
         policy, surrogate=SPGSurrogate(num_t=2, block_length=8, mask_id=policy.mask_id, p_mask_prompt=0.0),
         optimizer=lambda p: torch.optim.AdamW(p, lr=3e-3), updates_per_batch=4, grad_clip=None,
     )
     fit_on(module, ro, steps=8)
-    delta = dllm_scores(policy, ro) - before  # (6,)
+    delta = dllm_scores(policy, ro, text_only=True) - before  # (6,)
     positive = torch.tensor([True, False, True, False, True, False])
     assert (delta[positive] > 0).all() and (delta[~positive] < 0).all(), delta
 

@@ -167,3 +167,19 @@ def test_generation_seeds_differ_across_ranks_and_repeat_per_step(monkeypatch):
     assert len(set(seeds[0])) == 3
     monkeypatch.setattr(type(dm), "_world", lambda self: (1, 2))
     assert [dm.generation_seed(s) for s in range(3)] == seeds[1]  # a resumed rank re-derives its seeds
+
+
+@pytest.mark.parametrize("max_external_len, cut", [(36, True), (37, False)])
+def test_external_cut_boundary(max_external_len, cut):
+    # grid completions are exactly 37 tokens: width max(L_gen 32, min(37 + 1, max_external_len + 1)) is 37
+    # (no room for the EOS: cut) or 38 (the completion and its EOS fit: not cut)
+    grid = ROOT / "data/pools/sudoku_grid.jsonl.gz"
+    dm = _dm(pool_path=str(grid), generation=DecodeSettings(32, 32, 4, 1.0), max_external_len=max_external_len)
+    policy = _tiny_policy()
+    ro = dm.produce_rollouts(dm.prompt_batch(0), policy)
+    ext = ro.source == int(Source.EXTERNAL)
+    assert ro.completion_mask.shape[1] == (37 if cut else 38)
+    assert ro.hit_limit[ext].tolist() == [cut] * 6
+    assert ro.lengths[ext].tolist() == [37 if cut else 38] * 6
+    assert all(policy.eos_id in ro.completion_ids[i].tolist() for i in ext.nonzero().flatten().tolist()) is (not cut)
+    assert dm.last_stats["train/external/cut_frac"] == float(cut)

@@ -49,3 +49,18 @@ def test_lora_trains_only_adapters():
     ids, mask = p.encode_prompts([[{"role": "user", "content": "12"}]])
     p(ids, mask).sum().backward()
     assert all(q.grad is not None for n, q in p.named_parameters() if q.requires_grad and "lora_B" in n)
+
+
+def test_generate_draws_its_gumbel_noise_on_the_prompts_device(monkeypatch):
+    # (N, V) noise per decoding step: a generator on the device, never a CPU one whose draws are copied
+    from lit_rl import rng
+    from lit_rl.generation.settings import DecodeSettings
+    from lit_rl.models import TinyDiffusionLM
+
+    calls = []
+    real = rng.device_generator
+    monkeypatch.setattr(rng, "device_generator", lambda seed, device: calls.append((seed, str(device))) or real(seed, device))
+    policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+    ids, mask = policy.encode_prompts([[{"role": "user", "content": "12"}]])
+    policy.generate(ids, mask, DecodeSettings(8, 8, 4, 1.0), seed=5)
+    assert calls == [(5, "cpu")]

@@ -30,9 +30,10 @@ BLOCK_TARGETS = {"q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj",
 
 
 def cpu_has_avx512bf16() -> bool:
-    from bitsandbytes.functional import has_avx512bf16
-
-    return bool(has_avx512bf16())
+    """Whether bitsandbytes packs here: the detection ``Linear4bit`` reads (``bnb.nn.modules``), so a suite
+    run with ``LIT_RL_FORCE_AVX512BF16=0`` on an AVX512-BF16 CPU skips the native control as a CPU without
+    it would (the library's own ``functional.has_avx512bf16`` would still say yes)."""
+    return bool(bnb.nn.modules.has_avx512bf16())
 
 
 @pytest.fixture(params=["native", "simulated_avx512bf16", "forced_off"])

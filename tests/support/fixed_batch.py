@@ -39,10 +39,12 @@ class _TaskDM(L.LightningDataModule):
         return DataLoader(_Fixed(self.ro), batch_size=None)
 
 
-def fixed_rollouts(policy, sources: list[int], rewards: list[float]) -> RolloutBatch:
+def fixed_rollouts(policy, sources: list[int], rewards: list[float], completions: list[str] | None = None) -> RolloutBatch:
+    """One prompt group; row ``i`` completes with ``completions[i]`` (default ``COMPLETIONS[i % 4]``)."""
     n = len(rewards)
     prompt_ids, prompt_mask = policy.encode_prompts([PROMPT])
-    comp, lengths = policy.encode_completions([COMPLETIONS[i % len(COMPLETIONS)] for i in range(n)], 24)
+    texts = completions if completions is not None else [COMPLETIONS[i % len(COMPLETIONS)] for i in range(n)]
+    comp, lengths = policy.encode_completions(texts, 24)
     P = prompt_ids.shape[1]
     return RolloutBatch(
         input_ids=torch.cat([prompt_ids.expand(n, -1), comp], 1),
