@@ -2,7 +2,7 @@
 
 * :class:`ExactResume` puts into every checkpoint what Lightning leaves out: the python/numpy/torch/CUDA
   global RNG states (restored right before the first resumed training batch) and the module's plain
-  counters (ERILS: ``skipped_updates``, ``consecutive_skips``). It also skips the sanity-check evaluation on
+  counters (``skipped_updates``, ``consecutive_skips``; double rollout: ``uninformative_batches``). It also skips the sanity-check evaluation on
   resume: that evaluation is the starting policy's score (the curve's first point), already logged.
 * :class:`PromptLedger` appends the prompt ids of every consumed rollout batch to
   ``<run dir>/consumed_prompts.jsonl`` (one JSON line per batch). The number of lines is checkpointed and a
@@ -43,7 +43,11 @@ class ExactResume(L.Callback):
         skip_sanity_on_resume: set ``num_sanity_val_steps = 0`` when fitting from a checkpoint.
     """
 
-    def __init__(self, module_attrs: Sequence[str] = ("skipped_updates", "consecutive_skips"), skip_sanity_on_resume: bool = True) -> None:
+    def __init__(
+        self,
+        module_attrs: Sequence[str] = ("skipped_updates", "consecutive_skips", "uninformative_batches"),
+        skip_sanity_on_resume: bool = True,
+    ) -> None:
         self.module_attrs = tuple(module_attrs)
         self.skip_sanity_on_resume = skip_sanity_on_resume
         self._pending_rng: dict[str, Any] | None = None

@@ -562,9 +562,11 @@ class DoubleRolloutGRPO(RLModule):
                 # nothing to learn from: still make the μ (zero-gradient) updates, so that
                 # trainer.global_step advances and max_steps ends the run
                 self.uninformative_batches += 1
-                self.log("train/uninformative_batches", float(self.uninformative_batches), on_step=True, batch_size=1)
         if not bool(keep.any()):
             keep = torch.ones_like(keep)  # every row truncated: the mask zeroes the loss anyway
+        # logged every batch (not only when it grows): an on_step value logged once is re-emitted by Lightning
+        # at later steps of that process only, so a resumed run's metric stream would differ
+        self.log("train/uninformative_batches", float(self.uninformative_batches), on_step=True, batch_size=1)
         self.log("train/rows_trained", keep.float().sum(), on_step=True, batch_size=1)
         ro, adv, mask = ro.select(keep), adv[keep], mask[keep]  # (B',...)
         # 4. π_old (and π_ref) log-probs of the rows, before any update

@@ -151,6 +151,8 @@ class RLModule(L.LightningModule):
                 )
             return loss_sum
         self.consecutive_skips = 0
+        # every update, not only on a skip (see DoubleRolloutGRPO: a value logged once is re-emitted later)
+        self.log("train/skipped_updates", float(self.skipped_updates), on_step=True, batch_size=1)
         if self.grad_clip is not None:
             self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
         opt.step()
