@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def overlay_base(path: Path) -> str | None:
     """The base config an overlay names in its usage line (``--config conf/<base>.yaml --config conf/...``);
-    ``None`` for a full config (it has ``model.class_path``)."""
+    ``None`` for a full config (it has ``model.class_path`` and ``data.class_path``)."""
     raw = yaml.safe_load(path.read_text()) or {}
-    if (raw.get("model") or {}).get("class_path") is not None:
+    # a full config names both classes; an overlay may switch the module class (e.g. the SFT baseline)
+    if (raw.get("model") or {}).get("class_path") is not None and (raw.get("data") or {}).get("class_path") is not None:
         return None
     base = re.search(r"--config (conf/\S+\.yaml) --config conf/", path.read_text())
     assert base, f"{path}: an overlay must name its base in a usage line (--config conf/<base>.yaml --config ...)"
