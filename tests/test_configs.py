@@ -41,8 +41,8 @@ def _merged(path: Path, base: str | None) -> dict:
     return merge(yaml.safe_load((ROOT / base).read_text()), raw)
 
 
-# eval set sizes of configs with ``eval_size: null`` (the whole set): MATH500
-FULL_EVAL_SIZES = {"lit_rl.tasks.MathTask": 500}
+# eval set sizes of configs with ``eval_size: null`` (the whole set): MATH500, Sudoku
+FULL_EVAL_SIZES = {"lit_rl.tasks.MathTask": 500, "lit_rl.tasks.SudokuTask": 256}  # SPG's Sudoku test split
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
