@@ -137,6 +137,7 @@ class RolloutDataModule(PromptStreamDataModule):
         P = prompt_ids.shape[1]
         L_gen = self.generation.gen_length
         rows_ids, rows_src, rows_grp, texts, pids, rewards, hit = [], [], [], [], [], [], []
+        lengths = []  # per part, each measured on the part's own width (never on the padding)
         t0 = time.perf_counter()
         # 1. on-policy: G_on samples per prompt, seeded by (seed, step)
         if self.g_on:
@@ -144,6 +145,7 @@ class RolloutDataModule(PromptStreamDataModule):
             on_mask = prompt_mask.repeat_interleave(self.g_on, 0)
             comp = policy.generate(on_prompt, on_mask, self.generation, self.generation_seed(batch.step))  # (B_p*G_on, L_gen)
             on_texts = policy.decode_completions(comp)
+            lengths.append(policy.completion_lengths(comp))  # (B_p*G_on,) at most L_gen
             for k, text in enumerate(on_texts):
                 g = k // self.g_on
                 rows_ids.append(comp[k])
@@ -166,12 +168,14 @@ class RolloutDataModule(PromptStreamDataModule):
             width = max(L_gen, min(max(n_tok) + 1, self.max_external_len + 1))
             ext_ids = policy.encode_completions([t for _, t in ext], width + 1)[0][:, :width].to(device)  # (E, width)
             cut = [n >= width for n in n_tok]
-        cut_texts = iter(policy.decode_completions(ext_ids[torch.tensor(cut)])) if any(cut) else iter(())
+            lengths.append(policy.completion_lengths(ext_ids))  # (E,)
+        cut_rows = [j for j, c in enumerate(cut) if c]
+        cut_texts = dict(zip(cut_rows, policy.decode_completions(ext_ids[cut_rows]))) if cut_rows else {}
         # on-policy rows keep their own width L_gen: lengths, completion and attention masks end there
         comps = [torch.cat([r, r.new_full((width - r.shape[0],), policy.eos_id)]) for r in rows_ids]
         gen_width = [L_gen] * len(rows_ids)
         for j, (g, text) in enumerate(ext):
-            text = next(cut_texts) if cut[j] else text
+            text = cut_texts.get(j, text)
             comps.append(ext_ids[j])
             gen_width.append(width)
             rows_src.append(int(Source.EXTERNAL))
@@ -184,7 +188,7 @@ class RolloutDataModule(PromptStreamDataModule):
         L_w = completion.shape[1]
         own = torch.tensor(gen_width, device=device)  # (N,)
         pos = torch.arange(L_w, device=device)[None, :]  # (1, L)
-        lengths = torch.stack([policy.completion_lengths(c[None, :w])[0] for c, w in zip(completion, gen_width)])  # (N,)
+        lengths = torch.cat(lengths)  # (N,)
         grp = torch.tensor(rows_grp, device=device)
         input_ids = torch.cat([prompt_ids[grp], completion], dim=1)  # (N, P+L)
         attention_mask = torch.cat([prompt_mask[grp], (pos < own[:, None]).to(prompt_mask.dtype)], dim=1)  # padding not attended

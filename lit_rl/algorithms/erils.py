@@ -24,7 +24,6 @@ from typing import Iterable
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
-from lit_rl import rng
 from lit_rl.algorithms.advantages import AdvantageProcessor, SourceSpecific
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.algorithms.rl_module import NonFiniteUpdateError, RLModule
@@ -101,13 +100,6 @@ class ERILSModule(RLModule):
     def _update(self, ro: RolloutBatch, adv: torch.Tensor) -> torch.Tensor:
         """One optimizer update of the SPG loss (micro-batched; guard/clip/step in ``optimizer_update``)."""
         return self.optimizer_update(lambda: self.accumulate_gradients(ro, adv), "train/spg")
-
-    def mask_seeds(self, ro: RolloutBatch, step: int | None = None) -> list[int]:
-        """One mask seed per rollout: ``seed_for(seed, MASKS, rank, step, row)``, ``step`` = the optimizer
-        update (default ``global_step``)."""
-        step = self.global_step if step is None else step
-        rank = self.global_rank
-        return [rng.seed_for(self.seed, rng.Stream.MASKS, rank=rank, step=step, row=r) for r in ro.row.tolist()]
 
     def accumulate_gradients(
         self, ro: RolloutBatch, adv: torch.Tensor, step: int | None = None

@@ -29,7 +29,8 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
-from lit_rl.rollouts.types import PromptBatch
+from lit_rl import rng
+from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 
 __all__ = ["NonFiniteUpdateError", "RLModule"]
 
@@ -163,6 +164,13 @@ class RLModule(L.LightningModule):
         for k, v in stats.items():  # the loss's own statistics (of the last micro-batch)
             self.log(f"{stats_prefix}/{k}", v.float(), on_step=True, batch_size=1)
         return loss_sum
+
+    def mask_seeds(self, ro: RolloutBatch, step: int | None = None) -> list[int]:
+        """One mask seed per rollout: ``seed_for(seed, MASKS, rank, step, row)``, ``step`` = the optimizer
+        update (default ``global_step``), so a row's masks depend on neither its batch-mates nor the split."""
+        step = self.global_step if step is None else step
+        rank = self.global_rank
+        return [rng.seed_for(self.seed, rng.Stream.MASKS, rank=rank, step=step, row=r) for r in ro.row.tolist()]
 
     # -- periodic greedy evaluation --------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:

@@ -97,9 +97,8 @@ class DenoisingSFT(RLModule):
 
     def accumulate_gradients(self, ro: RolloutBatch, step: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Backward of the SFT loss (mean over rows) over micro-batches; returns the loss and stats."""
-        step = self.global_step if step is None else step
         target = self.target_mask(ro)  # (N, L)
-        seeds = [rng.seed_for(self.seed, rng.Stream.MASKS, rank=self.global_rank, step=step, row=r) for r in ro.row.tolist()]
+        seeds = self.mask_seeds(ro, step)
         ts, masks = zip(*(denoising_masks(target[i : i + 1], rng.cpu_generator(s), self.eps) for i, s in enumerate(seeds)))
         t, masked = torch.cat(ts), torch.cat(masks)  # (N,), (N, L)
         n = len(ro)
