@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.models.policy import DiffusionPolicy
+from lit_rl.models.policy import DiffusionPolicy, PretrainedDiffusionLM
 
 
 def find_run_config(ckpt: Path) -> Path:
@@ -57,12 +57,41 @@ def build_full_precision_policy(policy: dict[str, Any], dtype: str = "bfloat16")
 
     policy = {"class_path": policy["class_path"], "init_args": dict(policy.get("init_args") or {})}
     args = policy["init_args"]
-    if policy["class_path"].endswith("PretrainedDiffusionLM"):
+    if issubclass(policy_class(policy["class_path"]), PretrainedDiffusionLM):
         args.update(quantization=None, gradient_checkpointing=False, dtype=dtype)
     parser = ArgumentParser(exit_on_error=False)
     parser.add_subclass_arguments(DiffusionPolicy, "policy")
     cfg = parser.parse_object({"policy": policy})
     return parser.instantiate_classes(cfg).policy
+
+
+def policy_class(class_path: str) -> type:
+    """The class a ``class_path`` names (``lit_rl.models.NativeLLaDA``)."""
+    import importlib
+
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        raise ValueError(f"policy.class_path {class_path!r}: no such class") from None
+
+
+def keep_official_files(policy: DiffusionPolicy, merged_dir: Path) -> list[str]:
+    """A native LLaDA's merged export keeps the source's ``config.json`` and modeling files, so it loads
+    on the official remote code and on :class:`~lit_rl.models.NativeLLaDA` alike; returns what was copied."""
+    import shutil
+
+    from lit_rl.models.policy import NativeLLaDA
+
+    if not isinstance(policy, NativeLLaDA):
+        return []
+    src = Path(policy.path)
+    copied = []
+    for f in [src / "config.json", *sorted(src.glob("*.py"))]:
+        if f.is_file():
+            shutil.copy(f, merged_dir / f.name)
+            copied.append(f.name)
+    return copied
 
 
 def checkpoint_policy_state(ckpt: Path) -> dict[str, torch.Tensor]:
@@ -102,5 +131,7 @@ def export_policy(ckpt: str | Path, out: str | Path, merge: bool = False, config
         model.save_pretrained(str(merged_dir), safe_serialization=True)
         policy.tokenizer.save_pretrained(str(merged_dir))
         manifest["merged"] = str(merged_dir)
+        if copied := keep_official_files(policy, merged_dir):
+            manifest["official_files"] = copied
     atomic_write_text(out / "export.json", json.dumps(manifest, indent=2) + "\n")
     return manifest

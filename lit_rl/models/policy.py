@@ -28,6 +28,7 @@ from torch import nn
 
 from lit_rl.generation.diffusion import position_ids_from_attention_mask
 from lit_rl.models.text import TextPolicy
+from lit_rl.models.remote_compat import mask_token_id
 from lit_rl.models.tokenizer import build_char_tokenizer
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 LORA_TARGETS: dict[str, list[str]] = {
     "bert": ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"],
     "llada": ["q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"],
+    "lit_rl_llada": ["q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"],
     "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     "qwen2": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     "dream": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
@@ -301,7 +303,7 @@ class PretrainedDiffusionLM(DiffusionPolicy):
         super().__init__()
         import os
 
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from lit_rl.models.loading import enable_activation_checkpointing
         from lit_rl.models.quantization import disable_cpu_weight_packing
@@ -309,7 +311,7 @@ class PretrainedDiffusionLM(DiffusionPolicy):
         self.path = path
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         self.tokenizer.padding_side = "left"
-        kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "dtype": getattr(torch, dtype)}
+        kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
         quantized = quantization is not None and quantization.load_in_4bit
         if quantized:
             from transformers import BitsAndBytesConfig
@@ -325,13 +327,13 @@ class PretrainedDiffusionLM(DiffusionPolicy):
                 kwargs["device_map"] = {"": f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"}
             elif device != "cuda":
                 kwargs["device_map"] = {"": device}
-        self.model = AutoModel.from_pretrained(path, **kwargs)
+        self.model = self.load_model(path, trust_remote_code=trust_remote_code, **kwargs)
         # before any forward: eval-mode no-grad passes must not pack 4-bit weights (lit_rl.models.quantization)
         disable_cpu_weight_packing(self.model)
         # left padding: pass position ids from the attention mask when the architecture takes them (Dream does,
         # and its own generation derives them the same way; LLaDA's forward has no position_ids)
         self.accepts_position_ids = "position_ids" in inspect.signature(type(self.model).forward).parameters
-        self.mask_id = int(mask_id if mask_id is not None else self.tokenizer.mask_token_id)
+        self.mask_id = int(mask_id) if mask_id is not None else mask_token_id(self.tokenizer, self.model.config, path)
         self.eos_id = int(eos_id if eos_id is not None else self.tokenizer.eos_token_id)
         tok_pad = getattr(self.tokenizer, "pad_token_id", None)
         self.pad_id = int(pad_id if pad_id is not None else (tok_pad if tok_pad is not None else self.eos_id))
@@ -352,3 +354,53 @@ class PretrainedDiffusionLM(DiffusionPolicy):
         disable_cpu_weight_packing(self.model)
         # from_pretrained returns eval mode; Lightning keeps module modes, and LoRA dropout needs train mode
         self.model.train()
+
+    def load_model(self, path: str, *, trust_remote_code: bool, **kwargs: Any) -> nn.Module:
+        """The network: the checkpoint's own code through the transformers-5 shim
+        (:mod:`lit_rl.models.remote_compat`), or ``AutoModel`` for architectures transformers ships."""
+        if trust_remote_code:
+            from lit_rl.models.remote_compat import load_remote_model
+
+            return load_remote_model(path, **kwargs)
+        from transformers import AutoModel
+
+        return AutoModel.from_pretrained(path, **kwargs)
+
+
+class NativeLLaDA(PretrainedDiffusionLM):
+    """LLaDA-8B-Instruct (or a compatible checkpoint) on lit_rl's native implementation.
+
+    Loads the official weights by their names (:class:`lit_rl.models.llada.NativeLLaDAModel`: transformers'
+    Llama layers, bidirectional attention with a real padding mask, position ids that ignore left padding),
+    reading the official ``config.json`` without running the checkpoint's code. Everything else —
+    4-bit NF4, LoRA (the official module names), gradient checkpointing, ``device`` — is
+    :class:`PretrainedDiffusionLM`'s. ``mask_id: null`` reads ``config.json``'s ``mask_token_id``.
+    Args as :class:`PretrainedDiffusionLM` (``trust_remote_code`` and ``logits_shift`` are fixed: no and no).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        mask_id: int | None = None,
+        eos_id: int | None = 126081,
+        pad_id: int | None = None,
+        dtype: str = "bfloat16",
+        quantization: QuantizationSettings | None = None,
+        lora: LoraSettings | None = None,
+        gradient_checkpointing: bool = False,
+        init_checkpoint: str | None = None,
+        device: str | None = None,
+        attn_implementation: str = "sdpa",
+    ) -> None:
+        self.attn_implementation = attn_implementation
+        super().__init__(
+            path, mask_id=mask_id, eos_id=eos_id, pad_id=pad_id, dtype=dtype, trust_remote_code=False,
+            logits_shift=False, quantization=quantization, lora=lora, gradient_checkpointing=gradient_checkpointing,
+            init_checkpoint=init_checkpoint, device=device,
+        )
+
+    def load_model(self, path: str, *, trust_remote_code: bool, **kwargs: Any) -> nn.Module:
+        from lit_rl.models.llada import NativeLLaDAConfig, NativeLLaDAModel
+
+        config = NativeLLaDAConfig.from_llada_json(path)
+        return NativeLLaDAModel.from_pretrained(path, config=config, attn_implementation=self.attn_implementation, **kwargs)

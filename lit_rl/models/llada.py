@@ -1,0 +1,279 @@
+"""A native LLaDA: the official checkpoint's weights on transformers' own Llama pieces, bidirectional.
+
+LLaDA-8B-Instruct (Nie et al., "Large Language Diffusion Models", arXiv:2502.09992) is Llama-shaped — RMSNorm,
+RoPE, SwiGLU MLP, untied LM head, no biases — with bidirectional attention. Its official remote code
+(``modeling_llada.py``) ignores ``attention_mask``: SDPA runs with ``attn_mask=None``, so left padding is
+attended and shifts positions (upstream ML-GSAI/LLaDA issues #89/#90). This module is the same network with
+padding handled:
+
+* **weight names are the official ones** (``model.transformer.wte``, ``model.transformer.blocks.N.{attn_norm,
+  q_proj, k_proj, v_proj, attn_out, ff_norm, ff_proj, up_proj, ff_out}``, ``model.transformer.ln_f``,
+  ``model.transformer.ff_out``), so ``from_pretrained`` loads the official sharded safetensors directly and a
+  peft adapter trained here loads onto the official code (same module paths, same LoRA target names);
+* the layers come from transformers: ``LlamaRMSNorm``, ``LlamaRotaryEmbedding`` + ``apply_rotary_pos_emb``,
+  the attention kernels of ``ALL_ATTENTION_FUNCTIONS`` (SDPA, eager, flash), the bidirectional mask of
+  ``masking_utils.create_bidirectional_mask`` and ``GradientCheckpointingLayer`` (so
+  ``gradient_checkpointing_enable()``, bitsandbytes 4-bit and ``device_map`` work as for Llama);
+* position ids count real tokens only (``position_ids_from_attention_mask``) unless given, so a prompt's
+  logits do not depend on how much left padding its batch needed.
+
+The official block computes ``x + attn_out(attn(attn_norm(x)))`` then ``x + ff_out(silu(ff_proj(h)) *
+up_proj(h))`` with ``h = ff_norm(x)``; RoPE is applied in float32 (``rope_full_precision``), as here.
+Options of the official config this implementation does not cover (ALiBi, sequential blocks, qk layer norm,
+tied embeddings, ...) raise :class:`ValueError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LlamaConfig, PretrainedConfig, PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import MaskedLMOutput
+from transformers.models.llama.modeling_llama import (
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+    eager_attention_forward,
+)
+
+from lit_rl.generation.diffusion import position_ids_from_attention_mask
+
+#: official config fields whose value this implementation requires: field -> supported value
+REQUIRED: dict[str, Any] = {
+    "block_type": "llama",
+    "rope": True,
+    "alibi": False,
+    "layer_norm_type": "rms",
+    "activation_type": "silu",
+    "attention_layer_norm": False,
+    "input_emb_norm": False,
+    "scale_logits": False,
+    "block_group_size": 1,
+    "weight_tying": False,
+    "multi_query_attention": None,
+    "layer_norm_with_affine": True,
+    "bias_for_layer_norm": False,
+}
+
+
+class NativeLLaDAConfig(PretrainedConfig):
+    """The official ``LLaDAConfig`` fields the network uses (names and defaults of LLaDA-8B-Instruct).
+
+    ``model_type`` differs from the official ``"llada"`` so that both can be registered in one process.
+    """
+
+    model_type = "lit_rl_llada"
+
+    def __init__(
+        self,
+        d_model: int = 4096,
+        n_heads: int = 32,
+        n_kv_heads: int | None = None,
+        n_layers: int = 32,
+        mlp_hidden_size: int | None = 12288,
+        mlp_ratio: int = 4,
+        vocab_size: int = 126464,
+        embedding_size: int | None = 126464,
+        max_sequence_length: int = 4096,
+        rope_theta: float = 500000.0,
+        rms_norm_eps: float = 1e-5,
+        include_bias: bool = False,
+        include_qkv_bias: bool = False,
+        init_std: float = 0.02,
+        mask_token_id: int | None = 126336,
+        **kwargs: Any,
+    ) -> None:
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads or n_heads
+        self.n_layers = n_layers
+        self.mlp_hidden_size = mlp_hidden_size or mlp_ratio * d_model
+        self.mlp_ratio = mlp_ratio
+        self.vocab_size = vocab_size
+        self.embedding_size = embedding_size or vocab_size
+        self.max_sequence_length = max_sequence_length
+        self.rope_theta = rope_theta
+        self.rms_norm_eps = rms_norm_eps
+        self.include_bias = include_bias
+        self.include_qkv_bias = include_qkv_bias
+        self.init_std = init_std
+        self.mask_token_id = mask_token_id
+        # transformers' generic names (device maps, TP plans, logging)
+        self.hidden_size = d_model
+        self.num_attention_heads = n_heads
+        self.num_key_value_heads = self.n_kv_heads
+        self.num_hidden_layers = n_layers
+        kwargs.setdefault("tie_word_embeddings", False)
+        super().__init__(**kwargs)
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})")
+
+    @classmethod
+    def from_llada_json(cls, path: str | Path, **overrides: Any) -> "NativeLLaDAConfig":
+        """Read an official LLaDA ``config.json`` (a file or its folder); unsupported options raise."""
+        path = Path(path)
+        file = path / "config.json" if path.is_dir() else path
+        try:
+            raw = json.loads(file.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"{file}: cannot read the LLaDA config ({err})") from None
+        for field, value in REQUIRED.items():
+            if field in raw and raw[field] != value:
+                raise ValueError(
+                    f"{file}: {field}={raw[field]!r} is not supported by the native LLaDA (needs {value!r}); "
+                    "load this checkpoint with lit_rl.models.PretrainedDiffusionLM (its remote code) instead"
+                )
+        keys = (
+            "d_model n_heads n_kv_heads n_layers mlp_hidden_size mlp_ratio vocab_size embedding_size "
+            "max_sequence_length rope_theta rms_norm_eps include_bias include_qkv_bias init_std mask_token_id "
+            "eos_token_id pad_token_id bos_token_id"
+        ).split()
+        kwargs = {k: raw[k] for k in keys if k in raw and raw[k] is not None}
+        return cls(**(kwargs | overrides))
+
+    def rope_config(self) -> LlamaConfig:
+        """A ``LlamaConfig`` carrying only what ``LlamaRotaryEmbedding`` reads."""
+        return LlamaConfig(
+            hidden_size=self.d_model,
+            num_attention_heads=self.n_heads,
+            rope_theta=self.rope_theta,
+            max_position_embeddings=self.max_sequence_length,
+        )
+
+
+class NativeLLaDABlock(GradientCheckpointingLayer):
+    """One LLaDA Llama block with the official module names; attention through transformers' kernels."""
+
+    def __init__(self, config: NativeLLaDAConfig, layer_idx: int) -> None:
+        super().__init__()
+        d, hd = config.d_model, config.d_model // config.n_heads
+        qkv_bias = config.include_bias or config.include_qkv_bias
+        self.config = config
+        self.layer_idx = layer_idx
+        self.head_dim = hd
+        self.num_key_value_groups = config.n_heads // config.n_kv_heads  # read by the attention kernels
+        self.scaling = hd**-0.5
+        self.is_causal = False  # bidirectional: read by the SDPA / flash kernels
+        self.attn_norm = LlamaRMSNorm(d, eps=config.rms_norm_eps)
+        self.q_proj = nn.Linear(d, d, bias=qkv_bias)
+        self.k_proj = nn.Linear(d, config.n_kv_heads * hd, bias=qkv_bias)
+        self.v_proj = nn.Linear(d, config.n_kv_heads * hd, bias=qkv_bias)
+        self.attn_out = nn.Linear(d, d, bias=config.include_bias)
+        self.ff_norm = LlamaRMSNorm(d, eps=config.rms_norm_eps)
+        self.ff_proj = nn.Linear(d, config.mlp_hidden_size, bias=config.include_bias)  # gate (SiLU)
+        self.up_proj = nn.Linear(d, config.mlp_hidden_size, bias=config.include_bias)
+        self.ff_out = nn.Linear(config.mlp_hidden_size, d, bias=config.include_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # (B, T, d)
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],  # cos, sin (B, T, hd) float32
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        B, T, _ = hidden_states.shape
+        h = self.attn_norm(hidden_states)
+        q = self.q_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = self.k_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, hd)
+        v = self.v_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, hd)
+        cos, sin = position_embeddings
+        q32, k32 = apply_rotary_pos_emb(q.float(), k.float(), cos, sin)  # RoPE in float32, as the official code
+        q, k = q32.to(v.dtype), k32.to(v.dtype)
+        impl = self.config._attn_implementation
+        if impl in (None, "eager"):
+            attend = eager_attention_forward
+        else:
+            from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+            attend = ALL_ATTENTION_FUNCTIONS[impl]
+        att, _ = attend(self, q, k, v, attention_mask, dropout=0.0, scaling=self.scaling, is_causal=False)
+        hidden_states = hidden_states + self.attn_out(att.reshape(B, T, -1))  # att (B, T, H, hd)
+        h = self.ff_norm(hidden_states)
+        return hidden_states + self.ff_out(F.silu(self.ff_proj(h)) * self.up_proj(h))  # (B, T, d)
+
+
+class NativeLLaDAInner(nn.Module):
+    """The official ``LLaDAModel``'s parameters under ``transformer`` (the names of the checkpoint)."""
+
+    def __init__(self, config: NativeLLaDAConfig) -> None:
+        super().__init__()
+        self.transformer = nn.ModuleDict(
+            {
+                "wte": nn.Embedding(config.embedding_size, config.d_model),
+                "blocks": nn.ModuleList(NativeLLaDABlock(config, i) for i in range(config.n_layers)),
+                "ln_f": LlamaRMSNorm(config.d_model, eps=config.rms_norm_eps),
+                "ff_out": nn.Linear(config.d_model, config.embedding_size, bias=config.include_bias),
+            }
+        )
+        self.rotary_emb = LlamaRotaryEmbedding(config=config.rope_config())
+
+
+class NativeLLaDAModel(PreTrainedModel):
+    """LLaDA with a correct attention mask and position ids under padding (module docstring).
+
+    ``forward(input_ids, attention_mask=None, position_ids=None)`` returns ``MaskedLMOutput(logits (B, T,
+    embedding_size))``, the official model's logits when there is no padding.
+    """
+
+    config_class = NativeLLaDAConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["NativeLLaDABlock"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = False
+    _supports_attention_backend = True
+
+    def __init__(self, config: NativeLLaDAConfig) -> None:
+        super().__init__(config)
+        self.model = NativeLLaDAInner(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.transformer.wte
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.transformer.wte = value
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.model.transformer.ff_out
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.model.transformer.ff_out = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,  # (B, T)
+        attention_mask: torch.Tensor | None = None,  # (B, T) 1 on real tokens
+        position_ids: torch.Tensor | None = None,  # (B, T)
+        inputs_embeds: torch.Tensor | None = None,  # (B, T, d)
+        **kwargs: Any,
+    ) -> MaskedLMOutput:
+        from transformers.masking_utils import create_bidirectional_mask
+
+        t = self.model.transformer
+        x = t.wte(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, d)
+        B, T = x.shape[:2]
+        if position_ids is None:
+            if attention_mask is not None:
+                position_ids = position_ids_from_attention_mask(attention_mask)  # (B, T)
+            else:
+                position_ids = torch.arange(T, device=x.device).expand(B, T)
+        anchor = torch.empty(0, device=x.device, dtype=torch.float32)  # cos/sin stay float32
+        rope = self.model.rotary_emb(anchor, position_ids)  # cos, sin (B, T, hd)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=x, attention_mask=attention_mask)
+        for block in t.blocks:
+            x = block(x, position_embeddings=rope, attention_mask=mask)
+        return MaskedLMOutput(logits=t.ff_out(t.ln_f(x)))  # (B, T, V)
+
+
+__all__ = ["NativeLLaDAModel", "NativeLLaDABlock", "NativeLLaDAConfig", "REQUIRED"]

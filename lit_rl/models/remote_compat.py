@@ -1,0 +1,141 @@
+"""Load a checkpoint's own modeling code (``trust_remote_code``) on the transformers that is installed.
+
+Remote code is written against the transformers its authors had. LLaDA-8B-Instruct's ``modeling_llada.py``
+(written for 4.46) fails on transformers 5.x in three ways, measured on the official files:
+
+1. ``LLaDAModelLM.__init__`` never calls ``post_init()``, so transformers 5's loader finds no
+   ``all_tied_weights_keys`` (``AttributeError``);
+2. its ``tie_weights(self)`` takes no arguments; transformers 5 calls ``tie_weights(missing_keys=...,
+   recompute_mapping=...)`` (``TypeError``);
+3. its config class does not keep ``use_cache`` (transformers 5's ``PretrainedConfig`` no longer defines
+   it) while its forward reads ``self.config.use_cache`` (``AttributeError``).
+
+:func:`load_remote_model` supplies these behaviours **without editing the user's files**: it resolves the
+class named by ``config.json``'s ``auto_map``, derives a subclass that calls ``post_init()`` when the
+original ``__init__`` did not and that accepts (and ignores) the extra ``tie_weights`` arguments, gives
+the config a ``use_cache`` (``False``: diffusion LMs have no generation cache) when it has none, and
+loads through that subclass. A remote model that still fails raises :class:`RemoteCodeError` naming the
+class, the installed transformers and the ways out (the native implementation, or a transformers
+version the code was written for), instead of the bare ``AttributeError``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from torch import nn
+
+#: what the shim covers; listed in the error a still-incompatible model raises
+COVERED = "post_init() not called, tie_weights() without arguments, config without use_cache"
+
+
+class RemoteCodeError(RuntimeError):
+    """A checkpoint's remote modeling code cannot be loaded on the installed transformers."""
+
+
+def remote_model_class(config: Any, path: str, auto_key: str = "AutoModel") -> type[nn.Module]:
+    """The class ``config.auto_map[auto_key]`` names, imported from the checkpoint's own code."""
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    auto_map = getattr(config, "auto_map", None) or {}
+    ref = auto_map.get(auto_key) or auto_map.get("AutoModelForCausalLM") or auto_map.get("AutoModelForMaskedLM")
+    if ref is None:
+        raise RemoteCodeError(f"{path}/config.json: no auto_map entry for {auto_key} (keys: {sorted(auto_map)})")
+    return get_class_from_dynamic_module(ref, path)
+
+
+def _tie_weights_takes_arguments(cls: type) -> bool:
+    params = list(inspect.signature(cls.tie_weights).parameters.values())[1:]
+    return any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params) or len(params) > 0
+
+
+def compat_class(cls: type[nn.Module]) -> type[nn.Module]:
+    """A subclass of the remote ``cls`` with the behaviours transformers 5 expects (module docstring).
+
+    The subclass keeps ``cls``'s name, module and ``config_class``, so ``save_pretrained`` still writes the
+    original ``auto_map`` and state-dict names are unchanged.
+    """
+    if getattr(cls, "_lit_rl_compat", False):
+        return cls
+    ns: dict[str, Any] = {"_lit_rl_compat": True, "__module__": cls.__module__, "__doc__": cls.__doc__}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        cls.__init__(self, *args, **kwargs)
+        if not getattr(self, "_lit_rl_post_init_done", False):
+            self.post_init()
+
+    def post_init(self) -> None:
+        self._lit_rl_post_init_done = True
+        super(compat, self).post_init()
+
+    ns["__init__"] = __init__
+    ns["post_init"] = post_init
+    from transformers import PreTrainedModel
+
+    if cls.tie_weights is not PreTrainedModel.tie_weights and not _tie_weights_takes_arguments(cls):
+
+        def tie_weights(self, *args: Any, **kwargs: Any) -> None:
+            cls.tie_weights(self)  # the remote code's own tying (LLaDA: only with weight_tying)
+
+        ns["tie_weights"] = tie_weights
+    compat = type(cls.__name__, (cls,), ns)
+    compat.__qualname__ = cls.__qualname__
+    # save_pretrained copies the modeling files (custom_object_save) only for an auto-registered class;
+    # AutoModel.from_pretrained would have registered it
+    compat._auto_class = getattr(cls, "_auto_class", None) or "AutoModel"
+    return compat
+
+
+def prepare_config(config: Any) -> Any:
+    """Give a remote config what transformers 5 no longer defines by default (``use_cache``)."""
+    if not hasattr(config, "use_cache"):
+        config.use_cache = False
+    return config
+
+
+def mask_token_id(tokenizer: Any, config: Any, path: str) -> int:
+    """The ``[MASK]`` id: the tokenizer's ``mask_token_id``, else ``config.mask_token_id`` (LLaDA's official
+    tokenizer has no mask token; its ``config.json`` says 126336)."""
+    tok = getattr(tokenizer, "mask_token_id", None)
+    if tok is not None:
+        return int(tok)
+    cfg = getattr(config, "mask_token_id", None)
+    if cfg is not None:
+        return int(cfg)
+    raise ValueError(
+        f"policy.mask_id: null, but neither the tokenizer of {path} (mask_token) nor its config.json "
+        "(mask_token_id) names a mask token; set policy.mask_id (LLaDA: 126336)"
+    )
+
+
+def load_remote_model(path: str, auto_key: str = "AutoModel", **kwargs: Any) -> nn.Module:
+    """``from_pretrained`` through the checkpoint's own code, with the compatibility shim (module docstring).
+
+    ``kwargs`` go to ``from_pretrained`` (``dtype``, ``quantization_config``, ``device_map``).
+    """
+    import transformers
+    from transformers import AutoConfig
+
+    config = prepare_config(AutoConfig.from_pretrained(path, trust_remote_code=True))
+    cls = compat_class(remote_model_class(config, path, auto_key))
+    try:
+        return cls.from_pretrained(path, config=config, trust_remote_code=True, **kwargs)
+    except (AttributeError, TypeError) as err:
+        raise RemoteCodeError(
+            f"policy.path: the remote code of {path} ({cls.__name__}) does not load on transformers "
+            f"{transformers.__version__}: {type(err).__name__}: {err}. lit_rl's shim covers: {COVERED}. "
+            "Ways out: the native implementation (policy class lit_rl.models.NativeLLaDA for LLaDA "
+            "checkpoints), or a transformers version the code was written for (LLaDA's: 4.46-4.57)."
+        ) from err
+
+
+__all__ = [
+    "COVERED",
+    "RemoteCodeError",
+    "compat_class",
+    "load_remote_model",
+    "mask_token_id",
+    "prepare_config",
+    "remote_model_class",
+]
