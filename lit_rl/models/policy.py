@@ -28,7 +28,7 @@ from torch import nn
 
 from lit_rl.generation.diffusion import position_ids_from_attention_mask
 from lit_rl.models.text import TextPolicy
-from lit_rl.models.remote_compat import mask_token_id
+from lit_rl.models.remote_compat import check_token_id, mask_token_id
 from lit_rl.models.tokenizer import build_char_tokenizer
 
 if TYPE_CHECKING:
@@ -109,6 +109,13 @@ def apply_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
     return get_peft_model(model, cfg)
 
 
+def additive_key_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` 1/0 -> ``(B, 1, 1, T)`` float: 0 on real keys, ``finfo(bfloat16).min`` on padding (finite in
+    float32 and bfloat16, so a row that has real keys never turns NaN)."""
+    neg = torch.finfo(torch.bfloat16).min
+    return ((1.0 - attention_mask.float()) * neg)[:, None, None, :]  # (B, 1, 1, T)
+
+
 class DiffusionPolicy(TextPolicy, nn.Module):
     """Base class: a masked diffusion LM with its tokenizer.
 
@@ -124,13 +131,17 @@ class DiffusionPolicy(TextPolicy, nn.Module):
     logits_shift: bool = False
     #: whether the underlying forward accepts ``position_ids`` (BERT does; LLaDA does not).
     accepts_position_ids: bool = False
+    #: how ``attention_mask`` reaches the model: ``"2d"`` (B, T) as HF models take it, or ``"additive_4d"``
+    #: (B, 1, 1, T) with 0 on real keys and a large negative value on padding, which Dream's official code
+    #: hands to SDPA as is (a 2-D mask crashes it; a bool one it adds as 0/1)
+    mask_format: str = "2d"
 
     # -- model call --------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits ``(B, T, V)`` for ``input_ids (B, T)``; ``attention_mask`` 1 on real tokens."""
         kwargs: dict[str, Any] = {}
         if attention_mask is not None:
-            kwargs["attention_mask"] = attention_mask
+            kwargs["attention_mask"] = additive_key_mask(attention_mask) if self.mask_format == "additive_4d" else attention_mask
             if self.accepts_position_ids:
                 # left padding: positions count real tokens only, so a prompt's positions do not
                 # depend on how much padding its batch needed
@@ -333,7 +344,12 @@ class PretrainedDiffusionLM(DiffusionPolicy):
         # left padding: pass position ids from the attention mask when the architecture takes them (Dream does,
         # and its own generation derives them the same way; LLaDA's forward has no position_ids)
         self.accepts_position_ids = "position_ids" in inspect.signature(type(self.model).forward).parameters
-        self.mask_id = int(mask_id) if mask_id is not None else mask_token_id(self.tokenizer, self.model.config, path)
+        if str(getattr(self.model.config, "model_type", "")).lower() == "dream":
+            self.mask_format = "additive_4d"
+        if mask_id is not None:
+            self.mask_id = check_token_id("policy.mask_id", int(mask_id), self.model.config, path)
+        else:
+            self.mask_id = mask_token_id(self.tokenizer, self.model.config, path)
         self.eos_id = int(eos_id if eos_id is not None else self.tokenizer.eos_token_id)
         tok_pad = getattr(self.tokenizer, "pad_token_id", None)
         self.pad_id = int(pad_id if pad_id is not None else (tok_pad if tok_pad is not None else self.eos_id))

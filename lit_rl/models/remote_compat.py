@@ -10,6 +10,16 @@ Remote code is written against the transformers its authors had. LLaDA-8B-Instru
 3. its config class does not keep ``use_cache`` (transformers 5's ``PretrainedConfig`` no longer defines
    it) while its forward reads ``self.config.use_cache`` (``AttributeError``).
 
+Dream-v0-Instruct-7B's ``modeling_dream.py`` (written for 4.4x) fails in two more: it looks up
+``ROPE_INIT_FUNCTIONS["default"]``, which transformers 5 removed (``KeyError: 'default'``; the shim registers
+the 4.x default RoPE, ``inv_freq = 1 / theta^(2i/d)`` with scaling 1, under that key when it is missing),
+and it declares ``_tied_weights_keys`` as a 4.x list where transformers 5 expects a ``{target: source}``
+mapping (``AttributeError: 'list' object has no attribute 'keys'``; the shim maps each listed key to the
+input embedding's weight, the 4.x meaning). Its ``DreamGenerationConfig.validate(self, is_init=False,
+strict=True)`` rejects the ``user_set_attributes=`` that transformers 5 passes (``TypeError``): the shim
+wraps ``validate`` of the remote code's ``GenerationConfig`` subclasses, in memory, to drop keywords the
+remote signature does not take.
+
 :func:`load_remote_model` supplies these behaviours **without editing the user's files**: it resolves the
 class named by ``config.json``'s ``auto_map``, derives a subclass that calls ``post_init()`` when the
 original ``__init__`` did not and that accepts (and ignores) the extra ``tie_weights`` arguments, gives
@@ -27,7 +37,11 @@ from typing import Any
 from torch import nn
 
 #: what the shim covers; listed in the error a still-incompatible model raises
-COVERED = "post_init() not called, tie_weights() without arguments, config without use_cache"
+COVERED = (
+    "post_init() not called, tie_weights() without arguments, config without use_cache, "
+    "ROPE_INIT_FUNCTIONS['default'] missing, _tied_weights_keys as a list, GenerationConfig.validate() "
+    "without transformers 5's keywords"
+)
 
 
 class RemoteCodeError(RuntimeError):
@@ -43,6 +57,42 @@ def remote_model_class(config: Any, path: str, auto_key: str = "AutoModel") -> t
     if ref is None:
         raise RemoteCodeError(f"{path}/config.json: no auto_map entry for {auto_key} (keys: {sorted(auto_map)})")
     return get_class_from_dynamic_module(ref, path)
+
+
+def tied_keys_as_mapping(model: nn.Module, keys: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """transformers 4.x's ``_tied_weights_keys = ["lm_head.weight"]`` (tied to the input embeddings) as
+    transformers 5's ``{"lm_head.weight": "model.embed_tokens.weight"}``."""
+    emb = model.get_input_embeddings()
+    source = next((f"{n}.weight" for n, m in model.named_modules() if m is emb), None)
+    return {k: source for k in keys} if source else {}
+
+
+def patch_generation_configs(cls: type) -> list[str]:
+    """Let the remote module's ``GenerationConfig`` subclasses take transformers 5's ``validate`` keywords
+    (drops those the remote ``validate`` does not declare); returns the names of the patched classes."""
+    import sys
+
+    from transformers import GenerationConfig
+
+    patched = []
+    for module_name in {cls.__module__, *(m for m in sys.modules if m.startswith(cls.__module__.rpartition(".")[0] + "."))}:
+        for obj in list(vars(sys.modules.get(module_name) or object()).values()):
+            if not (isinstance(obj, type) and issubclass(obj, GenerationConfig) and obj is not GenerationConfig):
+                continue
+            validate = obj.__dict__.get("validate")
+            if validate is None or getattr(validate, "_lit_rl_compat", False):
+                continue
+            params = inspect.signature(validate).parameters
+            if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+                continue
+
+            def wrapped(self, *args: Any, _orig=validate, _names=frozenset(params), **kwargs: Any) -> Any:
+                return _orig(self, *args, **{k: v for k, v in kwargs.items() if k in _names})
+
+            wrapped._lit_rl_compat = True  # type: ignore[attr-defined]
+            obj.validate = wrapped
+            patched.append(obj.__name__)
+    return patched
 
 
 def _tie_weights_takes_arguments(cls: type) -> bool:
@@ -67,8 +117,12 @@ def compat_class(cls: type[nn.Module]) -> type[nn.Module]:
 
     def post_init(self) -> None:
         self._lit_rl_post_init_done = True
+        tied = getattr(self, "_tied_weights_keys", None)
+        if isinstance(tied, (list, tuple)):
+            self._tied_weights_keys = tied_keys_as_mapping(self, tied)
         super(compat, self).post_init()
 
+    patch_generation_configs(cls)
     ns["__init__"] = __init__
     ns["post_init"] = post_init
     from transformers import PreTrainedModel
@@ -87,8 +141,35 @@ def compat_class(cls: type[nn.Module]) -> type[nn.Module]:
     return compat
 
 
+def default_rope_parameters(config: Any = None, device: Any = None, seq_len: int | None = None, **rope_kwargs: Any):
+    """transformers 4.x's ``_compute_default_rope_parameters``: ``(inv_freq (d/2,), attention_scaling 1.0)``."""
+    import torch
+
+    if rope_kwargs.get("base") is not None and rope_kwargs.get("dim") is not None:
+        base, dim = rope_kwargs["base"], int(rope_kwargs["dim"])
+    else:
+        params = getattr(config, "rope_parameters", None) or {}
+        base = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = int(head_dim * getattr(config, "partial_rotary_factor", 1.0))
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
+    return inv_freq, 1.0
+
+
+def register_default_rope() -> bool:
+    """Put the 4.x ``"default"`` entry back into ``ROPE_INIT_FUNCTIONS`` if missing; returns whether it did."""
+    from transformers import modeling_rope_utils
+
+    if "default" in modeling_rope_utils.ROPE_INIT_FUNCTIONS:
+        return False
+    modeling_rope_utils.ROPE_INIT_FUNCTIONS["default"] = default_rope_parameters
+    return True
+
+
 def prepare_config(config: Any) -> Any:
-    """Give a remote config what transformers 5 no longer defines by default (``use_cache``)."""
+    """Give a remote config what transformers 5 no longer defines by default (``use_cache``); also puts
+    the default RoPE back into transformers' registry (:func:`register_default_rope`)."""
+    register_default_rope()
     if not hasattr(config, "use_cache"):
         config.use_cache = False
     return config
@@ -99,14 +180,24 @@ def mask_token_id(tokenizer: Any, config: Any, path: str) -> int:
     tokenizer has no mask token; its ``config.json`` says 126336)."""
     tok = getattr(tokenizer, "mask_token_id", None)
     if tok is not None:
-        return int(tok)
+        return check_token_id("policy.mask_id (the tokenizer's mask_token_id)", int(tok), config, path)
     cfg = getattr(config, "mask_token_id", None)
     if cfg is not None:
-        return int(cfg)
+        return check_token_id("policy.mask_id (config.json's mask_token_id)", int(cfg), config, path)
     raise ValueError(
         f"policy.mask_id: null, but neither the tokenizer of {path} (mask_token) nor its config.json "
         "(mask_token_id) names a mask token; set policy.mask_id (LLaDA: 126336)"
     )
+
+
+def check_token_id(field: str, token_id: int, config: Any, path: str) -> int:
+    """``token_id`` if it indexes the model's vocabulary, else a ``ValueError`` naming ``field``.
+
+    (LLaDA's config class defaults ``mask_token_id`` to 50256 when ``config.json`` lacks it.)"""
+    vocab = getattr(config, "embedding_size", None) or getattr(config, "vocab_size", None)
+    if vocab is not None and not 0 <= token_id < int(vocab):
+        raise ValueError(f"{field} = {token_id} is outside the vocabulary of {path} ({vocab} ids); set it explicitly")
+    return token_id
 
 
 def load_remote_model(path: str, auto_key: str = "AutoModel", **kwargs: Any) -> nn.Module:

@@ -1,0 +1,230 @@
+"""lit_rl against the OFFICIAL LLaDA-8B-Instruct remote code (tiny random checkpoint built from it).
+
+Three claims: (1) the official files load on the installed transformers through the shim
+(:mod:`lit_rl.models.remote_compat`), and a model that still fails names the fix; (2) the native LLaDA
+(:mod:`lit_rl.models.llada`) computes the official network: the same logits without padding, and under left
+padding each row's logits equal the prompt alone (the official code's do not: it ignores the mask);
+(3) the native path trains as the paper runs it (4-bit NF4 + LoRA on the official module names, activation
+checkpointing) and its adapters load onto the official code with peft.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from lit_rl.models import LoraSettings, NativeLLaDA, PretrainedDiffusionLM, QuantizationSettings
+from lit_rl.models.llada import NativeLLaDAConfig, NativeLLaDAModel
+from lit_rl.models.remote_compat import RemoteCodeError, load_remote_model
+from support.reference import LLADA_DIR, tiny_official_llada
+
+OFFICIAL_TARGETS = {"q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"}
+
+
+@pytest.fixture(scope="module")
+def official(tmp_path_factory):
+    """Folder of a tiny random checkpoint written by the official remote code."""
+    return tiny_official_llada(tmp_path_factory.mktemp("official_llada"))
+
+
+def left_padded(seed: int = 0, lens=(11, 7, 4), vocab: int = 128):
+    """Rows of ``lens`` random tokens, left-padded to the longest: ``(rows, ids (B, T), mask (B, T))``."""
+    g = torch.Generator().manual_seed(seed)
+    T = max(lens)
+    rows = [torch.randint(7, vocab, (L,), generator=g) for L in lens]
+    ids = torch.zeros(len(lens), T, dtype=torch.long)
+    mask = torch.zeros(len(lens), T, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, T - len(r):] = r
+        mask[i, T - len(r):] = 1
+    return rows, ids, mask
+
+
+def native_model(path, **kw) -> NativeLLaDAModel:
+    return NativeLLaDAModel.from_pretrained(path, config=NativeLLaDAConfig.from_llada_json(path), dtype=torch.float32, **kw).eval()
+
+
+# -- (1) the official files load -----------------------------------------------------------------------------
+def test_official_code_needs_the_shim_on_transformers_5(official):
+    import transformers
+    from transformers import AutoModel
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers 4.x loads the official files unmodified")
+    with pytest.raises((AttributeError, TypeError)):
+        AutoModel.from_pretrained(official, trust_remote_code=True, dtype=torch.float32)
+    model = load_remote_model(str(official), dtype=torch.float32)
+    assert type(model).__name__ == "LLaDAModelLM" and type(model).__module__.startswith("transformers_modules")
+    rows, ids, _ = left_padded()
+    assert model(input_ids=ids).logits.shape == (3, 11, 128)
+
+
+def test_shim_loads_the_saved_weights_and_saves_the_official_auto_map(official, tmp_path):
+    from safetensors.torch import load_file
+
+    model = load_remote_model(str(official), dtype=torch.float32)
+    saved = load_file(official / "model.safetensors")
+    state = model.state_dict()
+    assert saved.keys() == state.keys()
+    assert all(torch.equal(saved[k], state[k]) for k in saved)
+    model.save_pretrained(tmp_path / "resaved")
+    cfg = json.loads((tmp_path / "resaved/config.json").read_text())
+    assert cfg["auto_map"]["AutoModel"] == "modeling_llada.LLaDAModelLM"
+    assert (tmp_path / "resaved/modeling_llada.py").exists()  # the remote code travels with the save
+
+
+def test_mask_id_null_reads_config_mask_token_id(official):
+    policy = PretrainedDiffusionLM(str(official), mask_id=None, eos_id=None, dtype="float32")
+    assert policy.tokenizer.mask_token_id is None  # like the official tokenizer
+    assert policy.mask_id == 2 == json.loads((official / "config.json").read_text())["mask_token_id"]
+
+
+def test_mask_id_outside_the_vocabulary_names_the_field(official, tmp_path):
+    copy = shutil.copytree(official, tmp_path / "nomask")
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg.pop("mask_token_id")  # the official config class then defaults it to 50256
+    (copy / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"policy.mask_id \(config.json's mask_token_id\) = 50256 is outside the vocabulary"):
+        PretrainedDiffusionLM(str(copy), mask_id=None, eos_id=None, dtype="float32")
+    with pytest.raises(ValueError, match=r"policy.mask_id = 126336 is outside the vocabulary .* \(128 ids\)"):
+        PretrainedDiffusionLM(str(official), mask_id=126336, eos_id=None, dtype="float32")
+
+
+def test_still_incompatible_remote_code_raises_an_error_naming_the_fix(official, tmp_path):
+    copy = shutil.copytree(official, tmp_path / "broken")
+    code = (copy / "modeling_llada.py").read_text()
+    marker = "        if not model:\n"
+    assert marker in code
+    (copy / "modeling_llada.py").write_text(code.replace(marker, "        config.lit_rl_missing_attribute\n" + marker, 1))
+    with pytest.raises(RemoteCodeError, match=r"LLaDAModelLM.*transformers .*lit_rl_missing_attribute.*NativeLLaDA"):
+        load_remote_model(str(copy), dtype=torch.float32)
+
+
+# -- (2) parity --------------------------------------------------------------------------------------------
+def test_native_logits_equal_the_official_code_without_padding(official):
+    ref = load_remote_model(str(official), dtype=torch.float32).eval()
+    nat = native_model(official)
+    _, ids, _ = left_padded(lens=(11, 11, 11))
+    with torch.no_grad():
+        want, got = ref(input_ids=ids).logits, nat(input_ids=ids).logits
+    assert want.abs().max() > 1.0  # a random model whose logits move with the input
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_native_rows_under_left_padding_equal_each_prompt_alone_and_official_do_not(official):
+    ref = load_remote_model(str(official), dtype=torch.float32).eval()
+    nat = native_model(official)
+    rows, ids, mask = left_padded()
+    T = ids.shape[1]
+    with torch.no_grad():
+        batch_nat = nat(input_ids=ids, attention_mask=mask).logits
+        batch_ref = ref(input_ids=ids, attention_mask=mask).logits
+        worst_ref = 0.0
+        for i, r in enumerate(rows):
+            alone = ref(input_ids=r[None]).logits[0]  # the official code on an unpadded prompt: the truth
+            torch.testing.assert_close(batch_nat[i, T - len(r):], alone, rtol=0, atol=1e-5)
+            worst_ref = max(worst_ref, (batch_ref[i, T - len(r):] - alone).abs().max().item())
+    assert worst_ref > 0.05, "the official code ignores the padding mask (upstream LLaDA #89/#90)"
+
+
+def test_native_eager_and_sdpa_kernels_agree_under_padding(official):
+    _, ids, mask = left_padded()
+    with torch.no_grad():
+        sdpa = native_model(official, attn_implementation="sdpa")(input_ids=ids, attention_mask=mask).logits
+        eager = native_model(official, attn_implementation="eager")(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(eager, sdpa, rtol=0, atol=1e-5)
+
+
+def test_native_loads_a_sharded_checkpoint_by_its_index(official, tmp_path):
+    ref = load_remote_model(str(official), dtype=torch.float32).eval()
+    sharded = tmp_path / "sharded"
+    ref.save_pretrained(sharded, max_shard_size="100KB")
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    assert set(index["weight_map"]) == set(native_model(official).state_dict())  # the official names
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(official / f, sharded / f)
+    _, ids, _ = left_padded(lens=(9, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(native_model(sharded)(input_ids=ids).logits, ref(input_ids=ids).logits, rtol=0, atol=1e-5)
+
+
+def test_unsupported_official_option_is_named(official, tmp_path):
+    cfg = json.loads((official / "config.json").read_text()) | {"alibi": True}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"config.json: alibi=True is not supported.*PretrainedDiffusionLM"):
+        NativeLLaDAConfig.from_llada_json(tmp_path)
+
+
+def test_bundled_official_config_is_the_8b_shape():
+    if not LLADA_DIR.is_dir():
+        pytest.skip("../shared/reference_models is absent")
+    cfg = NativeLLaDAConfig.from_llada_json(LLADA_DIR)
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.mlp_hidden_size) == (4096, 32, 32, 32, 12288)
+    assert (cfg.embedding_size, cfg.mask_token_id, cfg.rope_theta) == (126464, 126336, 500000.0)
+    with torch.device("meta"):
+        model = NativeLLaDAModel(cfg)
+    index = json.loads((LLADA_DIR / "model.safetensors.index.json").read_text())
+    assert set(model.state_dict()) == set(index["weight_map"])  # every official weight, nothing else
+    assert sum(p.numel() for p in model.parameters()) * 2 == index["metadata"]["total_size"]  # bf16 bytes
+
+
+# -- (3) training path and adapters on the official code --------------------------------------------------
+def test_native_policy_4bit_lora_targets_the_official_names_and_keeps_the_head(official):
+    policy = NativeLLaDA(
+        str(official), mask_id=None, eos_id=None, dtype="float32",
+        quantization=QuantizationSettings(compute_dtype="float32"), lora=LoraSettings(r=4, alpha=8, dropout=0.0),
+        gradient_checkpointing=True,
+    )
+    assert policy.mask_id == 2 and policy.accepts_position_ids
+    adapted = {n.split(".")[-1] for n, m in policy.model.named_modules() if hasattr(m, "lora_A")}
+    assert adapted == OFFICIAL_TARGETS
+    assert not hasattr(policy.model.get_base_model().model.transformer.ff_out, "lora_A")  # the LM head
+    assert policy.checkpointing == "hf"
+    from lit_rl.models.quantization import linear4bit_modules
+
+    assert len(linear4bit_modules(policy.model)) == 2 * 7  # every block projection; the head stays dense
+
+
+def test_activation_checkpointing_gives_the_same_gradients(official):
+    grads = []
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        policy = NativeLLaDA(str(official), mask_id=None, eos_id=None, dtype="float32", lora=LoraSettings(r=4, alpha=8, dropout=0.0), gradient_checkpointing=ckpt)
+        with torch.no_grad():
+            for n, p in sorted(policy.named_parameters()):
+                if "lora_B" in n:
+                    p.fill_(0.01)
+        _, ids, mask = left_padded()
+        policy.train()
+        policy(ids, mask).float().logsumexp(-1).mean().backward()
+        grads.append({n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) == 2 * 2 * 7
+    for n in grads[0]:
+        torch.testing.assert_close(grads[1][n], grads[0][n], rtol=1e-5, atol=1e-7)
+
+
+def test_adapter_trained_on_native_loads_onto_the_official_code_with_peft(official, tmp_path):
+    from peft import PeftModel
+
+    policy = NativeLLaDA(str(official), mask_id=None, eos_id=None, dtype="float32", lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n, p in sorted(policy.named_parameters()):
+            if "lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    policy.model.save_pretrained(tmp_path / "adapter")
+    ref = PeftModel.from_pretrained(load_remote_model(str(official), dtype=torch.float32), tmp_path / "adapter").eval()
+    policy.eval()
+    _, ids, _ = left_padded(lens=(10, 10))
+    with torch.no_grad():
+        want = ref(input_ids=ids).logits
+        base = ref.get_base_model()
+        with ref.disable_adapter():
+            plain = base(input_ids=ids).logits
+        got = policy(ids)
+    assert (want - plain).abs().max() > 0.05  # the adapters change the official model's output
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
