@@ -4,11 +4,11 @@ from lit_rl.models.ar import CausalPolicy, PretrainedCausalLM, SamplingSettings,
 from lit_rl.models.policy import (
     DiffusionPolicy,
     LoraSettings,
-    NativeLLaDA,
     PretrainedDiffusionLM,
     QuantizationSettings,
     TinyDiffusionLM,
 )
+from lit_rl.models.native import NativeDream, NativeLLaDA
 from lit_rl.models.tokenizer import build_char_tokenizer
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "TinyCausalLM",
     "DiffusionPolicy",
     "LoraSettings",
+    "NativeDream",
     "NativeLLaDA",
     "PretrainedDiffusionLM",
     "QuantizationSettings",

@@ -77,13 +77,13 @@ def policy_class(class_path: str) -> type:
 
 
 def keep_official_files(policy: DiffusionPolicy, merged_dir: Path) -> list[str]:
-    """A native LLaDA's merged export keeps the source's ``config.json`` and modeling files, so it loads
+    """A native LLaDA's / Dream's merged export keeps the source's ``config.json`` and modeling files, so it loads
     on the official remote code and on :class:`~lit_rl.models.NativeLLaDA` alike; returns what was copied."""
     import shutil
 
-    from lit_rl.models.policy import NativeLLaDA
+    from lit_rl.models.native import NativeDream, NativeLLaDA
 
-    if not isinstance(policy, NativeLLaDA):
+    if not isinstance(policy, (NativeLLaDA, NativeDream)):
         return []
     src = Path(policy.path)
     copied = []

@@ -18,7 +18,10 @@ mapping (``AttributeError: 'list' object has no attribute 'keys'``; the shim map
 input embedding's weight, the 4.x meaning). Its ``DreamGenerationConfig.validate(self, is_init=False,
 strict=True)`` rejects the ``user_set_attributes=`` that transformers 5 passes (``TypeError``): the shim
 wraps ``validate`` of the remote code's ``GenerationConfig`` subclasses, in memory, to drop keywords the
-remote signature does not take.
+remote signature does not take. And its rotary embedding keeps ``inv_freq`` as a non-persistent buffer that
+its ``_init_weights`` does not set: transformers 5 builds models on the meta device and materialises such
+buffers uninitialised (garbage frequencies, NaN logits). After loading, the shim recomputes every remote
+rotary module's ``inv_freq`` (:func:`reinit_rotary_buffers`).
 
 :func:`load_remote_model` supplies these behaviours **without editing the user's files**: it resolves the
 class named by ``config.json``'s ``auto_map``, derives a subclass that calls ``post_init()`` when the
@@ -34,13 +37,14 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import torch
 from torch import nn
 
 #: what the shim covers; listed in the error a still-incompatible model raises
 COVERED = (
     "post_init() not called, tie_weights() without arguments, config without use_cache, "
     "ROPE_INIT_FUNCTIONS['default'] missing, _tied_weights_keys as a list, GenerationConfig.validate() "
-    "without transformers 5's keywords"
+    "without transformers 5's keywords, rotary inv_freq left uninitialised"
 )
 
 
@@ -143,7 +147,6 @@ def compat_class(cls: type[nn.Module]) -> type[nn.Module]:
 
 def default_rope_parameters(config: Any = None, device: Any = None, seq_len: int | None = None, **rope_kwargs: Any):
     """transformers 4.x's ``_compute_default_rope_parameters``: ``(inv_freq (d/2,), attention_scaling 1.0)``."""
-    import torch
 
     if rope_kwargs.get("base") is not None and rope_kwargs.get("dim") is not None:
         base, dim = rope_kwargs["base"], int(rope_kwargs["dim"])
@@ -190,6 +193,27 @@ def mask_token_id(tokenizer: Any, config: Any, path: str) -> int:
     )
 
 
+def reinit_rotary_buffers(model: nn.Module) -> list[str]:
+    """Recompute ``inv_freq`` of the remote code's rotary modules (``reset_parameters()`` where it has one,
+    else its ``rope_init_fn``); returns the names of the modules touched."""
+    touched = []
+    for name, module in model.named_modules():
+        if "rotary" not in type(module).__name__.lower() or not isinstance(getattr(module, "inv_freq", None), torch.Tensor):
+            continue
+        device = module.inv_freq.device
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+        elif hasattr(module, "rope_init_fn"):
+            inv_freq, module.attention_scaling = module.rope_init_fn(module.config, device, **getattr(module, "rope_kwargs", {}))
+            module.inv_freq = inv_freq.to(device)
+        else:
+            continue
+        if hasattr(module, "original_inv_freq"):
+            module.original_inv_freq = module.inv_freq
+        touched.append(name)
+    return touched
+
+
 def check_token_id(field: str, token_id: int, config: Any, path: str) -> int:
     """``token_id`` if it indexes the model's vocabulary, else a ``ValueError`` naming ``field``.
 
@@ -211,14 +235,16 @@ def load_remote_model(path: str, auto_key: str = "AutoModel", **kwargs: Any) -> 
     config = prepare_config(AutoConfig.from_pretrained(path, trust_remote_code=True))
     cls = compat_class(remote_model_class(config, path, auto_key))
     try:
-        return cls.from_pretrained(path, config=config, trust_remote_code=True, **kwargs)
-    except (AttributeError, TypeError) as err:
+        model = cls.from_pretrained(path, config=config, trust_remote_code=True, **kwargs)
+    except (AttributeError, TypeError, KeyError) as err:
         raise RemoteCodeError(
             f"policy.path: the remote code of {path} ({cls.__name__}) does not load on transformers "
             f"{transformers.__version__}: {type(err).__name__}: {err}. lit_rl's shim covers: {COVERED}. "
             "Ways out: the native implementation (policy class lit_rl.models.NativeLLaDA for LLaDA "
             "checkpoints), or a transformers version the code was written for (LLaDA's: 4.46-4.57)."
         ) from err
+    reinit_rotary_buffers(model)
+    return model
 
 
 __all__ = [

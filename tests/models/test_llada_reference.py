@@ -19,7 +19,7 @@ import torch
 from lit_rl.models import LoraSettings, NativeLLaDA, PretrainedDiffusionLM, QuantizationSettings
 from lit_rl.models.llada import NativeLLaDAConfig, NativeLLaDAModel
 from lit_rl.models.remote_compat import RemoteCodeError, load_remote_model
-from support.reference import LLADA_DIR, tiny_official_llada
+from support.reference import LLADA_DIR, left_padded, tiny_official_llada
 
 OFFICIAL_TARGETS = {"q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"}
 
@@ -28,19 +28,6 @@ OFFICIAL_TARGETS = {"q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_pro
 def official(tmp_path_factory):
     """Folder of a tiny random checkpoint written by the official remote code."""
     return tiny_official_llada(tmp_path_factory.mktemp("official_llada"))
-
-
-def left_padded(seed: int = 0, lens=(11, 7, 4), vocab: int = 128):
-    """Rows of ``lens`` random tokens, left-padded to the longest: ``(rows, ids (B, T), mask (B, T))``."""
-    g = torch.Generator().manual_seed(seed)
-    T = max(lens)
-    rows = [torch.randint(7, vocab, (L,), generator=g) for L in lens]
-    ids = torch.zeros(len(lens), T, dtype=torch.long)
-    mask = torch.zeros(len(lens), T, dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, T - len(r):] = r
-        mask[i, T - len(r):] = 1
-    return rows, ids, mask
 
 
 def native_model(path, **kw) -> NativeLLaDAModel:

@@ -115,3 +115,16 @@ def tiny_official_dream(out: Path, seed: int = 0) -> Path:
     )
     tok.save_pretrained(out)
     return _save_random(out, seed)
+
+
+def left_padded(seed: int = 0, lens=(11, 7, 4), vocab: int = 128):
+    """Rows of ``lens`` random tokens, left-padded to the longest: ``(rows, ids (B, T), mask (B, T))``."""
+    g = torch.Generator().manual_seed(seed)
+    T = max(lens)
+    rows = [torch.randint(7, vocab, (L,), generator=g) for L in lens]
+    ids = torch.zeros(len(lens), T, dtype=torch.long)
+    mask = torch.zeros(len(lens), T, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, T - len(r):] = r
+        mask[i, T - len(r):] = 1
+    return rows, ids, mask
