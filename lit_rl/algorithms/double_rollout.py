@@ -537,6 +537,7 @@ class DoubleRolloutGRPO(RLModule):
         # a resumed run restores the reference saved with the checkpoint (strict loading needs the module)
         if self.reference is None and any(k.startswith("reference.") for k in checkpoint.get("state_dict", {})):
             self._make_reference()
+        super().on_load_checkpoint(checkpoint)
 
     # -- training --------------------------------------------------------------------------------------
     def training_step(self, batch: PromptBatch, batch_idx: int) -> Tensor:

@@ -95,6 +95,18 @@ class RLModule(L.LightningModule):
         self._val_correct, self._val_total = 0.0, 0.0
         self._val_len: list[Tensor] = []
 
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The frozen 4-bit base stays out of checkpoints (:mod:`lit_rl.models.frozen_state`)."""
+        from lit_rl.models.frozen_state import drop_frozen_4bit
+
+        drop_frozen_4bit(self, checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        from lit_rl.models.frozen_state import expect_frozen_4bit
+
+        expect_frozen_4bit(self, checkpoint)
+
     # -- sharding --------------------------------------------------------------------------------------
     def configure_model(self) -> None:
         """FSDP2: shard ``policy.model`` over the data-parallel mesh of ``ModelParallelStrategy``
