@@ -59,5 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-    run_lightning_cli(None if from_command_line else argv)
+    from lit_rl.models.remote_compat import RemoteCodeError
+
+    try:
+        run_lightning_cli(None if from_command_line else argv)
+    except RemoteCodeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0

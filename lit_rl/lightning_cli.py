@@ -16,8 +16,33 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lit_rl.runs import run_dir
 
 
+def user_facing_cause(err: BaseException) -> BaseException | None:
+    """The first error in ``err``'s cause/context chain that lit_rl raised for the user to read
+    (jsonargparse wraps a class's constructor error in "Does not validate against any of the Union subtypes")."""
+    from lit_rl.models.remote_compat import RemoteCodeError
+    from lit_rl.reliability import ConfigError
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (RemoteCodeError, ConfigError)):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
 class LitRLCLI(LightningCLI):
-    """LightningCLI with a ``--threads`` option (torch CPU threads)."""
+    """LightningCLI with a ``--threads`` option (torch CPU threads); a model that cannot be built raises
+    lit_rl's own error (e.g. :class:`~lit_rl.models.remote_compat.RemoteCodeError`), not jsonargparse's wrapper."""
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ValueError as err:
+            cause = user_facing_cause(err)
+            if cause is None:
+                raise
+            raise cause from None
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--threads", type=int | None, default=None, help="torch CPU threads (default: torch's choice)")

@@ -19,7 +19,7 @@ without running the checkpoint's code.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path  # noqa: F401  (annotations)
 from typing import Any
 
 import torch
@@ -37,8 +37,9 @@ DREAM_FIELDS = (
 
 def qwen2_config_from_dream(path: str | Path, **overrides: Any) -> Qwen2Config:
     """A ``Qwen2Config`` from a Dream ``config.json`` (file or folder); sliding windows are refused."""
-    path = Path(path)
-    file = path / "config.json" if path.is_dir() else path
+    from lit_rl.models.llada import config_file
+
+    file = config_file(path)
     try:
         raw = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError) as err:

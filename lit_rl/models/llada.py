@@ -62,6 +62,21 @@ REQUIRED: dict[str, Any] = {
 }
 
 
+def config_file(path: str | Path) -> Path:
+    """``config.json`` of a local model folder (or the file itself), else of a hub repository (cached)."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    if p.is_dir():
+        return p / "config.json"
+    from transformers.utils import cached_file
+
+    try:
+        return Path(cached_file(str(path), "config.json"))
+    except OSError as err:
+        raise ValueError(f"policy.path {str(path)!r}: no local folder and no hub config.json ({err})") from None
+
+
 class NativeLLaDAConfig(PretrainedConfig):
     """The official ``LLaDAConfig`` fields the network uses (names and defaults of LLaDA-8B-Instruct).
 
@@ -118,9 +133,9 @@ class NativeLLaDAConfig(PretrainedConfig):
 
     @classmethod
     def from_llada_json(cls, path: str | Path, **overrides: Any) -> "NativeLLaDAConfig":
-        """Read an official LLaDA ``config.json`` (a file or its folder); unsupported options raise."""
-        path = Path(path)
-        file = path / "config.json" if path.is_dir() else path
+        """Read an official LLaDA ``config.json`` (a file, its folder, or a hub name such as
+        ``GSAI-ML/LLaDA-8B-Instruct``: downloaded to the hub cache); unsupported options raise."""
+        file = config_file(path)
         try:
             raw = json.loads(file.read_text())
         except (OSError, json.JSONDecodeError) as err:

@@ -215,3 +215,27 @@ def test_adapter_trained_on_native_loads_onto_the_official_code_with_peft(offici
         got = policy(ids)
     assert (want - plain).abs().max() > 0.05  # the adapters change the official model's output
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_fit_with_incompatible_remote_code_prints_the_shim_error_not_jsonargparse_union(official, tmp_path, capsys):
+    from lit_rl.cli import main
+
+    copy = shutil.copytree(official, tmp_path / "broken")
+    code = (copy / "modeling_llada.py").read_text()
+    (copy / "modeling_llada.py").write_text(code.replace("        if not model:\n", "        config.lit_rl_missing_attribute\n        if not model:\n", 1))
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        "model:\n  init_args:\n    policy:\n      class_path: lit_rl.models.PretrainedDiffusionLM\n"
+        f"      init_args: {{path: {copy}, mask_id: null, eos_id: null, dtype: float32}}\n"
+    )
+    from support.reference import ROOT
+
+    rc = main([
+        "fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "tests/tiny_overlay.yaml"),
+        "--config", str(overlay), f"--trainer.default_root_dir={tmp_path}/run",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+    ])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "error: policy.path: the remote code of" in err and "lit_rl_missing_attribute" in err
+    assert "Union subtypes" not in err
