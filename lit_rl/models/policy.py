@@ -184,7 +184,11 @@ class DiffusionPolicy(TextPolicy, nn.Module):
 
 
 class TinyDiffusionLM(DiffusionPolicy):
-    """A tiny bidirectional masked LM (``BertForMaskedLM`` from a config) with the char tokenizer.
+    """A tiny bidirectional masked LM built from a config, with the char tokenizer (offline, seconds).
+
+    Two architectures: ``"bert"`` (``BertForMaskedLM``: learned absolute positions, post-LN, GELU) and
+    ``"llada"`` (lit_rl's native LLaDA, :class:`~lit_rl.models.llada.NativeLLaDAModel`, at tiny size: RoPE,
+    RMSNorm, SwiGLU, untied head, no biases — the paper model's architecture, with its module names).
 
     Args:
         hidden_size: width of the transformer.
@@ -195,9 +199,12 @@ class TinyDiffusionLM(DiffusionPolicy):
         seed: seed for the weight initialisation (the model is the same on every machine).
         init_checkpoint: optional weights to start from (``torch.save`` state dict or Lightning ckpt).
         lora: optional LoRA adapters (peft); ``None`` trains all weights.
+        architecture: ``"bert"`` or ``"llada"``.
+        rope_theta: RoPE base of the ``"llada"`` architecture.
     """
 
     accepts_position_ids = True
+    ARCHITECTURES = ("bert", "llada")
 
     def __init__(
         self,
@@ -209,30 +216,22 @@ class TinyDiffusionLM(DiffusionPolicy):
         seed: int = 0,
         init_checkpoint: str | None = None,
         lora: LoraSettings | None = None,
+        architecture: str = "bert",
+        rope_theta: float = 10000.0,
     ) -> None:
         super().__init__()
-        from transformers import BertConfig, BertForMaskedLM
-
         if hidden_size % num_heads:
             raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+        if architecture not in self.ARCHITECTURES:
+            raise ValueError(f"policy.architecture must be one of {self.ARCHITECTURES}, got {architecture!r}")
         self.tokenizer = build_char_tokenizer()
-        config = BertConfig(
-            vocab_size=len(self.tokenizer),
-            hidden_size=hidden_size,
-            num_hidden_layers=num_layers,
-            num_attention_heads=num_heads,
-            intermediate_size=intermediate_size,
-            max_position_embeddings=max_positions,
-            type_vocab_size=1,
-            pad_token_id=self.tokenizer.pad_token_id,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            is_decoder=False,
-        )
-        config._attn_implementation = "sdpa"
+        self.architecture = architecture
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.model = BertForMaskedLM(config)
+            if architecture == "bert":
+                self.model = self._bert(hidden_size, num_layers, num_heads, intermediate_size, max_positions)
+            else:
+                self.model = self._llada(hidden_size, num_layers, num_heads, intermediate_size, max_positions, rope_theta)
         self.mask_id = int(self.tokenizer.mask_token_id)
         self.eos_id = int(self.tokenizer.eos_token_id)
         self.pad_id = int(self.tokenizer.pad_token_id)
@@ -241,6 +240,37 @@ class TinyDiffusionLM(DiffusionPolicy):
             self.load_init_checkpoint(init_checkpoint)
         if lora is not None:
             self.model = apply_lora(self.model, lora)
+
+    def _bert(self, hidden: int, layers: int, heads: int, mlp: int, positions: int) -> nn.Module:
+        from transformers import BertConfig, BertForMaskedLM
+
+        config = BertConfig(
+            vocab_size=len(self.tokenizer),
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=mlp,
+            max_position_embeddings=positions,
+            type_vocab_size=1,
+            pad_token_id=self.tokenizer.pad_token_id,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            is_decoder=False,
+        )
+        config._attn_implementation = "sdpa"
+        return BertForMaskedLM(config)
+
+    def _llada(self, hidden: int, layers: int, heads: int, mlp: int, positions: int, rope_theta: float) -> nn.Module:
+        from lit_rl.models.llada import NativeLLaDAConfig, NativeLLaDAModel
+
+        vocab = len(self.tokenizer)
+        config = NativeLLaDAConfig(
+            d_model=hidden, n_heads=heads, n_layers=layers, mlp_hidden_size=mlp, vocab_size=vocab, embedding_size=vocab,
+            max_sequence_length=positions, rope_theta=rope_theta, mask_token_id=self.tokenizer.mask_token_id,
+            pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id,
+        )
+        config._attn_implementation = "sdpa"
+        return NativeLLaDAModel(config)
 
 
 @dataclass
