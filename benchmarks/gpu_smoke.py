@@ -39,8 +39,11 @@ FIXTURE = ROOT / "tests/fixtures/tiny_llada"
 POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"
 
 
-def write_model_dir(out: Path, d_model: int, layers: int, heads: int, mlp: int, vocab: int, dtype: str) -> int:
-    """A LLaDA-style model folder (fixture code + tokenizer, scaled config, random weights); returns #params."""
+def write_model_dir(out: Path, d_model: int, layers: int, heads: int, mlp: int, vocab: int, dtype: str, native: bool = True) -> int:
+    """A LLaDA-style model folder (fixture code + tokenizer, scaled config, random weights); returns #params.
+
+    ``native``: weights written by lit_rl's native LLaDA (the paper configs' policy class); otherwise by the
+    fixture's remote code."""
     import torch
     from transformers import AutoConfig, AutoModel
 
@@ -50,9 +53,14 @@ def write_model_dir(out: Path, d_model: int, layers: int, heads: int, mlp: int, 
     cfg = json.loads((FIXTURE / "config.json").read_text())
     cfg.update(d_model=d_model, n_layers=layers, n_heads=heads, mlp_hidden_size=mlp, vocab_size=vocab, embedding_size=vocab, max_sequence_length=4096)
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    config = AutoConfig.from_pretrained(out, trust_remote_code=True)
     torch.manual_seed(0)
-    model = AutoModel.from_config(config, trust_remote_code=True, dtype=getattr(torch, dtype))
+    if native:
+        from lit_rl.models.llada import NativeLLaDAConfig, NativeLLaDAModel
+
+        model = NativeLLaDAModel(NativeLLaDAConfig.from_llada_json(out)).to(getattr(torch, dtype))
+    else:
+        config = AutoConfig.from_pretrained(out, trust_remote_code=True)
+        model = AutoModel.from_config(config, trust_remote_code=True, dtype=getattr(torch, dtype))
     n = sum(p.numel() for p in model.parameters())
     model.save_pretrained(out, safe_serialization=True)
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
@@ -126,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batch", type=int, default=6, help="rollouts per forward/backward")
     ap.add_argument("--decode-batch", type=int, default=16)
     ap.add_argument("--cpu-dry-run", action="store_true", help="tiny model on CPU, float32 compute (development)")
+    ap.add_argument("--policy", choices=["native", "remote"], default="native",
+                    help="NativeLLaDA (the paper configs' class) or PretrainedDiffusionLM on the fixture's remote code")
     args = ap.parse_args(argv)
 
     import torch
@@ -148,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     from lit_rl.algorithms.erils import ERILSModule
     from lit_rl.algorithms.surrogates import SPGSurrogate
     from lit_rl.generation.settings import DecodeSettings
-    from lit_rl.models import LoraSettings, PretrainedDiffusionLM, QuantizationSettings
+    from lit_rl.models import LoraSettings, NativeLLaDA, PretrainedDiffusionLM, QuantizationSettings
     from lit_rl.tasks import SudokuTask
 
     gpu = not args.cpu_dry_run
@@ -156,11 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="lit_rl_gpu_smoke_"))
     try:
         t0 = time.perf_counter()
-        n_params = write_model_dir(tmp, args.d_model, args.layers, args.heads, args.mlp, args.vocab, "bfloat16" if gpu else "float32")
+        native = args.policy == "native"
+        n_params = write_model_dir(tmp, args.d_model, args.layers, args.heads, args.mlp, args.vocab, "bfloat16" if gpu else "float32", native)
         print(f"model: {n_params / 1e9:.3f}B params (d_model {args.d_model}, {args.layers} layers, mlp {args.mlp}, vocab {args.vocab}); "
               f"written in {time.perf_counter() - t0:.1f}s")
         t0 = time.perf_counter()
-        policy = PretrainedDiffusionLM(
+        policy_cls = NativeLLaDA if native else PretrainedDiffusionLM
+        policy = policy_cls(
             str(tmp), mask_id=None, eos_id=None, dtype="bfloat16" if gpu else "float32",
             quantization=QuantizationSettings(compute_dtype=compute),
             lora=LoraSettings(r=args.lora_r, alpha=args.lora_r // 2, dropout=0.05),
