@@ -55,8 +55,10 @@ def write_model_dir(out: Path, d_model: int, layers: int, heads: int, mlp: int, 
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     torch.manual_seed(0)
     if native:
-        from lit_rl.models.llada import NativeLLaDAConfig, NativeLLaDAModel
+        from lit_rl.models.llada import REQUIRED, NativeLLaDAConfig, NativeLLaDAModel
 
+        cfg.update({k: v[0] for k, v in REQUIRED.items()})  # LLaDA-8B-Instruct's options (the fixture omits them)
+        (out / "config.json").write_text(json.dumps(cfg, indent=2))
         model = NativeLLaDAModel(NativeLLaDAConfig.from_llada_json(out)).to(getattr(torch, dtype))
     else:
         config = AutoConfig.from_pretrained(out, trust_remote_code=True)

@@ -60,10 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     from lit_rl.models.remote_compat import RemoteCodeError
+    from lit_rl.reliability import ConfigError
 
     try:
         run_lightning_cli(None if from_command_line else argv)
-    except RemoteCodeError as e:
+    except (RemoteCodeError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

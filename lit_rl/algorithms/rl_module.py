@@ -105,7 +105,8 @@ class RLModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         from lit_rl.models.frozen_state import expect_frozen_4bit
 
-        expect_frozen_4bit(self, checkpoint)
+        state = getattr(self._trainer, "state", None) if self._trainer is not None else None
+        expect_frozen_4bit(self, checkpoint, resuming_fit=getattr(state, "fn", None) == "fit")
 
     # -- sharding --------------------------------------------------------------------------------------
     def configure_model(self) -> None:

@@ -27,12 +27,14 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from lit_rl.generation.diffusion import position_ids_from_attention_mask
 
-#: DreamConfig fields that are Qwen2Config fields of the same meaning
-DREAM_FIELDS = (
-    "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads hidden_act "
-    "max_position_embeddings rms_norm_eps rope_theta tie_word_embeddings attention_dropout initializer_range "
-    "pad_token_id bos_token_id eos_token_id"
-).split()
+#: DreamConfig fields that are Qwen2Config fields of the same meaning, with DreamConfig's defaults
+#: (``configuration_dream.py``): a ``config.json`` that omits one means this value, as for the official code
+DREAM_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_act": "silu", "max_position_embeddings": 32768,
+    "initializer_range": 0.02, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 10000.0,
+    "attention_dropout": 0.0, "pad_token_id": 151643, "bos_token_id": None, "eos_token_id": None,
+}
 
 
 def qwen2_config_from_dream(path: str | Path, **overrides: Any) -> Qwen2Config:
@@ -40,17 +42,21 @@ def qwen2_config_from_dream(path: str | Path, **overrides: Any) -> Qwen2Config:
     from lit_rl.models.llada import config_file
 
     file = config_file(path)
+    from lit_rl.reliability import ConfigError
+
     try:
         raw = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{file}: cannot read the Dream config ({err})") from None
+        raise ConfigError(f"{file}: cannot read the Dream config ({err})") from None
+    if str(raw.get("model_type", "")).lower() not in ("dream", "qwen2"):
+        raise ConfigError(f"{file}: model_type={raw.get('model_type')!r} is not Dream; NativeDream loads Dream checkpoints only")
     if raw.get("use_sliding_window"):
-        raise ValueError(f"{file}: use_sliding_window=true is not supported by the native Dream; use PretrainedDiffusionLM")
+        raise ConfigError(f"{file}: use_sliding_window=true is not supported by the native Dream; use PretrainedDiffusionLM")
     if raw.get("rope_scaling"):
-        raise ValueError(f"{file}: rope_scaling={raw['rope_scaling']!r} is not supported by the native Dream; use PretrainedDiffusionLM")
-    kwargs = {k: raw[k] for k in DREAM_FIELDS if k in raw and raw[k] is not None}
+        raise ConfigError(f"{file}: rope_scaling={raw['rope_scaling']!r} is not supported by the native Dream; use PretrainedDiffusionLM")
+    kwargs = {k: raw.get(k, v) for k, v in DREAM_DEFAULTS.items()}
     config = Qwen2Config(**(kwargs | {"use_sliding_window": False, "use_cache": False} | overrides))
-    config.mask_token_id = raw.get("mask_token_id")
+    config.mask_token_id = raw.get("mask_token_id", 151666)
     return config
 
 
@@ -84,4 +90,4 @@ class NativeDreamModel(Qwen2ForCausalLM):
         )
 
 
-__all__ = ["DREAM_FIELDS", "NativeDreamModel", "qwen2_config_from_dream"]
+__all__ = ["DREAM_DEFAULTS", "NativeDreamModel", "qwen2_config_from_dream"]

@@ -77,21 +77,34 @@ def policy_class(class_path: str) -> type:
 
 
 def keep_official_files(policy: DiffusionPolicy, merged_dir: Path) -> list[str]:
-    """A native LLaDA's / Dream's merged export keeps the source's ``config.json`` and modeling files, so it loads
-    on the official remote code and on :class:`~lit_rl.models.NativeLLaDA` alike; returns what was copied."""
+    """A native LLaDA's / Dream's merged export keeps the source's ``config.json`` and the modeling files its
+    ``auto_map`` names (local folder or hub cache), so it loads on the official remote code and on the native
+    class alike; returns what was copied. A missing ``config.json`` is an error: without it the export would
+    carry lit_rl's own config, which the official code cannot read."""
     import shutil
 
+    from lit_rl.models.llada import config_file
     from lit_rl.models.native import NativeDream, NativeLLaDA
 
     if not isinstance(policy, (NativeLLaDA, NativeDream)):
         return []
-    src = Path(policy.path)
-    copied = []
-    for f in [src / "config.json", *sorted(src.glob("*.py"))]:
-        if f.is_file():
-            shutil.copy(f, merged_dir / f.name)
-            copied.append(f.name)
-    return copied
+    config = config_file(policy.path)
+    raw = json.loads(config.read_text())
+    modules = {ref.split(".")[0] for ref in (raw.get("auto_map") or {}).values() if isinstance(ref, str)}
+    files = [config]
+    for module in sorted(modules):
+        local = config.parent / f"{module}.py"
+        if not local.is_file():
+            from transformers.utils import cached_file
+
+            try:
+                local = Path(cached_file(policy.path, f"{module}.py"))
+            except OSError as err:
+                raise FileNotFoundError(f"export: {policy.path} names {module}.py in its auto_map but it cannot be found ({err})") from None
+        files.append(local)
+    for f in files:
+        shutil.copy(f, merged_dir / f.name)
+    return [f.name for f in files]
 
 
 def checkpoint_policy_state(ckpt: Path) -> dict[str, torch.Tensor]:

@@ -11,13 +11,16 @@ LLaDA-8B in NF4, against ~0.2 GB of LoRA adapters and their optimizer state at r
   packed weights (shapes, dtypes and a hash of each tensor's first 64 KiB);
 * :func:`expect_frozen_4bit` (``on_load_checkpoint``) drops the same entries from older checkpoints that
   still hold them, checks that every other entry of the module is present and nothing unknown is (what a
-  strict load checks), warns when the freshly loaded base differs from the fingerprint (another
-  ``policy.path``, or another quantisation device), and turns strict loading off for the frozen entries only.
+  strict load checks), and turns strict loading off for the frozen entries only. When the freshly loaded
+  base differs from the fingerprint (another ``policy.path``, or quantised on another device) ``fit`` stops
+  (a resumed run must continue the same run; set ``LIT_RL_ALLOW_NEW_BASE=1`` to continue anyway) and
+  ``validate`` / ``test`` warn. Sharded (FSDP2 DTensor) weights are not fingerprinted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import warnings
 from typing import Any
 
@@ -39,9 +42,14 @@ def is_frozen_key(key: str, prefixes: list[str]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
-def fingerprint(module: nn.Module, prefixes: list[str]) -> str:
-    """blake2b over name, shape, dtype and the first 64 KiB of each frozen 4-bit weight."""
+def fingerprint(module: nn.Module, prefixes: list[str]) -> str | None:
+    """blake2b over name, shape, dtype and the first 64 KiB of each frozen 4-bit weight (``None`` when the
+    weights are sharded DTensors: each rank would hash its own shard)."""
+    from torch.distributed.tensor import DTensor
+
     params = dict(module.named_parameters())
+    if any(isinstance(params.get(p), DTensor) for p in prefixes):
+        return None
     h = hashlib.blake2b(digest_size=16)
     for p in prefixes:
         w = params.get(p)
@@ -66,10 +74,11 @@ def drop_frozen_4bit(module: nn.Module, checkpoint: dict[str, Any]) -> int:
     return len(dropped)
 
 
-def expect_frozen_4bit(module: Any, checkpoint: dict[str, Any]) -> None:
+def expect_frozen_4bit(module: Any, checkpoint: dict[str, Any], resuming_fit: bool = False) -> None:
     """Prepare ``module`` (a LightningModule) to load ``checkpoint`` without its frozen 4-bit base.
 
-    Raises ``RuntimeError`` listing missing / unexpected entries as a strict load would; sets
+    Raises ``RuntimeError`` listing missing / unexpected entries as a strict load would, and when
+    ``resuming_fit`` and the base differs from the checkpoint's (unless ``LIT_RL_ALLOW_NEW_BASE=1``); sets
     ``module.strict_loading = False`` only once everything but the frozen base has been checked.
     """
     prefixes = frozen_4bit_prefixes(module)
@@ -86,12 +95,15 @@ def expect_frozen_4bit(module: Any, checkpoint: dict[str, Any]) -> None:
             f"unexpected {unexpected[:5]} ({len(unexpected)}) (the frozen 4-bit base is rebuilt from policy.path)"
         )
     saved = (checkpoint.get(KEY) or {}).get("fingerprint")
-    if saved is not None and saved != fingerprint(module, prefixes):
-        warnings.warn(
+    now = fingerprint(module, prefixes)
+    if saved is not None and now is not None and saved != now:
+        msg = (
             "checkpoint: the 4-bit base weights loaded from policy.path differ from those the checkpoint was trained "
-            "on (another model folder, or quantised on another device); the run continues on the new base",
-            stacklevel=2,
+            "on (another model folder, or quantised on another device)"
         )
+        if resuming_fit and os.environ.get("LIT_RL_ALLOW_NEW_BASE") != "1":
+            raise RuntimeError(f"{msg}; a resumed fit would not continue the same run (LIT_RL_ALLOW_NEW_BASE=1 continues anyway)")
+        warnings.warn(f"{msg}; continuing on the new base", stacklevel=2)
     module.strict_loading = False
 
 

@@ -44,22 +44,44 @@ from transformers.models.llama.modeling_llama import (
 
 from lit_rl.generation.diffusion import position_ids_from_attention_mask
 
-#: official config fields whose value this implementation requires: field -> supported value
-REQUIRED: dict[str, Any] = {
-    "block_type": "llama",
-    "rope": True,
-    "alibi": False,
-    "layer_norm_type": "rms",
-    "activation_type": "silu",
-    "attention_layer_norm": False,
-    "input_emb_norm": False,
-    "scale_logits": False,
-    "block_group_size": 1,
-    "weight_tying": False,
-    "multi_query_attention": None,
-    "layer_norm_with_affine": True,
-    "bias_for_layer_norm": False,
+#: official ``LLaDAConfig`` defaults (``configuration_llada.py``) of the fields read here: a ``config.json``
+#: that omits a field means this value, exactly as when the official code loads it
+OFFICIAL_DEFAULTS: dict[str, Any] = {
+    "d_model": 768, "n_heads": 12, "n_kv_heads": None, "n_layers": 12, "mlp_ratio": 4, "mlp_hidden_size": None,
+    "max_sequence_length": 1024, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "include_bias": False,
+    "include_qkv_bias": False, "vocab_size": 50257, "embedding_size": 50304, "init_std": 0.02,
+    "mask_token_id": 50256, "eos_token_id": 50256, "pad_token_id": 50256,
+    # the options below must take a supported value (REQUIRED)
+    "block_type": "sequential", "rope": False, "alibi": False, "layer_norm_type": "default",
+    "activation_type": "swiglu", "attention_layer_norm": False, "input_emb_norm": False, "scale_logits": False,
+    "block_group_size": 1, "weight_tying": True, "multi_query_attention": None, "layer_norm_with_affine": True,
+    "bias_for_layer_norm": None, "rope_full_precision": True, "attention_dropout": 0.1, "residual_dropout": 0.1,
+    "embedding_dropout": 0.1,
 }
+
+#: official options this implementation requires: field -> supported values (LLaDA-8B-Instruct's are first)
+REQUIRED: dict[str, tuple[Any, ...]] = {
+    "block_type": ("llama",),
+    "rope": (True,),
+    "alibi": (False,),
+    "layer_norm_type": ("rms",),
+    "activation_type": ("silu",),
+    "attention_layer_norm": (False,),
+    "input_emb_norm": (False,),
+    "scale_logits": (False,),
+    "block_group_size": (1,),
+    "weight_tying": (False,),
+    "multi_query_attention": (None, False),
+    "layer_norm_with_affine": (True,),
+    "bias_for_layer_norm": (False, None),
+    "rope_full_precision": (True,),
+    "attention_dropout": (0.0,),  # no dropout is implemented
+    "residual_dropout": (0.0,),
+    "embedding_dropout": (0.0,),
+}
+
+#: ``model_type`` values of configs this class reads
+MODEL_TYPES = ("llada", "lit_rl_llada")
 
 
 def config_file(path: str | Path) -> Path:
@@ -74,7 +96,9 @@ def config_file(path: str | Path) -> Path:
     try:
         return Path(cached_file(str(path), "config.json"))
     except OSError as err:
-        raise ValueError(f"policy.path {str(path)!r}: no local folder and no hub config.json ({err})") from None
+        from lit_rl.reliability import ConfigError
+
+        raise ConfigError(f"policy.path {str(path)!r}: no local folder and no hub config.json ({err})") from None
 
 
 class NativeLLaDAConfig(PretrainedConfig):
@@ -125,6 +149,8 @@ class NativeLLaDAConfig(PretrainedConfig):
         self.num_key_value_heads = self.n_kv_heads
         self.num_hidden_layers = n_layers
         kwargs.setdefault("tie_word_embeddings", False)
+        for field, allowed in REQUIRED.items():  # written by save_pretrained, so a saved config reads back
+            kwargs.setdefault(field, allowed[0])
         super().__init__(**kwargs)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
@@ -135,23 +161,30 @@ class NativeLLaDAConfig(PretrainedConfig):
     def from_llada_json(cls, path: str | Path, **overrides: Any) -> "NativeLLaDAConfig":
         """Read an official LLaDA ``config.json`` (a file, its folder, or a hub name such as
         ``GSAI-ML/LLaDA-8B-Instruct``: downloaded to the hub cache); unsupported options raise."""
+        from lit_rl.reliability import ConfigError
+
         file = config_file(path)
         try:
             raw = json.loads(file.read_text())
         except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"{file}: cannot read the LLaDA config ({err})") from None
-        for field, value in REQUIRED.items():
-            if field in raw and raw[field] != value:
-                raise ValueError(
-                    f"{file}: {field}={raw[field]!r} is not supported by the native LLaDA (needs {value!r}); "
-                    "load this checkpoint with lit_rl.models.PretrainedDiffusionLM (its remote code) instead"
+            raise ConfigError(f"{file}: cannot read the LLaDA config ({err})") from None
+        if raw.get("model_type") not in MODEL_TYPES:
+            raise ConfigError(
+                f"{file}: model_type={raw.get('model_type')!r} is not LLaDA ({MODEL_TYPES}); NativeLLaDA loads LLaDA "
+                "checkpoints only (lit_rl.models.PretrainedDiffusionLM runs a checkpoint's own code)"
+            )
+        values = {k: raw.get(k, v) for k, v in OFFICIAL_DEFAULTS.items()}
+        for field, allowed in REQUIRED.items():
+            if values[field] not in allowed:
+                where = "" if field in raw else " (absent: the official default)"
+                raise ConfigError(
+                    f"{file}: {field}={values[field]!r}{where} is not supported by the native LLaDA (needs "
+                    f"{' or '.join(map(repr, allowed))}); load this checkpoint with lit_rl.models.PretrainedDiffusionLM "
+                    "(its remote code) instead"
                 )
-        keys = (
-            "d_model n_heads n_kv_heads n_layers mlp_hidden_size mlp_ratio vocab_size embedding_size "
-            "max_sequence_length rope_theta rms_norm_eps include_bias include_qkv_bias init_std mask_token_id "
-            "eos_token_id pad_token_id bos_token_id"
-        ).split()
-        kwargs = {k: raw[k] for k in keys if k in raw and raw[k] is not None}
+        kwargs = {k: values[k] for k in OFFICIAL_DEFAULTS if k not in REQUIRED}
+        if raw.get("bos_token_id") is not None:
+            kwargs["bos_token_id"] = raw["bos_token_id"]
         return cls(**(kwargs | overrides))
 
     def rope_config(self) -> LlamaConfig:
@@ -275,6 +308,11 @@ class NativeLLaDAModel(PreTrainedModel):
     ) -> MaskedLMOutput:
         from transformers.masking_utils import create_bidirectional_mask
 
+        unsupported = [k for k in ("past_key_values", "cache", "labels") if kwargs.get(k) is not None]
+        if kwargs.get("use_cache"):
+            unsupported.append("use_cache")
+        if unsupported:
+            raise ValueError(f"NativeLLaDAModel.forward: {unsupported} not supported (no KV cache, no loss)")
         t = self.model.transformer
         x = t.wte(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, d)
         B, T = x.shape[:2]
@@ -291,4 +329,4 @@ class NativeLLaDAModel(PreTrainedModel):
         return MaskedLMOutput(logits=t.ff_out(t.ln_f(x)))  # (B, T, V)
 
 
-__all__ = ["NativeLLaDAModel", "NativeLLaDABlock", "NativeLLaDAConfig", "REQUIRED"]
+__all__ = ["MODEL_TYPES", "NativeLLaDAModel", "NativeLLaDABlock", "NativeLLaDAConfig", "OFFICIAL_DEFAULTS", "REQUIRED", "config_file"]

@@ -15,6 +15,23 @@ from torch import nn
 from lit_rl.models.policy import LoraSettings, PretrainedDiffusionLM, QuantizationSettings
 
 
+def load_strict(cls: type, path: str, config: Any, attn_implementation: str, kwargs: dict[str, Any]) -> nn.Module:
+    """``cls.from_pretrained`` that refuses a checkpoint whose weight names do not match the architecture
+    (transformers only warns, and would leave the missing weights randomly initialised)."""
+    from lit_rl.reliability import ConfigError
+
+    model, info = cls.from_pretrained(
+        path, config=config, attn_implementation=attn_implementation, output_loading_info=True, **kwargs
+    )
+    missing, unexpected = sorted(info.get("missing_keys") or []), sorted(info.get("unexpected_keys") or [])
+    if missing or unexpected:
+        raise ConfigError(
+            f"policy.path {path}: the checkpoint's weights do not match {cls.__name__}: missing {missing[:4]} "
+            f"({len(missing)}), unexpected {unexpected[:4]} ({len(unexpected)})"
+        )
+    return model
+
+
 class NativeLLaDA(PretrainedDiffusionLM):
     """LLaDA-8B-Instruct (or a compatible checkpoint) on lit_rl's native implementation.
 
@@ -51,7 +68,7 @@ class NativeLLaDA(PretrainedDiffusionLM):
         from lit_rl.models.llada import NativeLLaDAConfig, NativeLLaDAModel
 
         config = NativeLLaDAConfig.from_llada_json(path)
-        return NativeLLaDAModel.from_pretrained(path, config=config, attn_implementation=self.attn_implementation, **kwargs)
+        return load_strict(NativeLLaDAModel, path, config, self.attn_implementation, kwargs)
 
 
 class NativeDream(PretrainedDiffusionLM):
@@ -87,4 +104,4 @@ class NativeDream(PretrainedDiffusionLM):
         from lit_rl.models.dream import NativeDreamModel, qwen2_config_from_dream
 
         config = qwen2_config_from_dream(path)
-        return NativeDreamModel.from_pretrained(path, config=config, attn_implementation=self.attn_implementation, **kwargs)
+        return load_strict(NativeDreamModel, path, config, self.attn_implementation, kwargs)

@@ -34,6 +34,7 @@ version the code was written for), instead of the bare ``AttributeError``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any
 
@@ -134,7 +135,8 @@ def compat_class(cls: type[nn.Module]) -> type[nn.Module]:
     if cls.tie_weights is not PreTrainedModel.tie_weights and not _tie_weights_takes_arguments(cls):
 
         def tie_weights(self, *args: Any, **kwargs: Any) -> None:
-            cls.tie_weights(self)  # the remote code's own tying (LLaDA: only with weight_tying)
+            PreTrainedModel.tie_weights(self, *args, **kwargs)  # transformers' tying and missing-key handling
+            cls.tie_weights(self)  # then the remote code's own (LLaDA: only with weight_tying)
 
         ns["tie_weights"] = tie_weights
     compat = type(cls.__name__, (cls,), ns)
@@ -154,25 +156,35 @@ def default_rope_parameters(config: Any = None, device: Any = None, seq_len: int
         params = getattr(config, "rope_parameters", None) or {}
         base = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        dim = int(head_dim * getattr(config, "partial_rotary_factor", 1.0))
+        factor = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
+        dim = int(head_dim * factor)
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float) / dim))
     return inv_freq, 1.0
 
 
-def register_default_rope() -> bool:
-    """Put the 4.x ``"default"`` entry back into ``ROPE_INIT_FUNCTIONS`` if missing; returns whether it did."""
+@contextlib.contextmanager
+def default_rope_registered():
+    """While loading: the 4.x ``"default"`` entry in ``ROPE_INIT_FUNCTIONS`` if transformers lacks it.
+
+    Scoped, because transformers 5's own ``_init_weights`` merges ``ROPE_INIT_FUNCTIONS`` over each model's
+    ``compute_default_rope_parameters``: a global entry would replace every model's default RoPE (Phi's
+    partial rotary, ...). The remote module keeps its own reference (``self.rope_init_fn``) after loading.
+    """
     from transformers import modeling_rope_utils
 
-    if "default" in modeling_rope_utils.ROPE_INIT_FUNCTIONS:
-        return False
-    modeling_rope_utils.ROPE_INIT_FUNCTIONS["default"] = default_rope_parameters
-    return True
+    registry = modeling_rope_utils.ROPE_INIT_FUNCTIONS
+    added = "default" not in registry
+    if added:
+        registry["default"] = default_rope_parameters
+    try:
+        yield added
+    finally:
+        if added and registry.get("default") is default_rope_parameters:
+            del registry["default"]
 
 
 def prepare_config(config: Any) -> Any:
-    """Give a remote config what transformers 5 no longer defines by default (``use_cache``); also puts
-    the default RoPE back into transformers' registry (:func:`register_default_rope`)."""
-    register_default_rope()
+    """Give a remote config what transformers 5 no longer defines by default (``use_cache``)."""
     if not hasattr(config, "use_cache"):
         config.use_cache = False
     return config
@@ -187,27 +199,25 @@ def mask_token_id(tokenizer: Any, config: Any, path: str) -> int:
     cfg = getattr(config, "mask_token_id", None)
     if cfg is not None:
         return check_token_id("policy.mask_id (config.json's mask_token_id)", int(cfg), config, path)
-    raise ValueError(
+    from lit_rl.reliability import ConfigError
+
+    raise ConfigError(
         f"policy.mask_id: null, but neither the tokenizer of {path} (mask_token) nor its config.json "
         "(mask_token_id) names a mask token; set policy.mask_id (LLaDA: 126336)"
     )
 
 
 def reinit_rotary_buffers(model: nn.Module) -> list[str]:
-    """Recompute ``inv_freq`` of the remote code's rotary modules (``reset_parameters()`` where it has one,
-    else its ``rope_init_fn``); returns the names of the modules touched."""
+    """Recompute the non-persistent ``inv_freq`` buffer of the remote code's rotary modules from their own
+    ``rope_init_fn`` (a persistent, checkpoint-loaded ``inv_freq`` and everything else are left alone);
+    returns the names of the modules touched."""
     touched = []
     for name, module in model.named_modules():
-        if "rotary" not in type(module).__name__.lower() or not isinstance(getattr(module, "inv_freq", None), torch.Tensor):
+        inv = getattr(module, "_buffers", {}).get("inv_freq")
+        if inv is None or "inv_freq" not in module._non_persistent_buffers_set or not hasattr(module, "rope_init_fn"):
             continue
-        device = module.inv_freq.device
-        if hasattr(module, "reset_parameters"):
-            module.reset_parameters()
-        elif hasattr(module, "rope_init_fn"):
-            inv_freq, module.attention_scaling = module.rope_init_fn(module.config, device, **getattr(module, "rope_kwargs", {}))
-            module.inv_freq = inv_freq.to(device)
-        else:
-            continue
+        inv_freq, module.attention_scaling = module.rope_init_fn(module.config, inv.device, **getattr(module, "rope_kwargs", {}))
+        module.register_buffer("inv_freq", inv_freq.to(inv.device), persistent=False)
         if hasattr(module, "original_inv_freq"):
             module.original_inv_freq = module.inv_freq
         touched.append(name)
@@ -218,9 +228,11 @@ def check_token_id(field: str, token_id: int, config: Any, path: str) -> int:
     """``token_id`` if it indexes the model's vocabulary, else a ``ValueError`` naming ``field``.
 
     (LLaDA's config class defaults ``mask_token_id`` to 50256 when ``config.json`` lacks it.)"""
+    from lit_rl.reliability import ConfigError
+
     vocab = getattr(config, "embedding_size", None) or getattr(config, "vocab_size", None)
     if vocab is not None and not 0 <= token_id < int(vocab):
-        raise ValueError(f"{field} = {token_id} is outside the vocabulary of {path} ({vocab} ids); set it explicitly")
+        raise ConfigError(f"{field} = {token_id} is outside the vocabulary of {path} ({vocab} ids); set it explicitly")
     return token_id
 
 
@@ -235,7 +247,8 @@ def load_remote_model(path: str, auto_key: str = "AutoModel", **kwargs: Any) -> 
     config = prepare_config(AutoConfig.from_pretrained(path, trust_remote_code=True))
     cls = compat_class(remote_model_class(config, path, auto_key))
     try:
-        model = cls.from_pretrained(path, config=config, trust_remote_code=True, **kwargs)
+        with default_rope_registered():
+            model = cls.from_pretrained(path, config=config, trust_remote_code=True, **kwargs)
     except (AttributeError, TypeError, KeyError) as err:
         raise RemoteCodeError(
             f"policy.path: the remote code of {path} ({cls.__name__}) does not load on transformers "

@@ -15,7 +15,7 @@ import torch
 from lit_rl.models import LoraSettings, NativeDream, PretrainedDiffusionLM
 from lit_rl.models.dream import NativeDreamModel, qwen2_config_from_dream
 from lit_rl.models.remote_compat import load_remote_model, reinit_rotary_buffers
-from support.reference import left_padded, tiny_official_dream
+from support.reference import DREAM_ROPE_THETA, left_padded, tiny_official_dream
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +33,16 @@ def test_official_dream_loads_through_the_shim_with_real_rotary_frequencies(offi
     rotary = [m for m in model.modules() if "rotary" in type(m).__name__.lower()]
     assert rotary
     head_dim = 64 // 4
-    want = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    want = 1.0 / (DREAM_ROPE_THETA ** (torch.arange(0, head_dim, 2).float() / head_dim))
     for m in rotary:
         torch.testing.assert_close(m.inv_freq, want)
     _, ids, _ = left_padded()
     assert torch.isfinite(model(input_ids=ids).logits).all()
+    from transformers import modeling_rope_utils
+
+    # the 4.x default RoPE is registered only while loading: transformers 5 merges the registry over every
+    # model's own default RoPE (a global entry would break e.g. Phi's partial rotary)
+    assert modeling_rope_utils.ROPE_INIT_FUNCTIONS.get("default") is None or int(__import__("transformers").__version__[0]) < 5
 
 
 def test_reinit_rotary_buffers_repairs_garbage_frequencies(official):
@@ -86,6 +91,18 @@ def test_native_dream_rows_under_left_padding_equal_each_prompt_alone(official):
         batch = nat(input_ids=ids, attention_mask=mask).logits
         for i, r in enumerate(rows):
             torch.testing.assert_close(batch[i, T - len(r):], ref(input_ids=r[None]).logits[0], rtol=0, atol=1e-5)
+
+
+def test_native_dream_reads_the_dream_config_and_refuses_other_folders(official, tmp_path):
+    import json
+
+    from lit_rl.reliability import ConfigError
+
+    cfg = qwen2_config_from_dream(official)
+    assert cfg.rope_parameters["rope_theta"] == DREAM_ROPE_THETA and cfg.rms_norm_eps == 1e-5 and cfg.num_key_value_heads == 2
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llada"}))
+    with pytest.raises(ConfigError, match=r"model_type='llada' is not Dream"):
+        qwen2_config_from_dream(tmp_path)
 
 
 def test_native_dream_is_bidirectional(official):

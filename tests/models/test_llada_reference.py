@@ -117,6 +117,16 @@ def test_native_rows_under_left_padding_equal_each_prompt_alone_and_official_do_
     assert worst_ref > 0.05, "the official code ignores the padding mask (upstream LLaDA #89/#90)"
 
 
+def test_native_bfloat16_logits_equal_the_official_code_without_padding(official):
+    ref = load_remote_model(str(official), dtype=torch.bfloat16).eval()
+    nat = NativeLLaDAModel.from_pretrained(official, config=NativeLLaDAConfig.from_llada_json(official), dtype=torch.bfloat16).eval()
+    assert nat.model.rotary_emb.inv_freq.dtype == torch.float32  # RoPE frequencies are not rounded to bf16
+    _, ids, _ = left_padded(lens=(11, 11, 11))
+    with torch.no_grad():
+        want, got = ref(input_ids=ids).logits.float(), nat(input_ids=ids).logits.float()
+    assert (got - want).abs().max() <= 1e-2  # measured: 0.0 (same bf16 ops in the same order)
+
+
 def test_native_eager_and_sdpa_kernels_agree_under_padding(official):
     _, ids, mask = left_padded()
     with torch.no_grad():
@@ -140,10 +150,42 @@ def test_native_loads_a_sharded_checkpoint_by_its_index(official, tmp_path):
 
 
 def test_unsupported_official_option_is_named(official, tmp_path):
+    from lit_rl.reliability import ConfigError
+
     cfg = json.loads((official / "config.json").read_text()) | {"alibi": True}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match=r"config.json: alibi=True is not supported.*PretrainedDiffusionLM"):
+    with pytest.raises(ConfigError, match=r"config.json: alibi=True is not supported.*PretrainedDiffusionLM"):
         NativeLLaDAConfig.from_llada_json(tmp_path)
+    cfg.pop("alibi")
+    cfg.pop("block_type")  # absent: the official default ("sequential") applies, as in the official code
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=r"block_type='sequential' \(absent: the official default\)"):
+        NativeLLaDAConfig.from_llada_json(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ConfigError, match=r"model_type='bert' is not LLaDA"):
+        NativeLLaDAConfig.from_llada_json(tmp_path)
+
+
+def test_absent_fields_take_the_official_defaults_not_the_8b_values(official, tmp_path):
+    cfg = json.loads((official / "config.json").read_text())
+    for field in ("rope_theta", "max_sequence_length", "rms_norm_eps"):
+        cfg.pop(field)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    got = NativeLLaDAConfig.from_llada_json(tmp_path)
+    assert (got.rope_theta, got.max_sequence_length, got.rms_norm_eps) == (10000.0, 1024, 1e-5)
+
+
+def test_a_checkpoint_whose_weights_do_not_match_is_refused(official, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from lit_rl.reliability import ConfigError
+
+    copy = shutil.copytree(official, tmp_path / "renamed")
+    state = load_file(copy / "model.safetensors")
+    state["model.transformer.blocks.0.q_proj_renamed.weight"] = state.pop("model.transformer.blocks.0.q_proj.weight")
+    save_file(state, copy / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ConfigError, match=r"do not match NativeLLaDAModel: missing \['model.transformer.blocks.0.q_proj.weight'\]"):
+        NativeLLaDA(str(copy), mask_id=None, eos_id=None, dtype="float32")
 
 
 def test_bundled_official_config_is_the_8b_shape():
@@ -181,6 +223,8 @@ def test_activation_checkpointing_gives_the_same_gradients(official):
     for ckpt in (False, True):
         torch.manual_seed(0)
         policy = NativeLLaDA(str(official), mask_id=None, eos_id=None, dtype="float32", lora=LoraSettings(r=4, alpha=8, dropout=0.0), gradient_checkpointing=ckpt)
+        blocks = policy.model.get_base_model().model.transformer.blocks
+        assert all(b.gradient_checkpointing is ckpt for b in blocks)  # checkpointing really switched on / off
         with torch.no_grad():
             for n, p in sorted(policy.named_parameters()):
                 if "lora_B" in n:
@@ -289,10 +333,20 @@ data:
     ckpt = tmp_path / "run/checkpoints/last.ckpt"
     val = run_lightning_cli(["validate", *common, f"--ckpt_path={ckpt}"])
     assert "val/sudoku/greedy/accuracy" in val.trainer.callback_metrics
-    assert export_main(["--ckpt", str(ckpt), "--out", str(tmp_path / "export"), "--config", str(tmp_path / "run/config.yaml"), "--dtype", "float32"]) == 0
+    assert export_main(["--ckpt", str(ckpt), "--out", str(tmp_path / "export"), "--config", str(tmp_path / "run/config.yaml"), "--dtype", "float32", "--merge"]) == 0
     ref = PeftModel.from_pretrained(load_remote_model(str(official), dtype=torch.float32), tmp_path / "export/adapter").eval()
     trained = {n.removeprefix("policy.model."): p for n, p in cli.model.named_parameters() if "lora_" in n}
     loaded = {n.replace(".default", ""): p for n, p in ref.named_parameters() if "lora_" in n}
     assert len(loaded) == len(trained) == 2 * 7 * 2
     for n, p in trained.items():
         torch.testing.assert_close(loaded[n.replace(".default", "")], p.detach().float())
+    # the merged model loads on the official code (official config.json + modeling files) and on NativeLLaDA
+    merged = tmp_path / "export/merged"
+    assert json.loads((merged / "config.json").read_text())["model_type"] == "llada"
+    on_official = load_remote_model(str(merged), dtype=torch.float32).eval()
+    on_native = native_model(merged)
+    _, ids, _ = left_padded(lens=(10, 10))
+    with torch.no_grad():
+        want = ref(input_ids=ids).logits
+        torch.testing.assert_close(on_official(input_ids=ids).logits, want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(on_native(input_ids=ids).logits, want, rtol=1e-4, atol=1e-4)

@@ -34,6 +34,7 @@ DREAM_CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 VOCAB = 128
+DREAM_ROPE_THETA = 1_000_000.0  # Dream-v0-Instruct-7B's (DreamConfig's default is 10,000)
 
 
 def require(folder: Path) -> None:
@@ -54,12 +55,12 @@ def _char_tokenizer(specials: list[str], *, mask: str | None, chat_template: str
 
 
 def _save_random(out: Path, seed: int) -> Path:
-    from lit_rl.models.remote_compat import compat_class, prepare_config, remote_model_class
+    from lit_rl.models.remote_compat import compat_class, default_rope_registered, prepare_config, remote_model_class
     from transformers import AutoConfig
 
     config = prepare_config(AutoConfig.from_pretrained(out, trust_remote_code=True))
     cls = compat_class(remote_model_class(config, str(out)))
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), default_rope_registered():
         torch.manual_seed(seed)
         model = cls(config)
         with torch.no_grad():  # matrices N(0, 0.1), norms and biases 1 + N(0, 0.1): inputs change logits visibly
@@ -77,9 +78,11 @@ def tiny_official_llada(out: Path, seed: int = 0) -> Path:
     for name in ("modeling_llada.py", "configuration_llada.py"):
         shutil.copy(LLADA_DIR / name, out / name)
     config = json.loads((LLADA_DIR / "config.json").read_text())
+    # rope_theta / eps / n_kv_heads differ from both the 8B's and the config classes' defaults, so a native
+    # implementation that ignored one of them would fail the parity tests
     config.update(
-        d_model=64, n_heads=4, n_kv_heads=4, n_layers=2, mlp_hidden_size=128, vocab_size=VOCAB, embedding_size=VOCAB,
-        max_sequence_length=512, mask_token_id=LLADA_SPECIALS.index("<|mdm_mask|>"),
+        d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=96, vocab_size=VOCAB, embedding_size=VOCAB,
+        max_sequence_length=512, rope_theta=12345.0, rms_norm_eps=1e-6, mask_token_id=LLADA_SPECIALS.index("<|mdm_mask|>"),
         eos_token_id=LLADA_SPECIALS.index("<|endoftext|>"), pad_token_id=LLADA_SPECIALS.index("<|endoftext|>"),
     )
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -103,8 +106,8 @@ def tiny_official_dream(out: Path, seed: int = 0) -> Path:
         "architectures": ["DreamModel"],
         "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
         "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512, "rope_theta": 10000.0,
-        "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "use_cache": False, "use_sliding_window": False,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512, "rope_theta": DREAM_ROPE_THETA,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "use_cache": False, "use_sliding_window": False,
         "mask_token_id": DREAM_SPECIALS.index("<|mask|>"), "pad_token_id": 0, "eos_token_id": 0, "bos_token_id": 4,
         "attention_dropout": 0.0, "hidden_act": "silu", "torch_dtype": "float32",
     }
