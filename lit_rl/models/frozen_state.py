@@ -4,8 +4,8 @@ bitsandbytes' ``Linear4bit`` writes its weight as several state-dict entries (``
 ``weight.quant_map``, ``weight.quant_state.bitsandbytes__nf4``) and cannot take them back through a strict
 ``load_state_dict`` ("Unexpected key(s) ... weight.absmax"): every 4-bit ``fit --ckpt_path`` / ``validate
 --ckpt_path`` failed. The frozen base never changes during training and is rebuilt from ``policy.path``
-when the run's module is constructed, so a checkpoint does not need it (nor its size: ~4.5 GB for
-LLaDA-8B in NF4, against ~0.2 GB of LoRA adapters and their optimizer state at r = 128):
+when the run's module is constructed, so a checkpoint does not need it (nor its size: ~3.9 GB for
+LLaDA-8B in NF4 with its scales, estimated from the shapes):
 
 * :func:`drop_frozen_4bit` (``on_save_checkpoint``) removes those entries and stores a fingerprint of the
   packed weights (shapes, dtypes and a hash of each tensor's first 64 KiB);

@@ -253,8 +253,9 @@ def load_remote_model(path: str, auto_key: str = "AutoModel", **kwargs: Any) -> 
         raise RemoteCodeError(
             f"policy.path: the remote code of {path} ({cls.__name__}) does not load on transformers "
             f"{transformers.__version__}: {type(err).__name__}: {err}. lit_rl's shim covers: {COVERED}. "
-            "Ways out: the native implementation (policy class lit_rl.models.NativeLLaDA for LLaDA "
-            "checkpoints), or a transformers version the code was written for (LLaDA's: 4.46-4.57)."
+            "Ways out: the native implementations (policy class lit_rl.models.NativeLLaDA / NativeDream for "
+            "LLaDA / Dream checkpoints), or a fix in the checkpoint's modeling file (lit_rl needs transformers "
+            ">= 5.2; the official LLaDA and Dream files were written for 4.4x and load unmodified on 4.57)."
         ) from err
     reinit_rotary_buffers(model)
     return model

@@ -23,6 +23,7 @@ import random
 from fractions import Fraction
 
 from lit_rl.tasks.base import Example
+from lit_rl.tasks.chainsum import chainsum_completion
 
 
 def _candidates(grid: list[int], idx: int) -> set[int]:
@@ -124,13 +125,14 @@ def countdown_completion(example: Example, rng: random.Random, error_rate: float
     return f"<reasoning>{', '.join(trace)}</reasoning>\n<answer>{expr}</answer>"
 
 
-SCRIPTED_POLICIES = {"sudoku": sudoku_completion, "countdown": countdown_completion}
+SCRIPTED_POLICIES = {"sudoku": sudoku_completion, "countdown": countdown_completion, "chainsum": chainsum_completion}
 
 #: Trace styles per task for SFT warm starts (``ScriptedSFTWarmup.trace``); the first is the default and
 #: equals :data:`SCRIPTED_POLICIES` (what the external pool uses).
 TRACE_STYLES = {
     "sudoku": {"deduction": sudoku_completion, "grid": sudoku_grid_completion},
     "countdown": {"search": countdown_completion},
+    "chainsum": {"running": chainsum_completion},
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from lit_rl.tasks.base import EvalScore, Example, Task
+from lit_rl.tasks.chainsum import ChainSumTask
 from lit_rl.tasks.countdown import CountdownTask
 from lit_rl.tasks.math_task import MathTask
 from lit_rl.tasks.rewards import RewardFunc, resolve_reward_funcs
@@ -21,6 +22,7 @@ TASKS: dict[str, type[Task]] = {
     "countdown": CountdownTask,
     "math500": MathTask,
     "math": MathTask,
+    "chainsum": ChainSumTask,
 }
 
 
@@ -34,6 +36,7 @@ def get_task(name: str, **kwargs: Any) -> Task:
 
 
 __all__ = [
+    "ChainSumTask",
     "CountdownTask",
     "EvalScore",
     "Example",

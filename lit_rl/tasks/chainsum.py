@@ -1,0 +1,143 @@
+"""Chain sums: a tiny-model task with a real thinking trace, for the double-rollout testbed.
+
+A prompt lists ``k`` digits (``Sum: 3 5 2 8``); the expected completion writes the running sums as its
+thinking trace, then the total as its answer::
+
+    <reasoning>3+5=8 8+2=10 10+8=18</reasoning>
+    <answer>18</answer>
+
+The answer is a function of the trace's last step, so the trace carries the work and the outcome reward
+(answer == total) judges it: a slip in step ``j`` propagates to the answer. Difficulty is ``k`` (more steps,
+more chances to slip, larger partial sums). Sampled at T = 1 a tiny causal LM makes exactly the two errors
+the double-rollout paper describes: wrong answers after a nearly right trace (a late slip), and correct
+answers unsupported by the trace (the scripted teacher of :func:`chainsum_completion` writes some of
+those on purpose). Cutting at ρ of the trace (delimiter ``</reasoning>``) leaves the last steps and the
+answer to the continuations, whose mean reward measures how good the kept prefix is.
+
+Training and evaluation sets are generated from ``seed`` (disjoint id spaces, the same on every machine).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from lit_rl.tasks.base import EvalScore, Example, Task, record_fields
+from lit_rl.tasks.parsing import last_answer_block
+
+_INT = re.compile(r"^\s*(-?\d{1,6})\s*$")
+_NUMBERS = re.compile(r"Sum:\s*((?:\d\s*){1,32})")
+
+
+def parse_int_answer(completion: str) -> int | None:
+    """The integer inside the last ``<answer>...</answer>`` block, or ``None`` (never raises)."""
+    block = last_answer_block(completion if isinstance(completion, str) else "")
+    if block is None:
+        return None
+    m = _INT.match(block)
+    return int(m.group(1)) if m else None
+
+
+def running_sums(numbers: list[int]) -> list[tuple[int, int, int]]:
+    """The trace's steps ``(partial, next, partial + next)`` for ``numbers`` (``k - 1`` steps)."""
+    steps, acc = [], numbers[0]
+    for n in numbers[1:]:
+        steps.append((acc, n, acc + n))
+        acc += n
+    return steps
+
+
+class ChainSumTask(Task):
+    """Sum ``k`` digits with a running-sum trace (module docstring).
+
+    Args:
+        num_train: training prompts.
+        num_eval: evaluation prompts.
+        min_terms, max_terms: range of ``k`` (inclusive), drawn uniformly per prompt.
+        seed: generator seed.
+        **kwargs: prompt/reward options of :class:`~lit_rl.tasks.base.Task`.
+    """
+
+    name = "chainsum"
+    max_reward = 1.0
+    SYSTEM_PROMPTS = {"d1_train": "", "d1_eval": ""}
+    QUESTION_TEMPLATES = {"d1_train": "Sum: {numbers}", "d1_eval": "Sum: {numbers}"}
+
+    def __init__(self, num_train: int = 2000, num_eval: int = 256, min_terms: int = 3, max_terms: int = 6, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not 2 <= min_terms <= max_terms <= 16:
+            raise ValueError(f"min_terms={min_terms}, max_terms={max_terms}: need 2 <= min_terms <= max_terms <= 16")
+        if num_train < 0 or num_eval < 0:
+            raise ValueError(f"num_train={num_train}, num_eval={num_eval}: must be >= 0")
+        self.num_train, self.num_eval, self.seed = num_train, num_eval, seed
+        self.min_terms, self.max_terms = min_terms, max_terms
+        self._cache: dict[str, list[Example]] = {}
+
+    def _example(self, split: str, i: int) -> Example:
+        rng = random.Random(f"lit_rl/chainsum/{self.seed}/{split}/{i}")
+        numbers = [rng.randint(1, 9) for _ in range(rng.randint(self.min_terms, self.max_terms))]
+        return self._from_numbers(f"chainsum-{split}-{i}", numbers)
+
+    def _from_numbers(self, id: str, numbers: list[int]) -> Example:
+        text = " ".join(map(str, numbers))
+        return Example(id=id, question=self.format_question(numbers=text), answer=sum(numbers), meta={"numbers": list(numbers), "terms": len(numbers)})
+
+    def train_examples(self) -> list[Example]:
+        if "train" not in self._cache:
+            self._cache["train"] = [self._example("train", i) for i in range(self.num_train)]
+        return self._cache["train"]
+
+    def eval_examples(self) -> list[Example]:
+        if "eval" not in self._cache:
+            self._cache["eval"] = [self._example("eval", i) for i in range(self.num_eval)]
+        return self._cache["eval"]
+
+    def example_from_record(self, question: str, ground_truth: Any, index: int = 0, **extra: Any) -> Example:
+        rid, question = record_fields(question, extra, f"chainsum-record-{index}")
+        m = _NUMBERS.search(question)
+        if m is None:
+            raise ValueError("no 'Sum: <digits>' in 'question'")
+        numbers = [int(x) for x in m.group(1).split()]
+        try:
+            total = int(ground_truth)
+        except (TypeError, ValueError):
+            raise ValueError(f"ground_truth {ground_truth!r} is not an integer") from None
+        if total != sum(numbers):
+            raise ValueError(f"ground_truth {total} is not the sum of {numbers}")
+        return self._from_numbers(rid, numbers)
+
+    def reward(self, completion: str, example: Example) -> float:
+        got = parse_int_answer(completion)
+        return 1.0 if got is not None and got == int(example.answer) else 0.0
+
+    def evaluate(self, completion: str, example: Example, parser: str = "eval") -> EvalScore:
+        self._check_parser(parser)
+        return EvalScore(self.reward(completion, example), 1.0)
+
+
+def chainsum_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
+    """The scripted teacher: the running-sum trace and the total.
+
+    With probability ``error_rate`` one random step's result is off by 1 or 2; the later steps continue
+    from the wrong value. Half of those traces then answer their own (wrong) last value, the other half
+    the TRUE total: a correct answer that the trace does not support.
+    """
+    numbers = list(example.meta["numbers"])
+    steps = running_sums(numbers)
+    answer = sum(numbers)
+    if steps and rng.random() < error_rate:
+        bad = rng.randrange(len(steps))
+        acc, out = numbers[0], []
+        for j, n in enumerate(numbers[1:]):
+            res = acc + n + (rng.choice((-2, -1, 1, 2)) if j == bad else 0)
+            out.append((acc, n, res))
+            acc = res
+        steps = out
+        if rng.random() < 0.5:
+            answer = acc
+    trace = " ".join(f"{a}+{b}={c}" for a, b, c in steps)
+    return f"<reasoning>{trace}</reasoning>\n<answer>{answer}</answer>"
+
+
+__all__ = ["ChainSumTask", "chainsum_completion", "parse_int_answer", "running_sums"]
