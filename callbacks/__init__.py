@@ -1,6 +1,7 @@
 """Lightning callbacks: format warm-up, Pass@k checkpoint evaluation, length and reward tracking."""
 
 from callbacks.ar_warmup import ScriptedSFTWarmup
+from callbacks.dr_reliability import ContinuationReliability
 from callbacks.passk import PassAtKEvaluation
 from callbacks.progress import RolloutProgressBar
 from callbacks.reliability import CheckpointOnSigterm, ExactResume, PromptLedger
@@ -9,6 +10,7 @@ from callbacks.warmup import FormatWarmup
 
 __all__ = [
     "CheckpointOnSigterm",
+    "ContinuationReliability",
     "ExactResume",
     "FormatWarmup",
     "PassAtKEvaluation",

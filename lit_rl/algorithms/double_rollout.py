@@ -239,6 +239,9 @@ class Estimate:
         bonus: ``(B,)`` length bonus added to the revised reward.
         stage2_tokens: continuation tokens generated (EOS included).
         stage2_seconds: wall time of the second stage (generation + scoring).
+        correct: ``"original"`` ``(B,)`` and ``"continuations"`` ``(B, N)`` bool correctness (stage on).
+        original_lengths: ``(B,)`` first-stage completion lengths (before any replacement).
+        group: ``(B,)`` the rows' prompt index in the batch.
     """
 
     rollouts: RolloutBatch
@@ -252,6 +255,8 @@ class Estimate:
     stage2_tokens: int = 0
     stage2_seconds: float = 0.0
     correct: dict[str, Tensor] = field(default_factory=dict)
+    original_lengths: Tensor | None = None
+    group: Tensor | None = None
 
 
 def _body(row: Tensor, length: int, eos_id: int) -> list[int]:
@@ -314,7 +319,7 @@ def estimate_rewards(
         return Estimate(
             rollouts=rollouts, advantages=adv, original=original, revised=original.clone(),
             cont_rewards=original.new_zeros(B, 0), has_continuations=torch.zeros(B, dtype=torch.bool, device=device),
-            replaced=none, bonus=torch.zeros_like(original),
+            replaced=none, bonus=torch.zeros_like(original), original_lengths=rollouts.lengths.clone(), group=group,
         )
     t0 = time.perf_counter()
     N = settings.num_continuations
@@ -397,7 +402,7 @@ def estimate_rewards(
     return Estimate(
         rollouts=final, advantages=adv, original=original, revised=revised, cont_rewards=cont_rewards,
         has_continuations=has_cont, replaced=replaced, bonus=bonus, stage2_tokens=stage2_tokens,
-        stage2_seconds=time.perf_counter() - t0, correct=correct,
+        stage2_seconds=time.perf_counter() - t0, correct=correct, original_lengths=rollouts.lengths.clone(), group=group,
     )
 
 

@@ -55,6 +55,7 @@ class ChainSumTask(Task):
         num_train: training prompts.
         num_eval: evaluation prompts.
         min_terms, max_terms: range of ``k`` (inclusive), drawn uniformly per prompt.
+        max_digit: the numbers are drawn from 1..max_digit.
         seed: generator seed.
         **kwargs: prompt/reward options of :class:`~lit_rl.tasks.base.Task`.
     """
@@ -64,8 +65,14 @@ class ChainSumTask(Task):
     SYSTEM_PROMPTS = {"d1_train": "", "d1_eval": ""}
     QUESTION_TEMPLATES = {"d1_train": "Sum: {numbers}", "d1_eval": "Sum: {numbers}"}
 
-    def __init__(self, num_train: int = 2000, num_eval: int = 256, min_terms: int = 3, max_terms: int = 6, seed: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self, num_train: int = 2000, num_eval: int = 256, min_terms: int = 3, max_terms: int = 6, max_digit: int = 9,
+        seed: int = 0, **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
+        if not 1 <= max_digit <= 9:
+            raise ValueError(f"max_digit={max_digit}: need 1 <= max_digit <= 9")
+        self.max_digit = max_digit
         if not 2 <= min_terms <= max_terms <= 16:
             raise ValueError(f"min_terms={min_terms}, max_terms={max_terms}: need 2 <= min_terms <= max_terms <= 16")
         if num_train < 0 or num_eval < 0:
@@ -76,7 +83,7 @@ class ChainSumTask(Task):
 
     def _example(self, split: str, i: int) -> Example:
         rng = random.Random(f"lit_rl/chainsum/{self.seed}/{split}/{i}")
-        numbers = [rng.randint(1, 9) for _ in range(rng.randint(self.min_terms, self.max_terms))]
+        numbers = [rng.randint(1, self.max_digit) for _ in range(rng.randint(self.min_terms, self.max_terms))]
         return self._from_numbers(f"chainsum-{split}-{i}", numbers)
 
     def _from_numbers(self, id: str, numbers: list[int]) -> Example:

@@ -1,0 +1,89 @@
+"""Chain sums (the double-rollout testbed task): data, the verifier on untrusted text, the scripted teacher."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lit_rl.rollouts.scripted import SCRIPTED_POLICIES, TRACE_STYLES
+from lit_rl.tasks import ChainSumTask, get_task
+from lit_rl.tasks.chainsum import chainsum_completion, parse_int_answer, running_sums
+
+
+def test_examples_are_seeded_disjoint_and_in_range():
+    task = ChainSumTask(num_train=50, num_eval=20, min_terms=3, max_terms=5, max_digit=5, seed=1)
+    again = ChainSumTask(num_train=50, num_eval=20, min_terms=3, max_terms=5, max_digit=5, seed=1)
+    train, ev = task.train_examples(), task.eval_examples()
+    assert [e.meta for e in train] == [e.meta for e in again.train_examples()]
+    assert {e.id for e in train}.isdisjoint(e.id for e in ev)
+    for e in train + ev:
+        nums = e.meta["numbers"]
+        assert 3 <= len(nums) <= 5 and all(1 <= n <= 5 for n in nums) and e.answer == sum(nums)
+        assert e.question == "Sum: " + " ".join(map(str, nums))
+    assert [e.meta for e in ChainSumTask(num_train=50, seed=2).train_examples()] != [e.meta for e in train]
+
+
+def test_running_sums_by_hand():
+    assert running_sums([3, 5, 2, 8]) == [(3, 5, 8), (8, 2, 10), (10, 8, 18)]
+
+
+@pytest.mark.parametrize(
+    "completion, reward",
+    [
+        ("<reasoning>3+5=8 8+2=10</reasoning>\n<answer>10</answer>", 1.0),
+        ("<answer> 10 </answer>", 1.0),
+        ("<reasoning>3+5=8 8+2=11</reasoning>\n<answer>11</answer>", 0.0),
+        ("<answer>9</answer> then <answer>10</answer>", 1.0),  # the last answer block counts
+        ("<answer>10.0</answer>", 0.0),
+        ("<answer>1" + "0" * 5000 + "</answer>", 0.0),  # never int() of a huge digit run
+        ("no answer at all", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_reward_on_untrusted_text(completion, reward):
+    task = ChainSumTask(num_train=1, num_eval=1)
+    ex = task._from_numbers("x", [3, 5, 2])
+    assert task.reward(completion, ex) == reward
+    assert task.evaluate(completion, ex).fraction == reward
+
+
+def test_parse_int_answer_never_raises():
+    for junk in (None, 12, "<answer>", "<answer>--3</answer>", "<answer>\x00</answer>"):
+        assert parse_int_answer(junk) is None
+
+
+def test_teacher_is_right_without_errors_and_slips_with_them():
+    task = ChainSumTask(num_train=200, num_eval=1)
+    rng = random.Random(0)
+    exact = [chainsum_completion(e, rng, 0.0) for e in task.train_examples()]
+    assert all(task.reward(c, e) == 1.0 for c, e in zip(exact, task.train_examples()))
+    rng = random.Random(0)
+    slipped = [chainsum_completion(e, rng, 1.0) for e in task.train_examples()]
+    traces_wrong = [c for c, e in zip(slipped, task.train_examples()) if c != chainsum_completion(e, random.Random(0), 0.0)]
+    assert len(traces_wrong) == 200  # every trace has a slip
+    rewards = [task.reward(c, e) for c, e in zip(slipped, task.train_examples())]
+    # half the slipped traces answer their own wrong sum, half the true total (unsupported by the trace)
+    assert 0.35 < sum(rewards) / len(rewards) < 0.65
+
+
+def test_registered_for_warm_starts_and_by_name():
+    assert SCRIPTED_POLICIES["chainsum"] is chainsum_completion and "running" in TRACE_STYLES["chainsum"]
+    assert isinstance(get_task("chainsum", num_train=3), ChainSumTask)
+
+
+def test_example_from_record_roundtrip_and_errors():
+    task = ChainSumTask(num_train=1, num_eval=1)
+    ex = task.example_from_record("Sum: 4 4 1", 9)
+    assert ex.meta["numbers"] == [4, 4, 1] and ex.answer == 9
+    with pytest.raises(ValueError, match="not the sum"):
+        task.example_from_record("Sum: 4 4 1", 10)
+    with pytest.raises(ValueError, match="no 'Sum: <digits>'"):
+        task.example_from_record("add 4 and 4", 8)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="min_terms=5, max_terms=3"):
+        ChainSumTask(min_terms=5, max_terms=3)
+    with pytest.raises(ValueError, match="max_digit=0"):
+        ChainSumTask(max_digit=0)
