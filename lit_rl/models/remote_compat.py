@@ -236,15 +236,36 @@ def check_token_id(field: str, token_id: int, config: Any, path: str) -> int:
     return token_id
 
 
+def remote_config(path: str) -> Any:
+    """The config of ``path`` through the class its own ``auto_map`` names.
+
+    Not ``AutoConfig``: importing the official LLaDA code registers ``"llada"`` with ``AutoConfig`` and
+    ``AutoModel`` for the whole process, after which ``Auto*`` classes resolve ANY ``model_type: llada`` folder
+    to that registered code instead of the folder's own files (measured: a second LLaDA-style checkpoint then
+    loads with the wrong architecture)."""
+    import json
+    from pathlib import Path
+
+    from transformers import AutoConfig
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    local = Path(path) / "config.json"
+    ref = None
+    if local.is_file():
+        ref = (json.loads(local.read_text()).get("auto_map") or {}).get("AutoConfig")
+    if ref is None:
+        return AutoConfig.from_pretrained(path, trust_remote_code=True)
+    return get_class_from_dynamic_module(ref, path).from_pretrained(path)
+
+
 def load_remote_model(path: str, auto_key: str = "AutoModel", **kwargs: Any) -> nn.Module:
     """``from_pretrained`` through the checkpoint's own code, with the compatibility shim (module docstring).
 
     ``kwargs`` go to ``from_pretrained`` (``dtype``, ``quantization_config``, ``device_map``).
     """
     import transformers
-    from transformers import AutoConfig
 
-    config = prepare_config(AutoConfig.from_pretrained(path, trust_remote_code=True))
+    config = prepare_config(remote_config(path))
     cls = compat_class(remote_model_class(config, path, auto_key))
     try:
         with default_rope_registered():
@@ -268,5 +289,6 @@ __all__ = [
     "load_remote_model",
     "mask_token_id",
     "prepare_config",
+    "remote_config",
     "remote_model_class",
 ]

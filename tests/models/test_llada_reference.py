@@ -350,3 +350,14 @@ data:
         want = ref(input_ids=ids).logits
         torch.testing.assert_close(on_official(input_ids=ids).logits, want, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(on_native(input_ids=ids).logits, want, rtol=1e-4, atol=1e-4)
+
+
+def test_official_code_registering_llada_globally_does_not_capture_other_llada_folders(official):
+    """Importing the official modeling file registers "llada" with AutoConfig/AutoModel for the process; lit_rl
+    resolves each folder's own auto_map, so lit_rl's own LLaDA-style fixture still loads its own code."""
+    from support.reference import ROOT
+
+    load_remote_model(str(official), dtype=torch.float32)  # imports (and registers) the official code
+    fixture = load_remote_model(str(ROOT / "tests/fixtures/tiny_llada"), dtype=torch.float32)
+    assert type(fixture).__module__.endswith("modeling_tinyllada")
+    assert type(fixture.config).__module__.endswith("configuration_tinyllada")

@@ -182,7 +182,9 @@ def test_erils_fit_with_4bit_lora_remote_code_policy(fitted):
 
 def test_export_adapters_in_peft_format_and_merge(fitted, tmp_path):
     from peft import PeftModel
-    from transformers import AutoModel
+    # through the folder's own auto_map (lit_rl's loader), not AutoModel: once the official LLaDA code has been
+    # imported in this process (tests/models/test_llada_reference.py) it is registered for every "llada" folder
+    from lit_rl.models.remote_compat import load_remote_model
 
     from lit_rl.models.cli import main
 
@@ -194,7 +196,7 @@ def test_export_adapters_in_peft_format_and_merge(fitted, tmp_path):
     assert (out / "adapter/adapter_model.safetensors").exists()
     # PEFT loads the adapters onto the (full-precision) base: same logits as the trained policy's adapters
     # on a full-precision base
-    base = AutoModel.from_pretrained(str(FIXTURE), trust_remote_code=True, dtype=torch.float32)
+    base = load_remote_model(str(FIXTURE), dtype=torch.float32)
     peft_model = PeftModel.from_pretrained(base, str(out / "adapter")).eval()
     trained = {n.split("base_model.model.", 1)[-1]: p for n, p in cli.model.policy.model.named_parameters() if "lora_" in n}
     loaded = {n.split("base_model.model.", 1)[-1]: p for n, p in peft_model.named_parameters() if "lora_" in n}
@@ -202,11 +204,11 @@ def test_export_adapters_in_peft_format_and_merge(fitted, tmp_path):
     for n in trained:
         torch.testing.assert_close(loaded[n], trained[n].detach())
     # the merged export: a plain remote-code model directory with the adapters folded in
-    merged = AutoModel.from_pretrained(str(out / "merged"), trust_remote_code=True, dtype=torch.float32).eval()
+    merged = load_remote_model(str(out / "merged"), dtype=torch.float32).eval()
     assert not any("lora_" in n for n, _ in merged.named_parameters())
     assert (out / "merged/modeling_tinyllada.py").exists() and (out / "merged/tokenizer.json").exists()
     ids = torch.tensor([[1, 4, 41, 39, 2, 2, 2]])
     with torch.no_grad():
         torch.testing.assert_close(merged(ids).logits, peft_model(ids).logits, atol=1e-4, rtol=1e-4)
-        plain = AutoModel.from_pretrained(str(FIXTURE), trust_remote_code=True, dtype=torch.float32).eval()
+        plain = load_remote_model(str(FIXTURE), dtype=torch.float32).eval()
         assert not torch.allclose(merged(ids).logits, plain(ids).logits, atol=1e-4)  # the adapters mattered

@@ -55,10 +55,9 @@ def _char_tokenizer(specials: list[str], *, mask: str | None, chat_template: str
 
 
 def _save_random(out: Path, seed: int) -> Path:
-    from lit_rl.models.remote_compat import compat_class, default_rope_registered, prepare_config, remote_model_class
-    from transformers import AutoConfig
+    from lit_rl.models.remote_compat import compat_class, default_rope_registered, prepare_config, remote_config, remote_model_class
 
-    config = prepare_config(AutoConfig.from_pretrained(out, trust_remote_code=True))
+    config = prepare_config(remote_config(str(out)))
     cls = compat_class(remote_model_class(config, str(out)))
     with torch.random.fork_rng(devices=[]), default_rope_registered():
         torch.manual_seed(seed)
