@@ -4,10 +4,10 @@
     python benchmarks/gpu_smoke.py --layers 32 --d-model 4096 --mlp 12288 --vocab 126464   # LLaDA-8B shape
     python benchmarks/gpu_smoke.py --cpu-dry-run         # the same code path, tiny, on CPU (for development)
 
-No download: the model is ``tests/fixtures/tiny_llada``'s own remote-code modeling file with a scaled
-``config.json`` and random weights, written to a temporary folder and loaded through
-:class:`lit_rl.models.PretrainedDiffusionLM` exactly as LLaDA-8B-Instruct is (``trust_remote_code``,
-bitsandbytes NF4 with bf16 compute, LoRA r=128 α=64 on the attention + MLP projections, activation
+No download: the model is ``tests/fixtures/tiny_llada``'s tokenizer with a scaled LLaDA ``config.json`` and
+random weights, written to a temporary folder and loaded as the paper configs load LLaDA-8B-Instruct: through
+:class:`lit_rl.models.NativeLLaDA` (default, ``--policy native``) or through the fixture's remote code and
+:class:`lit_rl.models.PretrainedDiffusionLM` (``--policy remote``); bitsandbytes NF4 with bf16 compute, LoRA r=128 α=64 on the attention + MLP projections, activation
 checkpointing). ERILS runs through Lightning (``bf16-mixed``) with the Sudoku task and the scripted external
 pool (``data/pools/sudoku_scripted.jsonl.gz``), rollouts at L_gen 256 / 128 steps / block 32; then one
 greedy decoding batch. Printed figures:
