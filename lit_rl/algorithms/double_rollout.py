@@ -98,6 +98,7 @@ from lit_rl.algorithms.double_rollout_math import (
     continuation_budget,
     cut_index,
     length_bonus,
+    length_penalty_az,
     one_sided_replacement,
     revised_rewards,
     split_thinking,
@@ -134,6 +135,11 @@ class DoubleRolloutSettings:
         length_bonus: λ of the upward-only length bonus on positive-advantage rollouts (0: off; paper up
             to 3).
         length_bonus_unbiased_std: divide the length variance over S by |S|-1 instead of |S|.
+        length_penalty: α of Arora & Zanette's penalty (``double_rollout_math.length_penalty_az``; 0: off;
+            paper 0.05-0.4), the comparator of DR Fig. 3: each correct rollout's reward times
+            ``1 - α·σ(z)``, z its length's z-score among the group's correct rollouts. With the second stage
+            off it acts on the verifier rewards (GRPO + length penalty); with it on, on the final rewards
+            of the rows whose final completion is correct. Use it instead of ``length_bonus``, not with it.
         correct_threshold: reward at or above which an answer counts as correct; ``null``: the task's
             ``correct_reward`` (MATH 2.0, others 1.0).
         cap_to_generation_limit: cap each continuation budget at ``max_new_tokens - cut``.
@@ -150,6 +156,7 @@ class DoubleRolloutSettings:
     replacement: Literal["first", "random", "shortest", "off"] = "first"
     length_bonus: float = 0.0
     length_bonus_unbiased_std: bool = False
+    length_penalty: float = 0.0
     correct_threshold: float | None = None
     cap_to_generation_limit: bool = True
     temperature: float | None = None
@@ -170,6 +177,10 @@ class DoubleRolloutSettings:
             )
         if self.length_bonus < 0:
             raise ValueError(f"model.double_rollout.length_bonus must be >= 0, got {self.length_bonus}")
+        if not 0 <= self.length_penalty < 1:
+            raise ValueError(f"model.double_rollout.length_penalty must be in [0, 1), got {self.length_penalty}")
+        if self.length_penalty > 0 and self.length_bonus > 0:
+            raise ValueError("model.double_rollout: set length_bonus or length_penalty, not both")
 
     @property
     def active(self) -> bool:
@@ -236,7 +247,7 @@ class Estimate:
         cont_rewards: ``(B, N)`` continuation rewards (0 where none), ``N = 0`` when the stage is off.
         has_continuations: ``(B,)`` bool, continuations were sampled for the row.
         replaced: ``(B,)`` long, index of the continuation that replaced the row, or -1.
-        bonus: ``(B,)`` length bonus added to the revised reward.
+        bonus: ``(B,)`` length term added to the revised reward (the bonus, or the negative AZ penalty).
         stage2_tokens: continuation tokens generated (EOS included).
         stage2_seconds: wall time of the second stage (generation + scoring).
         correct: ``"original"`` ``(B,)`` and ``"continuations"`` ``(B, N)`` bool correctness (stage on).
@@ -315,11 +326,17 @@ def estimate_rewards(
     group = rollouts.group  # (B,)
     none = torch.full((B,), -1, dtype=torch.long, device=device)
     if not settings.active:
-        adv = advantages(original, group)
+        rewards = original
+        if settings.length_penalty > 0:  # GRPO + Arora-Zanette, on the verifier rewards
+            rewards = length_penalty_az(
+                original, original >= correct_threshold, rollouts.lengths.float(), group, settings.length_penalty
+            )
+            rollouts.rewards = rewards.to(rollouts.rewards.dtype)
+        adv = advantages(rewards, group)
         return Estimate(
             rollouts=rollouts, advantages=adv, original=original, revised=original.clone(),
             cont_rewards=original.new_zeros(B, 0), has_continuations=torch.zeros(B, dtype=torch.bool, device=device),
-            replaced=none, bonus=torch.zeros_like(original), original_lengths=rollouts.lengths.clone(), group=group,
+            replaced=none, bonus=rewards - original, original_lengths=rollouts.lengths.clone(), group=group,
         )
     t0 = time.perf_counter()
     N = settings.num_continuations
@@ -395,6 +412,11 @@ def estimate_rewards(
             revised, adv, final.lengths.float(), group, settings.length_bonus,
             unbiased_std=settings.length_bonus_unbiased_std,
         )
+        bonus = rewards - revised
+        adv = advantages(rewards, group)
+    elif settings.length_penalty > 0:
+        final_correct = own_correct | (replaced >= 0)  # (B,) the final completion's answer is correct
+        rewards = length_penalty_az(revised, final_correct, final.lengths.float(), group, settings.length_penalty)
         bonus = rewards - revised
         adv = advantages(rewards, group)
     final.rewards = rewards.to(final.rewards.dtype)

@@ -13,6 +13,8 @@ The algorithm, per prompt x with G rollouts y_i and rewards r_i::
                                                                   -> one_sided_replacement
     optional: r̂_i += λ·max(0, -z_i) on S = {A_i > 0}, z from lengths within S, then recompute A
                                                                   -> length_bonus
+    comparator (DR Fig. 3): r_i ← r_i·(1 - α·σ(z_i)) on correct rollouts, z within the correct ones
+               (Arora & Zanette 2025)                            -> length_penalty_az
     data profiling: drop prompts with pass rate 0 or 1           -> pass_rate_filter
 
 Departures / choices where the paper is silent are documented on each function.
@@ -32,6 +34,7 @@ __all__ = [
     "continuation_budget",
     "cut_index",
     "length_bonus",
+    "length_penalty_az",
     "one_sided_replacement",
     "pass_rate_filter",
     "revised_rewards",
@@ -259,6 +262,54 @@ def length_bonus(
     z = torch.where(n_s[idx] > 1, z, torch.zeros_like(z))  # |S| = 1: no spread, no bonus
     bonus = lam * torch.clamp(-z, min=0.0) * s  # (B,) upward only, S only
     return (revised.to(torch.float64) + bonus).to(out_dtype)
+
+
+def length_penalty_az(
+    rewards: Tensor,
+    correct: Tensor,
+    lengths: Tensor,
+    group: Tensor,
+    alpha: float,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Arora & Zanette's length penalty ("Training Language Models to Reason Efficiently", arXiv 2502.04463),
+    the comparator of DR Fig. 3.
+
+    Per group (prompt), over its correct rollouts ``C = {i : correct_i}``::
+
+        z_i = (len_i - mean_C len) / (std_C len + eps);   r_i ← r_i · (1 - α · σ(z_i))    for i in C
+
+    Incorrect rollouts keep their reward (0 for a 0/1 verifier, as in the paper, whose reward is
+    ``1{correct} · (1 - α σ(z))``); every correct rollout is penalised, the shorter ones less, so with
+    α < 1 a correct answer always beats a wrong one. std is the population std over C (the paper's
+    ``VAR(x)``); |C| = 1 or equal lengths give z = 0, a constant α/2 penalty that the group baseline
+    removes. α in the paper: 0.05 - 0.4. Unlike :func:`length_bonus` this is a *penalty* on all correct
+    rollouts, computed from the verifier's correctness, not from the advantage sign.
+
+    Shapes: all ``(B,)`` (``correct`` bool); returns ``(B,)`` float.
+    """
+    B = rewards.shape[0]
+    if not (correct.shape == lengths.shape == group.shape == (B,)):
+        raise ValueError("rewards, correct, lengths, group must all be (B,)")
+    if not 0 <= alpha < 1:
+        raise ValueError(f"alpha must be in [0, 1), got {alpha}")
+    out_dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+    c = correct.bool()  # (B,)
+    if alpha == 0 or not bool(c.any()):
+        return rewards.to(out_dtype).clone()
+    _, idx = torch.unique(group, return_inverse=True)  # (B,)
+    G = int(idx.max()) + 1
+    L = lengths.to(torch.float64)  # (B,)
+    s = c.to(torch.float64)  # (B,)
+    zeros = torch.zeros(G, dtype=torch.float64, device=L.device)
+    n_c = zeros.clone().index_add_(0, idx, s)  # (G,) |C| per group
+    mean_c = zeros.clone().index_add_(0, idx, L * s) / n_c.clamp(min=1)  # (G,)
+    dev = (L - mean_c[idx]) * s  # (B,) 0 outside C
+    std_c = (zeros.clone().index_add_(0, idx, dev**2) / n_c.clamp(min=1)).sqrt()  # (G,) population std
+    sd = std_c[idx]  # (B,)
+    z = torch.where(sd > 0, dev / (sd + eps), torch.zeros_like(dev))  # (B,) no spread: z = 0, not 0/0
+    factor = torch.where(c, 1.0 - alpha * torch.sigmoid(z), torch.ones_like(z))  # (B,)
+    return (rewards.to(torch.float64) * factor).to(out_dtype)
 
 
 def pass_rate_filter(pass_rates: Tensor, low: float = 0.0, high: float = 1.0) -> Tensor:

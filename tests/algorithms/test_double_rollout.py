@@ -3,6 +3,7 @@ through the real CLI."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import mlflow
@@ -201,6 +202,29 @@ def test_off_and_n1_are_vanilla_grpo_without_a_second_stage():
         assert est.revised.tolist() == ORIGINAL and est.replaced.tolist() == [-1] * 5
         assert torch.equal(est.advantages, group_advantages(torch.tensor(ORIGINAL), torch.tensor(GROUPS)))
         assert est.rollouts is ro
+
+
+def test_grpo_with_the_arora_zanette_penalty_scales_correct_rewards_by_length():
+    # stage off: group 0 has correct r1 (5 tokens) only -> z 0, factor 1 - a/2; group 1: correct r4 (3 tokens)
+    # only -> same. Add a second correct row to group 0 to get a spread: lengths 5 and 7 -> z -1, +1.
+    comps = COMPLETIONS + [[A, A, A, A, D, Y, EOS]]
+    ro = batch_of(PROMPTS, comps, GROUPS + [0], ORIGINAL + [1.0])
+    est = run(ro, StubBackend({}), DoubleRolloutSettings(enabled=False, length_penalty=0.4))
+    sig = 1 / (1 + math.e)  # sigmoid(-1)
+    expected = [0.0, 1 - 0.4 * sig, 0.0, 0.0, 0.8, 1 - 0.4 * (1 - sig)]
+    assert est.rollouts.rewards.tolist() == pytest.approx(expected, rel=1e-5)
+    assert est.original.tolist() == ORIGINAL + [1.0]  # the verifier rewards are kept for the metrics
+    assert est.bonus.tolist() == pytest.approx([e - o for e, o in zip(expected, ORIGINAL + [1.0])], abs=1e-6)
+    assert torch.allclose(est.advantages, group_advantages(torch.tensor(expected), torch.tensor(GROUPS + [0])))
+    # the shorter correct rollout now has the larger advantage
+    assert est.advantages[1] > est.advantages[5] > 0
+
+
+def test_length_penalty_and_bonus_are_exclusive():
+    with pytest.raises(ValueError, match="length_bonus or length_penalty"):
+        DoubleRolloutSettings(length_bonus=1.0, length_penalty=0.1)
+    with pytest.raises(ValueError, match="length_penalty"):
+        DoubleRolloutSettings(length_penalty=1.0)
 
 
 def test_budget_capped_at_the_generation_limit():

@@ -10,6 +10,7 @@ from lit_rl.algorithms.double_rollout_math import (
     continuation_budget,
     cut_index,
     length_bonus,
+    length_penalty_az,
     one_sided_replacement,
     pass_rate_filter,
     revised_rewards,
@@ -221,3 +222,31 @@ def test_double_rollout_step_by_hand():
     # length bonus with |S| = 1 changes nothing; advantages recomputed equal the old ones
     out = length_bonus(r_hat, adv, torch.tensor([50, 40, 60]), group, lam=3.0)
     torch.testing.assert_close(group_advantages(out, group), adv)
+
+
+class TestLengthPenaltyAZ:
+    def test_hand_computed_group(self):
+        # correct lengths 10, 20, 30: mean 20, population std sqrt(200/3) = 8.165; z = -1.2247, 0, +1.2247
+        r = torch.tensor([1.0, 1.0, 1.0, 0.0])
+        c = torch.tensor([True, True, True, False])
+        out = length_penalty_az(r, c, torch.tensor([10, 20, 30, 5]), torch.zeros(4, dtype=torch.long), alpha=0.2, eps=0.0)
+        sig = 1 / (1 + math.exp(1.224744871))  # sigmoid(-1.2247) = 0.22704
+        expected = torch.tensor([1 - 0.2 * sig, 1 - 0.2 * 0.5, 1 - 0.2 * (1 - sig), 0.0])  # 0.95459, 0.9, 0.84541, 0
+        assert torch.allclose(out, expected, atol=1e-6)
+        assert out[0] > out[1] > out[2] > out[3]  # shorter correct > longer correct > wrong (the short wrong one gains nothing)
+
+    def test_groups_are_separate_and_single_correct_is_constant(self):
+        r = torch.tensor([1.0, 0.0, 1.0, 1.0])
+        c = r > 0
+        g = torch.tensor([0, 0, 1, 1])
+        out = length_penalty_az(r, c, torch.tensor([7, 3, 4, 40]), g, alpha=0.4, eps=0.0)
+        assert out[0] == pytest.approx(0.8)  # |C| = 1: z = 0, penalty alpha/2
+        assert out[1] == 0.0
+        assert out[2] == pytest.approx(1 - 0.4 * (1 / (1 + math.e)))  # z = -1 in group 1
+        assert out[3] == pytest.approx(1 - 0.4 * (1 / (1 + math.exp(-1))))
+
+    def test_off_and_bad_alpha(self):
+        r = torch.tensor([1.0, 0.0])
+        assert torch.equal(length_penalty_az(r, r > 0, torch.tensor([3, 9]), torch.zeros(2, dtype=torch.long), 0.0), r)
+        with pytest.raises(ValueError, match="alpha"):
+            length_penalty_az(r, r > 0, torch.tensor([3, 9]), torch.zeros(2, dtype=torch.long), 1.0)
