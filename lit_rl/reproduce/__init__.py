@@ -1,0 +1,65 @@
+"""``python -m lit_rl reproduce <study>``: run a study's jobs and write its report.
+
+Studies:
+
+* ``double-rollout``: DR vs GRPO vs GRPO-large on the chain-sum testbed with seeds, ρ / N sweeps, the
+  length bonus vs the Arora-Zanette penalty, the reliability table (:mod:`lit_rl.reproduce.double_rollout`).
+
+``--quick`` runs every job for a few steps (a smoke test of the whole pipeline, minutes on 2 cores; its
+numbers mean nothing). Re-running the same command skips the jobs that finished (``done.json``).
+The last line printed is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lit_rl reproduce", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python -m lit_rl reproduce double-rollout --workers 2\n"
+               "  python -m lit_rl reproduce double-rollout --quick --out /tmp/dr_quick",
+    )
+    parser.add_argument("study", choices=["double-rollout"])
+    parser.add_argument("--out", default=None, help="output folder (default runs/reproduce/<study>[_quick])")
+    parser.add_argument("--quick", action="store_true", help="a few steps per job: checks the pipeline, not the method")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds of the main comparison (default 0 1 2; quick: 0)")
+    parser.add_argument("--workers", type=int, default=2, help="jobs run at once (default 2)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per job (default: 2 // workers, at least 1)")
+    parser.add_argument("--report-only", action="store_true", help="only (re)write the report from finished jobs")
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
+
+    from lit_rl.reproduce import double_rollout, dr_report
+    from lit_rl.reproduce.runner import run_jobs, seconds_of
+
+    out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{'_quick' if args.quick else ''}")
+    seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
+    threads = args.threads or max(1, 2 // args.workers)
+    plan = double_rollout.plan(out, seeds, args.quick, args.workers, threads)
+    failed: list[str] = []
+    if not args.report_only:
+        # the first job alone: it builds the warm-start cache that every other job then loads
+        first, rest = plan.jobs[:1], plan.jobs[1:]
+        results = run_jobs(first, workers=1, threads=threads)
+        results += run_jobs(rest, workers=args.workers, threads=threads)
+        failed = [r.name for r in results if not r.ok]
+    times = {j.name: seconds_of(j.folder) for j in plan.jobs}
+    summary = dr_report.build(
+        out, seeds, {k: v for k, v in times.items() if v is not None}, quick=args.quick,
+        prompts_per_batch=2 if args.quick else 4,
+    )
+    print(f"[reproduce] report: {out / 'report.md'}")
+    if failed:
+        print(f"[reproduce] {len(failed)} job(s) failed: {', '.join(failed)} (logs under {out})", file=sys.stderr)
+    print(json.dumps({"study": args.study, "out": str(out), "failed": failed,
+                      "main": {m: v["final"]["mean"] for m, v in summary["main"].items()}}))
+    return 1 if failed else 0

@@ -1,0 +1,172 @@
+"""``python -m lit_rl reproduce double-rollout``: the double-rollout study on the chain-sum testbed.
+
+The plan (``--quick`` shrinks every run to a few steps so that a test runs it end to end):
+
+1. **Main comparison**: double rollout (ρ 0.9, N 4), vanilla GRPO (G 16) and GRPO with a large rollout
+   (G·N = 64) from the same warm start, at equal RL steps, one run per seed
+   (``conf/double_rollout_chainsum.yaml`` and its two overlays).
+2. **ρ and N trends** (DR Tables 2-3 in miniature) through Optuna grid sweeps on the same base: ρ in
+   {0.5, 0.75, 0.99} and N in {2, 8}; ρ 0.9 / N 4 is the main run of the first seed, N 1 is vanilla GRPO.
+3. **Length terms**: DR with the upward length bonus and GRPO with Arora & Zanette's penalty (DR Fig. 3).
+4. **Report** (``<out>/report.md``): held-out sampled accuracy curves with seed bands against RL steps and
+   against generated rollout tokens (equal compute), the reliability table of the DR runs (DR Fig. 1-2),
+   the ρ / N trends, and accuracy vs tokens (Pareto), from the run's own MLflow store.
+
+Every job is the documented ``python -m lit_rl fit`` / ``sweep`` command; finished jobs are skipped on a
+re-run (see :mod:`lit_rl.reproduce.runner`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from lit_rl.atomic import atomic_write_text
+from lit_rl.reproduce.runner import Job, callbacks_of
+
+__all__ = ["EXPERIMENT", "METRIC", "Plan", "plan"]
+
+EXPERIMENT = "lit_rl-reproduce-double-rollout"
+METRIC = "val/chainsum/sampled/pass@1"  # held-out accuracy of T-1 samples (mean over 4 per problem)
+GREEDY = "val/chainsum/greedy/accuracy"
+BASE = "conf/double_rollout_chainsum.yaml"
+METHODS = {
+    "dr": [BASE],
+    "grpo": [BASE, "conf/grpo_chainsum.yaml"],
+    "grpo_large": [BASE, "conf/grpo_large_chainsum.yaml"],
+}
+RHO_GRID = (0.5, 0.75, 0.99)  # plus the main run's 0.9
+N_GRID = (2, 8)  # plus GRPO (N 1) and the main run's 4
+LENGTH_RUNS = {  # name: (method, CLI overrides)
+    "dr_bonus": ("dr", ["--model.init_args.double_rollout.length_bonus=1.0"]),
+    "grpo_az": ("grpo", ["--model.init_args.double_rollout.length_penalty=0.2"]),
+}
+
+
+@dataclass
+class Plan:
+    jobs: list[Job]
+    out: Path
+    quick: bool
+    seeds: list[int]
+
+
+def _quick_cli(method: str) -> list[str]:
+    """A few steps of everything, sized for a test (about 20 s per fit on 2 cores)."""
+    G = 8 if method == "grpo_large" else 4
+    return [
+        "--trainer.max_steps=4", "--trainer.val_check_interval=1",
+        "--data.init_args.task.init_args.num_train=64", "--data.init_args.task.init_args.num_eval=16",
+        "--data.init_args.eval_size=16", "--data.init_args.prompts_per_batch=2",
+        f"--data.init_args.num_generations={G}", "--model.init_args.double_rollout.num_continuations=2",
+    ]
+
+
+def _quick_overrides() -> dict[str, Any]:
+    """The same, as a sweep overlay (nested keys)."""
+    return {
+        "trainer": {"max_steps": 4, "val_check_interval": 1},
+        "data": {"init_args": {
+            "task": {"init_args": {"num_train": 64, "num_eval": 16}}, "eval_size": 16, "prompts_per_batch": 2,
+            "num_generations": 4,
+        }},
+        "model": {"init_args": {"double_rollout": {"num_continuations": 2}}},
+    }
+
+
+def _edit_callbacks(configs: Sequence[str], folder: Path, cache_dir: str, quick: bool) -> list[dict[str, Any]]:
+    """The configs' callback list with this run's checkpoint folder and cache, smaller in quick mode."""
+    cbs = callbacks_of(configs)
+    for cb in cbs:
+        path, args = cb.get("class_path", ""), cb.setdefault("init_args", {})
+        if path.endswith("ModelCheckpoint"):
+            args["dirpath"] = str(folder / "checkpoints")
+        elif path.endswith("ScriptedSFTWarmup"):
+            args["cache_dir"] = cache_dir
+            if quick:
+                args["steps"] = 20
+        elif path.endswith("PassAtKEvaluation") and quick:
+            args.update(subset_size=8, batch_size=8, every_n_steps=1000, start_step=1000)
+            for c in args.get("configs", []):
+                c["num_samples"] = 2
+    return cbs
+
+
+def _fit_job(
+    name: str, method: str, seed: int, out: Path, threads: int, quick: bool, cache_dir: str,
+    extra: Sequence[str] = (), tags: dict[str, str] | None = None,
+) -> Job:
+    folder = out / "runs" / name
+    configs = METHODS[method]
+    overlay = folder / "overlay.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(overlay, yaml.safe_dump({"trainer": {"callbacks": _edit_callbacks(configs, folder, cache_dir, quick)}}, sort_keys=False))
+    tags = {"lit_rl.reproduce": "double-rollout", "lit_rl.job": name, "method": method, "seed": str(seed), **(tags or {})}
+    argv = ["fit"]
+    for c in configs:
+        argv += ["--config", c]
+    argv += ["--config", str(overlay)]
+    argv += [
+        f"--seed_everything={seed}", f"--threads={threads}",
+        f"--trainer.default_root_dir={folder}",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{(out / 'mlflow.db').resolve()}",
+        f"--trainer.logger.init_args.experiment_name={EXPERIMENT}",
+        f"--trainer.logger.init_args.run_name={name}",
+        f"--trainer.logger.init_args.tags={json.dumps(tags)}",
+    ]
+    if quick:
+        argv += _quick_cli(method)
+    argv += list(extra)
+    return Job(name, argv, folder, tags)
+
+
+def _sweep_jobs(
+    study: str, key: str, values: Sequence[Any], out: Path, workers: int, threads: int, quick: bool, cache_dir: str,
+) -> list[Job]:
+    folder = out / "sweeps" / study
+    folder.mkdir(parents=True, exist_ok=True)
+    overrides: dict[str, Any] = _quick_overrides() if quick else {}
+    overrides.setdefault("trainer", {})["callbacks"] = _edit_callbacks([BASE], folder, cache_dir, quick)
+    overrides.update(seed_everything=0, threads=threads)
+    cfg = {
+        "study_name": f"reproduce-{study}",
+        "base": [BASE],
+        "overrides": overrides,
+        "space": {key: {"type": "categorical", "choices": list(values)}},
+        "objective": {"metric": METRIC, "direction": "maximize", "reduce": "last"},
+        "sampler": {"name": "grid"},
+        "pruner": {"name": "none"},
+        "storage": f"sqlite:///{(out / 'optuna.db').resolve()}",
+        "tracking_uri": f"sqlite:///{(out / 'mlflow.db').resolve()}",
+        "experiment_name": EXPERIMENT,
+        "output_dir": str(folder),
+    }
+    path = folder / "sweep.yaml"
+    atomic_write_text(path, yaml.safe_dump(cfg, sort_keys=False))
+    n = len(values)
+    return [
+        Job(f"sweep-{study}-w{w}", ["sweep", "--config", str(path), "--n-trials", str(n)], folder / f"worker{w}",
+            {"lit_rl.reproduce": "double-rollout", "sweep": study})
+        for w in range(max(1, min(workers, n)))
+    ]
+
+
+def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int, cache_dir: str | None = None) -> Plan:
+    """Every job of the study, in the order they should start (the first one builds the warm-start cache)."""
+    out = Path(out)
+    cache = cache_dir or (str(out / "cache") if quick else "runs/cache")
+    jobs: list[Job] = []
+    for seed in seeds:
+        for method in METHODS:
+            jobs.append(_fit_job(f"{method}_s{seed}", method, seed, out, threads, quick, cache, tags={"group": "main"}))
+    rho = RHO_GRID[:1] if quick else RHO_GRID
+    n = N_GRID[:1] if quick else N_GRID
+    jobs += _sweep_jobs("rho", "model.init_args.double_rollout.rho", rho, out, workers, threads, quick, cache)
+    jobs += _sweep_jobs("n", "model.init_args.double_rollout.num_continuations", n, out, workers, threads, quick, cache)
+    for name, (method, extra) in LENGTH_RUNS.items():
+        jobs.append(_fit_job(f"{name}_s{seeds[0]}", method, seeds[0], out, threads, quick, cache, extra, {"group": "length"}))
+    return Plan(jobs, out, quick, list(seeds))

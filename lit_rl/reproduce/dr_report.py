@@ -1,0 +1,261 @@
+"""The report of ``python -m lit_rl reproduce double-rollout``: figures and tables from its MLflow store.
+
+* ``curves.png``: held-out sampled accuracy (mean and min-max band over seeds) of DR, GRPO and GRPO-large
+  against RL steps and against generated rollout tokens (first + second stage: equal compute);
+* ``trends.png``: final accuracy against ρ and against N (DR Tables 2-3 in miniature);
+* ``pareto.png``: final accuracy against mean completion tokens at evaluation (DR Fig. 3);
+* ``report.md`` with the tables, the reliability table of the DR runs (DR Fig. 1-2) and run times;
+  ``summary.json`` with the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Sequence
+
+from lit_rl.atomic import atomic_savefig, atomic_write_text
+from lit_rl.report import RunData, _plt, load_runs, pareto_front
+
+__all__ = ["build", "cumulative_tokens", "latest_finished"]
+
+LABELS = {"dr": "double rollout", "grpo": "GRPO", "grpo_large": "GRPO-large"}
+
+
+def latest_finished(runs: Sequence[RunData], key: str) -> dict[str, RunData]:
+    """One run per value of tag ``key``: the last FINISHED one (an interrupted attempt is ignored)."""
+    out: dict[str, RunData] = {}
+    for r in runs:  # oldest first
+        if key in r.tags and r.status == "FINISHED":
+            out[r.tags[key]] = r
+    return out
+
+
+def cumulative_tokens(run: RunData, prompts_per_batch: int) -> list[tuple[int, float]]:
+    """``(rollout batch, generated tokens so far)`` from the per-problem stage-1 and stage-2 token costs."""
+    s1 = dict(run.series("train/cost/tokens_stage1"))
+    s2 = dict(run.series("train/cost/tokens_stage2"))
+    total, out = 0.0, []
+    for step in sorted(s1):
+        total += (s1[step] + s2.get(step, 0.0)) * prompts_per_batch
+        out.append((step, total))
+    return out
+
+
+def _at(series: list[tuple[int, float]], step: float) -> float | None:
+    """The last value at or before ``step``."""
+    best = None
+    for s, v in series:
+        if s <= step:
+            best = v
+    return best
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
+    return {"mean": statistics.fmean(vals), "std": statistics.pstdev(vals) if len(vals) > 1 else 0.0,
+            "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def _f(v: float | None, d: int = 3) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
+
+
+def _method_curves(runs: dict[str, RunData], metric: str, methods: Sequence[str], seeds: Sequence[int]):
+    """``{method: [(step, [value per seed])]}`` on the steps every seed logged."""
+    out = {}
+    for m in methods:
+        per_seed = [dict(runs[f"{m}_s{s}"].series(metric)) for s in seeds if f"{m}_s{s}" in runs]
+        if not per_seed:
+            continue
+        steps = sorted(set.intersection(*(set(p) for p in per_seed)))
+        out[m] = [(st, [p[st] for p in per_seed]) for st in steps]
+    return out
+
+
+def _plot_curves(runs, metric, methods, seeds, updates_per_batch, ppb, path: Path) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    curves = _method_curves(runs, metric, methods, seeds)
+    for i, (m, pts) in enumerate(curves.items()):
+        xs = [s for s, _ in pts]
+        mean = [statistics.fmean(v) for _, v in pts]
+        axes[0].plot(xs, mean, marker="o", ms=3, color=f"C{i}", label=f"{LABELS.get(m, m)} ({len(pts[0][1])} seeds)")
+        axes[0].fill_between(xs, [min(v) for _, v in pts], [max(v) for _, v in pts], color=f"C{i}", alpha=0.2)
+        # equal compute: x = generated rollout tokens up to that optimizer step (mean over seeds)
+        tok = [cumulative_tokens(runs[f"{m}_s{s}"], ppb) for s in seeds if f"{m}_s{s}" in runs]
+        tx = []
+        for s, _ in pts:
+            batch = s / max(updates_per_batch, 1) - 1  # the last rollout batch trained before step s
+            vals = [(_at(t, batch) or 0.0) for t in tok]
+            tx.append(statistics.fmean(vals) / 1e3)
+        axes[1].plot(tx, mean, marker="o", ms=3, color=f"C{i}", label=LABELS.get(m, m))
+        axes[1].fill_between(tx, [min(v) for _, v in pts], [max(v) for _, v in pts], color=f"C{i}", alpha=0.2)
+    axes[0].set_xlabel("RL step (optimizer updates)")
+    axes[1].set_xlabel("generated rollout tokens (thousands; stage 1 + stage 2)")
+    for ax in axes:
+        ax.set_ylabel("held-out accuracy (T 1 samples)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_title("equal RL steps (mean, band = min-max over seeds)", fontsize=9)
+    axes[1].set_title("equal rollout compute", fontsize=9)
+    fig.tight_layout()
+    atomic_savefig(fig, path, dpi=110)
+    plt.close(fig)
+
+
+def _reliability(runs: dict[str, RunData], seeds: Sequence[int]) -> tuple[str, list[dict[str, Any]]]:
+    """The DR runs' reliability tables (``reliability.json`` in their run folders), pooled over seeds."""
+    pooled: dict[tuple[str, str, str], list[float]] = {}
+    for s in seeds:
+        run = runs.get(f"dr_s{s}")
+        folder = Path(run.tags.get("lit_rl.folder", "")) if run else None
+        files = sorted(folder.rglob("reliability.json")) if folder and folder.is_dir() else []
+        if not files:
+            continue
+        for row in json.loads(files[-1].read_text())["table"]:
+            if row["cont_acc"] is None:
+                continue
+            acc = pooled.setdefault((row["by"], row["bin"], row["rollout"]), [0.0, 0])
+            acc[0] += row["cont_acc"] * row["n"]
+            acc[1] += row["n"]
+    rows, keys = [], []
+    for by, b, _ in pooled:
+        if (by, b) not in keys:
+            keys.append((by, b))
+    md = ["| by | bin | cont. acc. after correct (n) | cont. acc. after incorrect (n) |", "|---|---|---|---|"]
+    for by, b in keys:
+        cells = []
+        for kind in ("correct", "incorrect"):
+            tot = pooled.get((by, b, kind))
+            acc = tot[0] / tot[1] if tot and tot[1] else None
+            cells.append(f"{_f(acc)} ({int(tot[1]) if tot else 0})")
+            rows.append({"by": by, "bin": b, "rollout": kind, "cont_acc": acc, "n": int(tot[1]) if tot else 0})
+        md.append(f"| {by} | {b} | {cells[0]} | {cells[1]} |")
+    return "\n".join(md), rows
+
+
+def _trend_points(runs_by_job, trials, metric, key, main_value, main_job, extra=()):
+    """``[(value, final metric)]`` from sweep trials (param ``key``) plus the main run(s)."""
+    pts = []
+    for t in trials:
+        v, ser = t.params.get(key), t.series(metric)
+        if v is not None and ser and t.tags.get("optuna.trial_state", "COMPLETE") == "COMPLETE":
+            pts.append((float(v), ser[-1][1], t.name))
+    for value, job in [(main_value, main_job), *extra]:
+        r = runs_by_job.get(job)
+        if r and r.series(metric):
+            pts.append((float(value), r.series(metric)[-1][1], job))
+    return sorted(pts)
+
+
+def build(
+    out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False, updates_per_batch: int = 2,
+    prompts_per_batch: int = 4,
+) -> dict[str, Any]:
+    """Write the report into ``out`` from ``out/mlflow.db``; returns the summary (also ``summary.json``)."""
+    from lit_rl.reproduce.double_rollout import EXPERIMENT, GREEDY, METHODS, METRIC
+
+    uri = f"sqlite:///{(out / 'mlflow.db').resolve()}"
+    all_runs = load_runs(uri, experiments=[EXPERIMENT])
+    jobs = latest_finished([r for r in all_runs if r.tags.get("lit_rl.reproduce") == "double-rollout"], "lit_rl.job")
+    for name, r in jobs.items():
+        r.tags["lit_rl.folder"] = str(out / "runs" / name)
+    trials = {st: [r for r in all_runs if r.tags.get("lit_rl.sweep") == f"reproduce-{st}" and r.status == "FINISHED"] for st in ("rho", "n")}
+    methods = list(METHODS)
+    summary: dict[str, Any] = {"metric": METRIC, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [], "times_s": times}
+    md = [f"# Double rollout on the chain-sum testbed{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", ""]
+    md += [f"Held-out accuracy = `{METRIC}`: mean correctness of 4 samples at T 1 on 128 held-out problems; "
+           f"greedy = `{GREEDY}` on 256. Seeds: {', '.join(map(str, seeds))}.", ""]
+
+    # 1. main comparison
+    md += ["## DR vs GRPO vs GRPO-large (equal RL steps)", "",
+           "| method | start | final (mean ± std) | min-max | best (mean) | greedy final | rollout tokens | wall time / run |",
+           "|---|---|---|---|---|---|---|---|"]
+    for m in methods:
+        rs = [jobs[f"{m}_s{s}"] for s in seeds if f"{m}_s{s}" in jobs]
+        if not rs:
+            continue
+        start = _stats([r.series(METRIC)[0][1] for r in rs if r.series(METRIC)])
+        final = _stats([r.series(METRIC)[-1][1] for r in rs if r.series(METRIC)])
+        best = _stats([max(v for _, v in r.series(METRIC)) for r in rs if r.series(METRIC)])
+        greedy = _stats([r.series(GREEDY)[-1][1] for r in rs if r.series(GREEDY)])
+        tokens = _stats([cumulative_tokens(r, prompts_per_batch)[-1][1] for r in rs if cumulative_tokens(r, prompts_per_batch)])
+        secs = _stats([times.get(f"{m}_s{s}") for s in seeds])
+        summary["main"][m] = {"start": start, "final": final, "best": best, "greedy_final": greedy, "tokens": tokens, "seconds": secs}
+        md.append(f"| {LABELS[m]} | {_f(start['mean'])} | {_f(final['mean'])} ± {_f(final['std'])} | {_f(final['min'])}-{_f(final['max'])} "
+                  f"| {_f(best['mean'])} | {_f(greedy['mean'])} | {_f(tokens['mean'] / 1e3, 1)}k | {_f(secs['mean'], 0)} s |")
+    if any(f"{m}_s{s}" in jobs for m in methods for s in seeds):
+        _plot_curves(jobs, METRIC, methods, seeds, updates_per_batch, prompts_per_batch, out / "curves.png")
+        md += ["", "![curves](curves.png)", ""]
+
+    # 2. reliability
+    table, rel_rows = _reliability(jobs, seeds)
+    summary["reliability"] = rel_rows
+    md += ["## Reliability of the continuations (DR Fig. 1-2), pooled over the DR runs", "",
+           "Continuation accuracy from the first ρ of correct vs incorrect rollouts, by original length and by "
+           "the prompt's pass rate in its group.", "", table, ""]
+
+    # 3. trends
+    md += ["## ρ and N (DR Tables 2-3 in miniature; one seed, final held-out accuracy)", ""]
+    s0 = seeds[0]
+    rho = _trend_points(jobs, trials["rho"], METRIC, "model.init_args.double_rollout.rho", 0.9, f"dr_s{s0}")
+    n = _trend_points(jobs, trials["n"], METRIC, "model.init_args.double_rollout.num_continuations", 4, f"dr_s{s0}",
+                      extra=[(1, f"grpo_s{s0}")])
+    summary["trends"] = {"rho": [(v, y) for v, y, _ in rho], "n": [(v, y) for v, y, _ in n]}
+    md += ["| ρ | " + " | ".join(f"{v:g}" for v, _, _ in rho) + " |", "|---|" + "---|" * len(rho),
+           "| accuracy | " + " | ".join(_f(y) for _, y, _ in rho) + " |", "",
+           "| N | " + " | ".join(f"{v:g}" for v, _, _ in n) + " |", "|---|" + "---|" * len(n),
+           "| accuracy | " + " | ".join(_f(y) for _, y, _ in n) + " |", "", "N 1 is vanilla GRPO (no second stage).", ""]
+    if rho or n:
+        plt = _plt()
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        for ax, pts, name in ((axes[0], rho, "ρ (share of the trace kept)"), (axes[1], n, "N (continuations)")):
+            ax.plot([v for v, _, _ in pts], [y for _, y, _ in pts], marker="o")
+            ax.set_xlabel(name)
+            ax.set_ylabel("final held-out accuracy")
+            ax.grid(alpha=0.3)
+        axes[1].set_xscale("log", base=2)
+        fig.tight_layout()
+        atomic_savefig(fig, out / "trends.png", dpi=110)
+        plt.close(fig)
+        md += ["![trends](trends.png)", ""]
+
+    # 4. accuracy vs tokens
+    length_key = METRIC.rsplit("/", 1)[0] + "/length_mean"
+    pts = []
+    for name, r in jobs.items():
+        if r.tags.get("group") == "length" or name.endswith(f"_s{s0}"):
+            acc, ln = r.series(METRIC), r.series(length_key)
+            if acc and ln:
+                pts.append((name, ln[-1][1], acc[-1][1]))
+    if pts:
+        front = set(pareto_front([(a, b) for _, a, b in pts]))
+        summary["pareto"] = [{"run": nm, "tokens": a, "accuracy": b, "front": i in front} for i, (nm, a, b) in enumerate(pts)]
+        plt = _plt()
+        fig, ax = plt.subplots(figsize=(6, 4.2))
+        for i, (nm, a, b) in enumerate(pts):
+            ax.scatter([a], [b], s=40, color=f"C{i % 10}", edgecolor="black" if i in front else "none", zorder=3)
+            ax.annotate(nm, (a, b), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        fx = sorted(front, key=lambda i: pts[i][1])
+        ax.plot([pts[i][1] for i in fx], [pts[i][2] for i in fx], "k--", lw=1, label="Pareto front")
+        ax.set_xlabel("mean completion tokens at evaluation (final)")
+        ax.set_ylabel("final held-out accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        atomic_savefig(fig, out / "pareto.png", dpi=110)
+        plt.close(fig)
+        md += ["## Accuracy vs tokens (DR Fig. 3): length bonus vs Arora-Zanette penalty", "",
+               "| run | eval tokens | accuracy | on the front |", "|---|---|---|---|"]
+        md += [f"| {nm} | {_f(a, 1)} | {_f(b)} | {'yes' if i in front else ''} |" for i, (nm, a, b) in enumerate(pts)]
+        md += ["", "![pareto](pareto.png)", ""]
+    total = sum(v for v in times.values() if v)
+    md += [f"Total job time: {total / 60:.1f} min (sum over jobs; several run at once)."]
+    atomic_write_text(out / "report.md", "\n".join(md) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str) + "\n")
+    return summary

@@ -1,0 +1,124 @@
+"""Run a list of ``python -m lit_rl fit`` jobs and sweep workers as subprocesses, resumably.
+
+Each job is the documented command line (``python -m lit_rl fit --config ...``) with its own run folder,
+log file and MLflow tags; a job that finished writes ``done.json`` into its folder (atomically), so a
+re-run of the same plan skips it and an interrupted plan loses at most the jobs in flight. Jobs run
+``workers`` at a time; a failed job is reported with its log file and the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from lit_rl.atomic import atomic_write_text
+
+__all__ = ["Job", "JobResult", "callbacks_of", "run_jobs"]
+
+
+@dataclass
+class Job:
+    """One subprocess: ``argv`` after ``python -m lit_rl``; ``folder`` holds its log and ``done.json``."""
+
+    name: str
+    argv: list[str]
+    folder: Path
+    tags: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def done_file(self) -> Path:
+        return self.folder / "done.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / "log.txt"
+
+
+@dataclass
+class JobResult:
+    name: str
+    ok: bool
+    seconds: float
+    skipped: bool = False
+    log: str = ""
+
+
+def callbacks_of(config_files: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """The ``trainer.callbacks`` list the LightningCLI would build from these files (the last file that
+    sets the list wins, as in jsonargparse), as plain dicts to edit and write into an overlay."""
+    found: list[dict[str, Any]] | None = None
+    for path in config_files:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        cbs = (data.get("trainer") or {}).get("callbacks")
+        if cbs is not None:
+            found = cbs
+    return json.loads(json.dumps(found or []))  # a deep copy
+
+
+def _start(job: Job, threads: int) -> subprocess.Popen:
+    job.folder.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.update(job.env)
+    log = open(job.log_file, "w")
+    cmd = [sys.executable, "-m", "lit_rl", *job.argv]
+    log.write("$ " + " ".join(cmd) + "\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=os.getcwd())
+    proc._lit_rl_log = log  # type: ignore[attr-defined]
+    proc._lit_rl_t0 = time.perf_counter()  # type: ignore[attr-defined]
+    return proc
+
+
+def run_jobs(
+    jobs: Sequence[Job], workers: int = 1, threads: int = 2, echo: Callable[[str], None] = print,
+) -> list[JobResult]:
+    """Run ``jobs`` (skipping those with a ``done.json``), at most ``workers`` at once; results in order."""
+    results: dict[str, JobResult] = {}
+    pending = []
+    for job in jobs:
+        if job.done_file.exists():
+            results[job.name] = JobResult(job.name, True, 0.0, skipped=True, log=str(job.log_file))
+            echo(f"[reproduce] {job.name}: done before, skipped")
+        else:
+            pending.append(job)
+    running: list[tuple[Job, subprocess.Popen]] = []
+    total, finished = len(pending), 0
+    while pending or running:
+        while pending and len(running) < max(1, workers):
+            job = pending.pop(0)
+            echo(f"[reproduce] start {job.name} ({finished + len(running) + 1}/{total}); log {job.log_file}")
+            running.append((job, _start(job, threads)))
+        time.sleep(0.5)
+        for job, proc in list(running):
+            rc = proc.poll()
+            if rc is None:
+                continue
+            running.remove((job, proc))
+            proc._lit_rl_log.close()  # type: ignore[attr-defined]
+            secs = time.perf_counter() - proc._lit_rl_t0  # type: ignore[attr-defined]
+            finished += 1
+            ok = rc == 0
+            if ok:
+                atomic_write_text(job.done_file, json.dumps({"name": job.name, "seconds": secs, "tags": job.tags}))
+            echo(f"[reproduce] {'finished' if ok else f'FAILED (exit {rc})'} {job.name} in {secs:.0f} s"
+                 + ("" if ok else f": see {job.log_file}"))
+            results[job.name] = JobResult(job.name, ok, secs, log=str(job.log_file))
+    return [results[j.name] for j in jobs]
+
+
+def seconds_of(folder: Path) -> float | None:
+    """Wall time a finished job recorded in its ``done.json``."""
+    try:
+        return float(json.loads((folder / "done.json").read_text())["seconds"])
+    except (OSError, ValueError, KeyError):
+        return None
