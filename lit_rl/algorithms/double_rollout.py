@@ -56,6 +56,10 @@ Paper details this implementation had to decide (the paper is silent or ambiguou
   count. S = {A_i > 0} is taken from the advantages of the revised reward (before the bonus); z uses the
   population std over S (|S| = 1 or equal lengths: no bonus); the bonus is added to r̂ and all the
   group's advantages are recomputed.
+* **Length penalty (the Fig. 3 comparator).** ``double_rollout.length_penalty`` = α of Arora & Zanette
+  (arXiv 2502.04463): correct rollouts' rewards times ``1 - α·σ(z)``, z the length z-score among the
+  group's correct rollouts (population std), incorrect ones unchanged. On GRPO (stage off) it uses the
+  verifier rewards; with the stage on, the final rows' correctness and lengths. Exclusive with the bonus.
 * **Tokens per problem** (``train/tokens_per_problem``): the mean number of completion tokens of one
   first-stage rollout (EOS included) — what the policy spends to answer a problem once, the x-axis of the
   paper's accuracy-efficiency frontier (measured there on AIME; ``val/.../length_mean`` is the same count

@@ -47,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = double_rollout.plan(out, seeds, args.quick, args.workers, threads)
     failed: list[str] = []
     if not args.report_only:
+        double_rollout.init_stores(out)
         # the first job alone: it builds the warm-start cache that every other job then loads
-        first, rest = plan.jobs[:1], plan.jobs[1:]
+        first, rest = (plan.jobs[:1], plan.jobs[1:]) if plan.first_alone else ([], plan.jobs)
         results = run_jobs(first, workers=1, threads=threads)
         results += run_jobs(rest, workers=args.workers, threads=threads)
         failed = [r.name for r in results if not r.ok]

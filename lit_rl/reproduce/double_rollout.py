@@ -28,7 +28,7 @@ import yaml
 from lit_rl.atomic import atomic_write_text
 from lit_rl.reproduce.runner import Job, callbacks_of
 
-__all__ = ["EXPERIMENT", "METRIC", "Plan", "plan"]
+__all__ = ["EXPERIMENT", "METRIC", "Plan", "init_stores", "plan"]
 
 EXPERIMENT = "lit_rl-reproduce-double-rollout"
 METRIC = "val/chainsum/sampled/pass@1"  # held-out accuracy of T-1 samples (mean over 4 per problem)
@@ -53,6 +53,9 @@ class Plan:
     out: Path
     quick: bool
     seeds: list[int]
+    #: no warm start is cached yet: run the first job alone, so that the others load its cache instead of
+    #: each repeating the SFT (a guess from the cache folder: a stale entry only costs parallelism)
+    first_alone: bool = True
 
 
 def _quick_cli(method: str) -> list[str]:
@@ -155,6 +158,20 @@ def _sweep_jobs(
     ]
 
 
+def init_stores(out: Path) -> None:
+    """Create the MLflow store, its experiment and the Optuna storage once, before jobs start in parallel:
+    two processes creating one SQLite schema at once fail (measured: MLflow's migration raised "No such
+    index" in the second job)."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    out.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri=f"sqlite:///{(out / 'mlflow.db').resolve()}")
+    if client.get_experiment_by_name(EXPERIMENT) is None:
+        client.create_experiment(EXPERIMENT)
+    optuna.storages.RDBStorage(f"sqlite:///{(out / 'optuna.db').resolve()}")
+
+
 def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int, cache_dir: str | None = None) -> Plan:
     """Every job of the study, in the order they should start (the first one builds the warm-start cache)."""
     out = Path(out)
@@ -169,4 +186,5 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
     jobs += _sweep_jobs("n", "model.init_args.double_rollout.num_continuations", n, out, workers, threads, quick, cache)
     for name, (method, extra) in LENGTH_RUNS.items():
         jobs.append(_fit_job(f"{name}_s{seeds[0]}", method, seeds[0], out, threads, quick, cache, extra, {"group": "length"}))
-    return Plan(jobs, out, quick, list(seeds))
+    first_alone = not any(Path(cache).glob("ar_sft_chainsum_*.pt"))
+    return Plan(jobs, out, quick, list(seeds), first_alone)

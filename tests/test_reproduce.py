@@ -1,0 +1,107 @@
+"""``python -m lit_rl reproduce``: the job runner (skip finished jobs, report failures), the study's plan, the
+report's arithmetic, and the whole double-rollout study in quick mode through the real command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_rl.report import RunData
+from lit_rl.reproduce import double_rollout
+from lit_rl.reproduce.dr_report import cumulative_tokens, latest_finished
+from lit_rl.reproduce.runner import Job, callbacks_of, run_jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_runner_skips_finished_jobs_and_reports_a_failure_with_its_log(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    ok = Job("ok", ["score", "--help"], tmp_path / "ok")
+    bad = Job("bad", ["fit", "--config", str(tmp_path / "missing.yaml")], tmp_path / "bad")
+    lines: list[str] = []
+    results = run_jobs([ok, bad], workers=2, echo=lines.append)
+    assert [r.ok for r in results] == [True, False]
+    assert ok.done_file.exists() and not bad.done_file.exists()  # nothing marks a failed job done
+    assert "missing.yaml" in bad.log_file.read_text()
+    assert any("FAILED" in line and str(bad.log_file) in line for line in lines)
+    again = run_jobs([ok, bad], workers=1, echo=lines.append)
+    assert again[0].skipped and not again[1].skipped  # a re-run redoes only the failed job
+
+
+def test_callbacks_of_takes_the_last_list_like_the_cli():
+    cbs = callbacks_of([ROOT / "conf/double_rollout_chainsum.yaml", ROOT / "conf/grpo_chainsum.yaml"])
+    names = [c["class_path"] for c in cbs]
+    assert "callbacks.dr_reliability.ContinuationReliability" not in names  # the GRPO overlay's own list
+    assert names[-1] == "callbacks.ar_warmup.ScriptedSFTWarmup"
+
+
+def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
+    plan = double_rollout.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1, cache_dir=str(tmp_path / "c"))
+    names = [j.name for j in plan.jobs]
+    assert names[:6] == ["dr_s0", "grpo_s0", "grpo_large_s0", "dr_s1", "grpo_s1", "grpo_large_s1"]
+    assert {"sweep-rho-w0", "sweep-rho-w1", "sweep-n-w0", "sweep-n-w1", "dr_bonus_s0", "grpo_az_s0"} <= set(names)
+    assert plan.first_alone  # no cached warm start in the cache folder yet
+    fits = [j for j in plan.jobs if j.argv[0] == "fit"]
+    assert len({j.folder for j in fits}) == len(fits)
+    for job in fits:
+        overlay = yaml.safe_load((job.folder / "overlay.yaml").read_text())
+        ckpt = [c for c in overlay["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")]
+        assert ckpt[0]["init_args"]["dirpath"] == str(job.folder / "checkpoints")
+        assert f"--trainer.logger.init_args.tracking_uri=sqlite:///{(tmp_path / 'mlflow.db').resolve()}" in job.argv
+    grpo_az = next(j for j in fits if j.name == "grpo_az_s0")
+    assert "conf/grpo_chainsum.yaml" in grpo_az.argv and "--model.init_args.double_rollout.length_penalty=0.2" in grpo_az.argv
+    sweep = yaml.safe_load((tmp_path / "sweeps/rho/sweep.yaml").read_text())
+    assert sweep["space"]["model.init_args.double_rollout.rho"]["choices"] == [0.5, 0.75, 0.99]
+    assert sweep["objective"]["metric"] == double_rollout.METRIC
+
+
+def _run(name, status, tags, history):
+    return RunData(run_id=name, name=name, label=name, status=status, tags=tags, params={}, final={}, history=history)
+
+
+def test_report_keeps_the_last_finished_attempt_and_sums_both_stages():
+    runs = [
+        _run("a", "FINISHED", {"lit_rl.job": "dr_s0"}, {}),
+        _run("b", "FINISHED", {"lit_rl.job": "dr_s0"}, {}),
+        _run("c", "FAILED", {"lit_rl.job": "dr_s0"}, {}),  # a later crashed attempt does not replace b
+    ]
+    assert latest_finished(runs, "lit_rl.job")["dr_s0"].run_id == "b"
+    # per-problem tokens per rollout batch x 4 prompts: (10 + 30) * 4, then + (20 + 0) * 4
+    r = _run("x", "FINISHED", {}, {"train/cost/tokens_stage1": [(0, 10.0), (1, 20.0)], "train/cost/tokens_stage2": [(0, 30.0)]})
+    assert cumulative_tokens(r, prompts_per_batch=4) == [(0, 160.0), (1, 240.0)]
+
+
+@pytest.mark.slow
+def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
+    """Every job of the plan (3 methods, 2 sweeps, 2 length runs) for a few steps, then the report."""
+    out = tmp_path / "dr"
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    proc = subprocess.run(
+        [sys.executable, "-m", "lit_rl", "reproduce", "double-rollout", "--quick", "--out", str(out), "--workers", "2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["failed"] == [] and set(summary["main"]) == {"dr", "grpo", "grpo_large"}
+    report = (out / "report.md").read_text()
+    for section in ("DR vs GRPO vs GRPO-large", "Reliability of the continuations", "ρ and N", "Accuracy vs tokens"):
+        assert section in report
+    for fig in ("curves.png", "trends.png", "pareto.png"):
+        assert (out / fig).stat().st_size > 1000
+    data = json.loads((out / "summary.json").read_text())
+    assert [v for v, _ in data["trends"]["rho"]] == [0.5, 0.9]  # the sweep's trial + the main DR run
+    assert [v for v, _ in data["trends"]["n"]] == [1, 2, 4]  # GRPO, the sweep's trial, the main DR run
+    assert {p["run"] for p in data["pareto"]} >= {"dr_bonus_s0", "grpo_az_s0"}
+    assert any(r["by"] == "all" and r["n"] > 0 for r in data["reliability"])
+    # a second call finds every job done and only rewrites the report
+    again = subprocess.run(
+        [sys.executable, "-m", "lit_rl", "reproduce", "double-rollout", "--quick", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert again.returncode == 0 and again.stdout.count("skipped") == 7
