@@ -77,7 +77,9 @@ class ScriptedSFTWarmup(L.Callback):
             return None
         text = (
             f"{_weights_digest(policy)}|{dm.task.name}|{dm.max_prompt_len}|{self.steps}|{self.lr}|{self.batch_size}|"
-            f"{self.error_rate}|{self.max_completion_len}|{self.seed}|{len(self._examples(dm))}"
+            f"{self.error_rate}|{self.max_completion_len}|{self.seed}|{len(self._examples(dm))}|"
+            # the problems themselves: a task whose training set changes must not reuse a stale warm start
+            f"{hashlib.sha256(chr(10).join(e.question for e in self._examples(dm)).encode()).hexdigest()[:16]}"
         )
         text += f"|{self.trace}" if self.trace is not None else ""
         key = hashlib.sha256(text.encode()).hexdigest()[:16]

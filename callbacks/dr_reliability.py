@@ -62,6 +62,8 @@ class ContinuationReliability(L.Callback):
         paths = [
             atomic_write_text(folder / "reliability.json", json.dumps({"rows": len(rows["correct"]), "table": table}, indent=1) + "\n"),
             atomic_write_text(folder / "reliability.md", table_markdown(table)),
+            # the raw rows, so that several runs can be pooled into one table with common bins
+            atomic_write_text(folder / "reliability_rows.json", json.dumps({k: v.tolist() for k, v in rows.items()}) + "\n"),
         ]
         overall = {r["rollout"]: r["cont_acc"] for r in table if r["by"] == "all"}
         metrics = {f"reliability/cont_acc_after_{k}": v for k, v in overall.items() if v is not None}

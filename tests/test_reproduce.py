@@ -32,6 +32,13 @@ def test_runner_skips_finished_jobs_and_reports_a_failure_with_its_log(tmp_path,
     assert any("FAILED" in line and str(bad.log_file) in line for line in lines)
     again = run_jobs([ok, bad], workers=1, echo=lines.append)
     assert again[0].skipped and not again[1].skipped  # a re-run redoes only the failed job
+    # another command line in the same folder is not "done"; --threads is speed, not results
+    assert Job("ok", ["score", "--help", "--threads=7"], tmp_path / "ok").is_done()
+    assert not Job("ok", ["rollouts", "--help"], tmp_path / "ok").is_done()
+    # exit 0 but the job's own check finds it incomplete (a sweep whose trials failed): not done
+    partial = Job("partial", ["score", "--help"], tmp_path / "partial", check=lambda: "trials [1] failed")
+    assert not run_jobs([partial], echo=lines.append)[0].ok and not partial.done_file.exists()
+    assert "FAILED (trials [1] failed)" in lines[-1]
 
 
 def test_callbacks_of_takes_the_last_list_like_the_cli():
@@ -54,6 +61,9 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
         ckpt = [c for c in overlay["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")]
         assert ckpt[0]["init_args"]["dirpath"] == str(job.folder / "checkpoints")
         assert f"--trainer.logger.init_args.tracking_uri=sqlite:///{(tmp_path / 'mlflow.db').resolve()}" in job.argv
+    seeds = {j.name: [a for a in j.argv if a.startswith(("--seed_everything", "--data.init_args.seed", "--model.init_args.seed"))] for j in fits}
+    assert seeds["dr_s0"] == ["--seed_everything=0", "--data.init_args.seed=42", "--model.init_args.seed=0"]  # as shipped
+    assert seeds["dr_s1"] == ["--seed_everything=1", "--data.init_args.seed=43", "--model.init_args.seed=1"]
     grpo_az = next(j for j in fits if j.name == "grpo_az_s0")
     assert "conf/grpo_chainsum.yaml" in grpo_az.argv and "--model.init_args.double_rollout.length_penalty=0.2" in grpo_az.argv
     sweep = yaml.safe_load((tmp_path / "sweeps/rho/sweep.yaml").read_text())

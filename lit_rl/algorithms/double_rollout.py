@@ -58,8 +58,8 @@ Paper details this implementation had to decide (the paper is silent or ambiguou
   group's advantages are recomputed.
 * **Length penalty (the Fig. 3 comparator).** ``double_rollout.length_penalty`` = α of Arora & Zanette
   (arXiv 2502.04463): correct rollouts' rewards times ``1 - α·σ(z)``, z the length z-score among the
-  group's correct rollouts (population std), incorrect ones unchanged. On GRPO (stage off) it uses the
-  verifier rewards; with the stage on, the final rows' correctness and lengths. Exclusive with the bonus.
+  group's correct rollouts (population std), incorrect ones unchanged, on the verifier rewards; GRPO only
+  (refused with the second stage on, where DR's own term is the bonus).
 * **Tokens per problem** (``train/tokens_per_problem``): the mean number of completion tokens of one
   first-stage rollout (EOS included) — what the policy spends to answer a problem once, the x-axis of the
   paper's accuracy-efficiency frontier (measured there on AIME; ``val/.../length_mean`` is the same count
@@ -140,10 +140,9 @@ class DoubleRolloutSettings:
             to 3).
         length_bonus_unbiased_std: divide the length variance over S by |S|-1 instead of |S|.
         length_penalty: α of Arora & Zanette's penalty (``double_rollout_math.length_penalty_az``; 0: off;
-            paper 0.05-0.4), the comparator of DR Fig. 3: each correct rollout's reward times
-            ``1 - α·σ(z)``, z its length's z-score among the group's correct rollouts. With the second stage
-            off it acts on the verifier rewards (GRPO + length penalty); with it on, on the final rewards
-            of the rows whose final completion is correct. Use it instead of ``length_bonus``, not with it.
+            paper 0.05-0.4), the comparator of DR Fig. 3: each correct rollout's verifier reward times
+            ``1 - α·σ(z)``, z its length's z-score among the group's correct rollouts. GRPO only (second
+            stage off): DR's own length term is ``length_bonus``.
         correct_threshold: reward at or above which an answer counts as correct; ``null``: the task's
             ``correct_reward`` (MATH 2.0, others 1.0).
         cap_to_generation_limit: cap each continuation budget at ``max_new_tokens - cut``.
@@ -185,6 +184,11 @@ class DoubleRolloutSettings:
             raise ValueError(f"model.double_rollout.length_penalty must be in [0, 1), got {self.length_penalty}")
         if self.length_penalty > 0 and self.length_bonus > 0:
             raise ValueError("model.double_rollout: set length_bonus or length_penalty, not both")
+        if self.length_penalty > 0 and self.active:
+            raise ValueError(
+                "model.double_rollout.length_penalty is the GRPO comparator (DR Fig. 3) and needs the second stage "
+                "off (enabled: false or num_continuations: 1); with double rollout use length_bonus"
+            )
 
     @property
     def active(self) -> bool:
@@ -416,11 +420,6 @@ def estimate_rewards(
             revised, adv, final.lengths.float(), group, settings.length_bonus,
             unbiased_std=settings.length_bonus_unbiased_std,
         )
-        bonus = rewards - revised
-        adv = advantages(rewards, group)
-    elif settings.length_penalty > 0:
-        final_correct = own_correct | (replaced >= 0)  # (B,) the final completion's answer is correct
-        rewards = length_penalty_az(revised, final_correct, final.lengths.float(), group, settings.length_penalty)
         bonus = rewards - revised
         adv = advantages(rewards, group)
     final.rewards = rewards.to(final.rewards.dtype)

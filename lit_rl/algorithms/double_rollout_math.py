@@ -282,8 +282,9 @@ def length_penalty_az(
     Incorrect rollouts keep their reward (0 for a 0/1 verifier, as in the paper, whose reward is
     ``1{correct} · (1 - α σ(z))``); every correct rollout is penalised, the shorter ones less, so with
     α < 1 a correct answer always beats a wrong one. std is the population std over C (the paper's
-    ``VAR(x)``); |C| = 1 or equal lengths give z = 0, a constant α/2 penalty that the group baseline
-    removes. α in the paper: 0.05 - 0.4. Unlike :func:`length_bonus` this is a *penalty* on all correct
+    ``VAR(x)``); |C| = 1 or equal lengths give z = 0, a constant α/2 penalty: with mean-centred
+    advantages (Dr. GRPO, the default here) it shrinks the correct-vs-wrong advantage gap by (1 - α/2);
+    only std-scaled advantages cancel it. α in the paper: 0.05 - 0.4. Unlike :func:`length_bonus` this is a *penalty* on all correct
     rollouts, computed from the verifier's correctness, not from the advantage sign.
 
     Shapes: all ``(B,)`` (``correct`` bool); returns ``(B,)`` float.

@@ -50,14 +50,17 @@ def main(argv: list[str] | None = None) -> int:
         double_rollout.init_stores(out)
         # the first job alone: it builds the warm-start cache that every other job then loads
         first, rest = (plan.jobs[:1], plan.jobs[1:]) if plan.first_alone else ([], plan.jobs)
+        for job in first:  # alone, it may use every thread the workers would share
+            job.argv = [f"--threads={threads * args.workers}" if a.startswith("--threads=") else a for a in job.argv]
         results = run_jobs(first, workers=1, threads=threads)
         results += run_jobs(rest, workers=args.workers, threads=threads)
         failed = [r.name for r in results if not r.ok]
     times = {j.name: seconds_of(j.folder) for j in plan.jobs}
-    summary = dr_report.build(
-        out, seeds, {k: v for k, v in times.items() if v is not None}, quick=args.quick,
-        prompts_per_batch=2 if args.quick else 4,
-    )
+    try:
+        summary = dr_report.build(out, seeds, {k: v for k, v in times.items() if v is not None}, quick=args.quick)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"[reproduce] report: {out / 'report.md'}")
     if failed:
         print(f"[reproduce] {len(failed)} job(s) failed: {', '.join(failed)} (logs under {out})", file=sys.stderr)

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.report import RunData, _plt, load_runs, pareto_front
 
-__all__ = ["build", "cumulative_tokens", "latest_finished"]
+__all__ = ["build", "cumulative_tokens", "latest_finished", "reliability_rows_of"]
 
 LABELS = {"dr": "double rollout", "grpo": "GRPO", "grpo_large": "GRPO-large"}
 
@@ -44,6 +44,19 @@ def cumulative_tokens(run: RunData, prompts_per_batch: int) -> list[tuple[int, f
     return out
 
 
+def run_settings(folder: Path) -> tuple[int, int]:
+    """``(updates_per_batch, prompts_per_batch)`` from the config Lightning saved in the run folder."""
+    import yaml
+
+    files = sorted(folder.rglob("config.yaml"))
+    if not files:
+        return 2, 4
+    cfg = yaml.safe_load(files[0].read_text()) or {}
+    model = (cfg.get("model") or {}).get("init_args") or {}
+    data = (cfg.get("data") or {}).get("init_args") or {}
+    return int(model.get("updates_per_batch", 2)), int(data.get("prompts_per_batch", 4))
+
+
 def _at(series: list[tuple[int, float]], step: float) -> float | None:
     """The last value at or before ``step``."""
     best = None
@@ -53,11 +66,22 @@ def _at(series: list[tuple[int, float]], step: float) -> float | None:
     return best
 
 
+def _accuracy_at_tokens(run: RunData, metric: str, budget: float, updates_per_batch: int, prompts_per_batch: int) -> float | None:
+    """The last evaluation made before the run had generated ``budget`` rollout tokens (equal compute)."""
+    tok = cumulative_tokens(run, prompts_per_batch)
+    best = None
+    for step, value in run.series(metric):
+        spent = _at(tok, step / max(updates_per_batch, 1) - 1) or 0.0
+        if spent <= budget * 1.0001:
+            best = value
+    return best
+
+
 def _stats(values: list[float]) -> dict[str, float]:
     vals = [v for v in values if v is not None and not math.isnan(v)]
     if not vals:
         return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
-    return {"mean": statistics.fmean(vals), "std": statistics.pstdev(vals) if len(vals) > 1 else 0.0,
+    return {"mean": statistics.fmean(vals), "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
             "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
@@ -108,35 +132,42 @@ def _plot_curves(runs, metric, methods, seeds, updates_per_batch, ppb, path: Pat
     plt.close(fig)
 
 
+def reliability_rows_of(folder: Path) -> dict[str, list] | None:
+    """The raw reliability rows of one DR run: ``reliability_rows.json``, or (runs written before that file
+    existed) the ``ContinuationReliability`` state in the run's last checkpoint."""
+    files = sorted(folder.rglob("reliability_rows.json"))
+    if files:
+        return json.loads(files[-1].read_text())
+    ckpts = sorted(folder.rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not ckpts:
+        return None
+    import torch
+
+    state = torch.load(ckpts[-1], map_location="cpu", weights_only=False).get("callbacks", {})
+    for key, value in state.items():
+        if key.startswith("ContinuationReliability"):
+            return {k: [x for part in v for x in part] for k, v in value.items()}
+    return None
+
+
 def _reliability(runs: dict[str, RunData], seeds: Sequence[int]) -> tuple[str, list[dict[str, Any]]]:
-    """The DR runs' reliability tables (``reliability.json`` in their run folders), pooled over seeds."""
-    pooled: dict[tuple[str, str, str], list[float]] = {}
+    """One table from the DR runs' raw rows pooled over seeds (common length bins)."""
+    import torch
+
+    from lit_rl.algorithms.dr_reliability import reliability_table, table_markdown
+
+    pooled: dict[str, list] = {}
     for s in seeds:
         run = runs.get(f"dr_s{s}")
         folder = Path(run.tags.get("lit_rl.folder", "")) if run else None
-        files = sorted(folder.rglob("reliability.json")) if folder and folder.is_dir() else []
-        if not files:
-            continue
-        for row in json.loads(files[-1].read_text())["table"]:
-            if row["cont_acc"] is None:
-                continue
-            acc = pooled.setdefault((row["by"], row["bin"], row["rollout"]), [0.0, 0])
-            acc[0] += row["cont_acc"] * row["n"]
-            acc[1] += row["n"]
-    rows, keys = [], []
-    for by, b, _ in pooled:
-        if (by, b) not in keys:
-            keys.append((by, b))
-    md = ["| by | bin | cont. acc. after correct (n) | cont. acc. after incorrect (n) |", "|---|---|---|---|"]
-    for by, b in keys:
-        cells = []
-        for kind in ("correct", "incorrect"):
-            tot = pooled.get((by, b, kind))
-            acc = tot[0] / tot[1] if tot and tot[1] else None
-            cells.append(f"{_f(acc)} ({int(tot[1]) if tot else 0})")
-            rows.append({"by": by, "bin": b, "rollout": kind, "cont_acc": acc, "n": int(tot[1]) if tot else 0})
-        md.append(f"| {by} | {b} | {cells[0]} | {cells[1]} |")
-    return "\n".join(md), rows
+        rows = reliability_rows_of(folder) if folder and folder.is_dir() else None
+        for k, v in (rows or {}).items():
+            pooled.setdefault(k, []).extend(v)
+    if not pooled.get("correct"):
+        return "(no double-rollout run with reliability rows)", []
+    dtypes = {"correct": torch.bool, "cont_acc": torch.float32, "length": torch.long, "pass_rate": torch.float32}
+    table = reliability_table({k: torch.tensor(pooled[k], dtype=dtypes[k]) for k in dtypes})
+    return table_markdown(table).rstrip(), table
 
 
 def _trend_points(runs_by_job, trials, metric, key, main_value, main_job, extra=()):
@@ -153,18 +184,19 @@ def _trend_points(runs_by_job, trials, metric, key, main_value, main_job, extra=
     return sorted(pts)
 
 
-def build(
-    out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False, updates_per_batch: int = 2,
-    prompts_per_batch: int = 4,
-) -> dict[str, Any]:
+def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False) -> dict[str, Any]:
     """Write the report into ``out`` from ``out/mlflow.db``; returns the summary (also ``summary.json``)."""
     from lit_rl.reproduce.double_rollout import EXPERIMENT, GREEDY, METHODS, METRIC
 
+    if not (out / "mlflow.db").exists():
+        raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report-only first)")
     uri = f"sqlite:///{(out / 'mlflow.db').resolve()}"
     all_runs = load_runs(uri, experiments=[EXPERIMENT])
     jobs = latest_finished([r for r in all_runs if r.tags.get("lit_rl.reproduce") == "double-rollout"], "lit_rl.job")
     for name, r in jobs.items():
         r.tags["lit_rl.folder"] = str(out / "runs" / name)
+    first = next((jobs[f"{m}_s{s}"] for m in METHODS for s in seeds if f"{m}_s{s}" in jobs), None)
+    updates_per_batch, prompts_per_batch = run_settings(Path(first.tags["lit_rl.folder"])) if first else (2, 4)
     trials = {st: [r for r in all_runs if r.tags.get("lit_rl.sweep") == f"reproduce-{st}" and r.status == "FINISHED"] for st in ("rho", "n")}
     methods = list(METHODS)
     summary: dict[str, Any] = {"metric": METRIC, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [], "times_s": times}
@@ -174,8 +206,10 @@ def build(
 
     # 1. main comparison
     md += ["## DR vs GRPO vs GRPO-large (equal RL steps)", "",
-           "| method | start | final (mean ± std) | min-max | best (mean) | greedy final | rollout tokens | wall time / run |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| method | start | final (mean ± std) | min-max | best (mean) | at GRPO's token budget | greedy final | rollout tokens | wall time / run |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    budget = _stats([cumulative_tokens(jobs[f"grpo_s{s}"], prompts_per_batch)[-1][1] for s in seeds
+                     if f"grpo_s{s}" in jobs and cumulative_tokens(jobs[f"grpo_s{s}"], prompts_per_batch)])["mean"]
     for m in methods:
         rs = [jobs[f"{m}_s{s}"] for s in seeds if f"{m}_s{s}" in jobs]
         if not rs:
@@ -186,12 +220,16 @@ def build(
         greedy = _stats([r.series(GREEDY)[-1][1] for r in rs if r.series(GREEDY)])
         tokens = _stats([cumulative_tokens(r, prompts_per_batch)[-1][1] for r in rs if cumulative_tokens(r, prompts_per_batch)])
         secs = _stats([times.get(f"{m}_s{s}") for s in seeds])
-        summary["main"][m] = {"start": start, "final": final, "best": best, "greedy_final": greedy, "tokens": tokens, "seconds": secs}
+        at_budget = _stats([_accuracy_at_tokens(r, METRIC, budget, updates_per_batch, prompts_per_batch) for r in rs])
+        summary["main"][m] = {"start": start, "final": final, "best": best, "at_grpo_tokens": at_budget,
+                              "greedy_final": greedy, "tokens": tokens, "seconds": secs}
         md.append(f"| {LABELS[m]} | {_f(start['mean'])} | {_f(final['mean'])} ± {_f(final['std'])} | {_f(final['min'])}-{_f(final['max'])} "
-                  f"| {_f(best['mean'])} | {_f(greedy['mean'])} | {_f(tokens['mean'] / 1e3, 1)}k | {_f(secs['mean'], 0)} s |")
+                  f"| {_f(best['mean'])} | {_f(at_budget['mean'])} | {_f(greedy['mean'])} | {_f(tokens['mean'] / 1e3, 1)}k | {_f(secs['mean'], 0)} s |")
     if any(f"{m}_s{s}" in jobs for m in methods for s in seeds):
         _plot_curves(jobs, METRIC, methods, seeds, updates_per_batch, prompts_per_batch, out / "curves.png")
-        md += ["", "![curves](curves.png)", ""]
+        md += ["", "Rollout tokens: generated tokens of both stages (continuation prefixes are prefilled, not "
+               "generated, and not counted). \"At GRPO's token budget\": the last evaluation before the run had "
+               "generated as many rollout tokens as GRPO's whole run.", "", "![curves](curves.png)", ""]
 
     # 2. reliability
     table, rel_rows = _reliability(jobs, seeds)
@@ -251,6 +289,9 @@ def build(
         atomic_savefig(fig, out / "pareto.png", dpi=110)
         plt.close(fig)
         md += ["## Accuracy vs tokens (DR Fig. 3): length bonus vs Arora-Zanette penalty", "",
+               "On this testbed a correct trace is one fixed string per problem, so correct rollouts have (almost) "
+               "equal lengths: both length terms see z ≈ 0 and can do little. The machinery runs; the comparison "
+               "needs a task whose correct solutions vary in length.", "",
                "| run | eval tokens | accuracy | on the front |", "|---|---|---|---|"]
         md += [f"| {nm} | {_f(a, 1)} | {_f(b)} | {'yes' if i in front else ''} |" for i, (nm, a, b) in enumerate(pts)]
         md += ["", "![pareto](pareto.png)", ""]

@@ -8,6 +8,7 @@ re-run of the same plan skips it and an interrupted plan loses at most the jobs 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -33,6 +34,20 @@ class Job:
     folder: Path
     tags: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    #: after exit 0, returns why the job is not complete (e.g. a sweep whose trials failed), or None
+    check: Callable[[], str | None] | None = None
+
+    @property
+    def digest(self) -> str:
+        """What the job runs: a ``done.json`` from another command line does not count as done."""
+        argv = [a for a in self.argv if not a.startswith("--threads=")]  # speed, not results
+        return hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:16]
+
+    def is_done(self) -> bool:
+        try:  # a done.json without argv_sha (older runner) counts as done
+            return json.loads(self.done_file.read_text()).get("argv_sha", self.digest) == self.digest
+        except (OSError, ValueError, AttributeError):
+            return False
 
     @property
     def done_file(self) -> Path:
@@ -82,37 +97,51 @@ def _start(job: Job, threads: int) -> subprocess.Popen:
 def run_jobs(
     jobs: Sequence[Job], workers: int = 1, threads: int = 2, echo: Callable[[str], None] = print,
 ) -> list[JobResult]:
-    """Run ``jobs`` (skipping those with a ``done.json``), at most ``workers`` at once; results in order."""
+    """Run ``jobs`` (skipping those whose ``done.json`` has the same command line), at most ``workers`` at
+    once; results in order. A job is done when it exits 0 and its ``check`` (if any) finds nothing missing."""
     results: dict[str, JobResult] = {}
     pending = []
     for job in jobs:
-        if job.done_file.exists():
+        if job.is_done():
             results[job.name] = JobResult(job.name, True, 0.0, skipped=True, log=str(job.log_file))
             echo(f"[reproduce] {job.name}: done before, skipped")
         else:
+            if job.done_file.exists():
+                echo(f"[reproduce] {job.name}: done with another command line before, running again")
             pending.append(job)
     running: list[tuple[Job, subprocess.Popen]] = []
     total, finished = len(pending), 0
-    while pending or running:
-        while pending and len(running) < max(1, workers):
-            job = pending.pop(0)
-            echo(f"[reproduce] start {job.name} ({finished + len(running) + 1}/{total}); log {job.log_file}")
-            running.append((job, _start(job, threads)))
-        time.sleep(0.5)
-        for job, proc in list(running):
-            rc = proc.poll()
-            if rc is None:
-                continue
-            running.remove((job, proc))
-            proc._lit_rl_log.close()  # type: ignore[attr-defined]
-            secs = time.perf_counter() - proc._lit_rl_t0  # type: ignore[attr-defined]
-            finished += 1
-            ok = rc == 0
-            if ok:
-                atomic_write_text(job.done_file, json.dumps({"name": job.name, "seconds": secs, "tags": job.tags}))
-            echo(f"[reproduce] {'finished' if ok else f'FAILED (exit {rc})'} {job.name} in {secs:.0f} s"
-                 + ("" if ok else f": see {job.log_file}"))
-            results[job.name] = JobResult(job.name, ok, secs, log=str(job.log_file))
+    try:
+        while pending or running:
+            while pending and len(running) < max(1, workers):
+                job = pending.pop(0)
+                echo(f"[reproduce] start {job.name} ({finished + len(running) + 1}/{total}); log {job.log_file}")
+                running.append((job, _start(job, threads)))
+            time.sleep(0.5)
+            for job, proc in list(running):
+                rc = proc.poll()
+                if rc is None:
+                    continue
+                running.remove((job, proc))
+                proc._lit_rl_log.close()  # type: ignore[attr-defined]
+                secs = time.perf_counter() - proc._lit_rl_t0  # type: ignore[attr-defined]
+                finished += 1
+                problem = f"exit {rc}" if rc != 0 else (job.check() if job.check else None)
+                if problem is None:
+                    atomic_write_text(job.done_file, json.dumps(
+                        {"name": job.name, "seconds": secs, "tags": job.tags, "argv_sha": job.digest}))
+                    echo(f"[reproduce] finished {job.name} in {secs:.0f} s")
+                else:
+                    echo(f"[reproduce] FAILED ({problem}) {job.name} after {secs:.0f} s: see {job.log_file}")
+                results[job.name] = JobResult(job.name, problem is None, secs, log=str(job.log_file))
+    finally:  # interrupted (Ctrl-C, an error here): no job is left running unattended in its folder
+        for _, proc in running:
+            proc.terminate()
+        for _, proc in running:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     return [results[j.name] for j in jobs]
 
 

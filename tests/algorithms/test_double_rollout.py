@@ -224,7 +224,10 @@ def test_length_penalty_and_bonus_are_exclusive():
     with pytest.raises(ValueError, match="length_bonus or length_penalty"):
         DoubleRolloutSettings(length_bonus=1.0, length_penalty=0.1)
     with pytest.raises(ValueError, match="length_penalty"):
-        DoubleRolloutSettings(length_penalty=1.0)
+        DoubleRolloutSettings(enabled=False, length_penalty=1.0)
+    with pytest.raises(ValueError, match="GRPO comparator"):
+        DoubleRolloutSettings(length_penalty=0.2)  # second stage on
+    DoubleRolloutSettings(num_continuations=1, length_penalty=0.2)  # N 1 is GRPO
 
 
 def test_budget_capped_at_the_generation_limit():
@@ -380,4 +383,6 @@ def test_tiny_chainsum_fit_writes_the_reliability_table(tmp_path):
     for by in ("length", "difficulty"):  # every row lands in exactly one bin of each kind
         assert sum(r["n"] for r in report["table"] if r["by"] == by) == report["rows"]
     assert (tmp_path / "reliability.md").read_text().startswith("| by | bin |")
+    raw = json.loads((tmp_path / "reliability_rows.json").read_text())  # what a report pools over seeds
+    assert len(raw["correct"]) == len(raw["length"]) == report["rows"]
     assert any(k.startswith("reliability/cont_acc_after_") for k in _metrics(tmp_path))

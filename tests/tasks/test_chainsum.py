@@ -87,3 +87,14 @@ def test_bad_arguments_are_named():
         ChainSumTask(min_terms=5, max_terms=3)
     with pytest.raises(ValueError, match="max_digit=0"):
         ChainSumTask(max_digit=0)
+
+
+def test_training_problems_exclude_the_evaluation_problems():
+    # 3-5 numbers from 1-5 is only 3,875 problems: independent draws overlapped (65% of the first 128 eval
+    # problems were also training prompts, which the warm start trains on)
+    task = ChainSumTask(num_train=2000, num_eval=256, min_terms=3, max_terms=5, max_digit=5)
+    held_out = {tuple(e.meta["numbers"]) for e in task.eval_examples()}
+    train = task.train_examples()
+    assert len(train) == 2000 and not held_out & {tuple(e.meta["numbers"]) for e in train}
+    with pytest.raises(ValueError, match="every one of the 4 problems"):
+        ChainSumTask(num_train=5, num_eval=400, min_terms=2, max_terms=2, max_digit=2).train_examples()
