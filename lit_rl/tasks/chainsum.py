@@ -14,7 +14,9 @@ answers unsupported by the trace (the scripted teacher of :func:`chainsum_comple
 those on purpose). Cutting at ρ of the trace (delimiter ``</reasoning>``) leaves the last steps and the
 answer to the continuations, whose mean reward measures how good the kept prefix is.
 
-Training and evaluation sets are generated from ``seed`` (disjoint id spaces, the same on every machine).
+Training and evaluation sets are generated from ``seed`` (the same on every machine); no training problem is
+an evaluation problem. :func:`trace_correct` checks a trace step by step (the premise statistics: correct
+answers whose trace is wrong).
 """
 
 from __future__ import annotations
@@ -37,6 +39,27 @@ def parse_int_answer(completion: str) -> int | None:
         return None
     m = _INT.match(block)
     return int(m.group(1)) if m else None
+
+
+_TRACE = re.compile(r"<reasoning>(.*?)</reasoning>", re.S)
+_STEP = re.compile(r"^(\d{1,4})\+(\d{1,4})=(\d{1,5})$")
+
+
+def trace_correct(completion: str, numbers: list[int]) -> bool:
+    """Whether the completion's ``<reasoning>`` trace is exactly the running-sum trace of ``numbers``
+    (every step ``a+b=c`` right and in order); a missing or malformed trace is not correct. Never raises."""
+    m = _TRACE.search(completion if isinstance(completion, str) else "")
+    if m is None:
+        return False
+    steps = m.group(1).split()
+    want = running_sums(list(numbers))
+    if len(steps) != len(want):
+        return False
+    for text, (a, b, c) in zip(steps, want):
+        got = _STEP.match(text)
+        if got is None or tuple(int(x) for x in got.groups()) != (a, b, c):
+            return False
+    return True
 
 
 def running_sums(numbers: list[int]) -> list[tuple[int, int, int]]:
@@ -160,4 +183,4 @@ def chainsum_completion(example: Example, rng: random.Random, error_rate: float 
     return f"<reasoning>{trace}</reasoning>\n<answer>{answer}</answer>"
 
 
-__all__ = ["ChainSumTask", "chainsum_completion", "parse_int_answer", "running_sums"]
+__all__ = ["ChainSumTask", "chainsum_completion", "parse_int_answer", "running_sums", "trace_correct"]

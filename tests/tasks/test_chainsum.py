@@ -8,7 +8,7 @@ import pytest
 
 from lit_rl.rollouts.scripted import SCRIPTED_POLICIES, TRACE_STYLES
 from lit_rl.tasks import ChainSumTask, get_task
-from lit_rl.tasks.chainsum import chainsum_completion, parse_int_answer, running_sums
+from lit_rl.tasks.chainsum import chainsum_completion, parse_int_answer, running_sums, trace_correct
 
 
 def test_examples_are_seeded_disjoint_and_in_range():
@@ -98,3 +98,18 @@ def test_training_problems_exclude_the_evaluation_problems():
     assert len(train) == 2000 and not held_out & {tuple(e.meta["numbers"]) for e in train}
     with pytest.raises(ValueError, match="every one of the 4 problems"):
         ChainSumTask(num_train=5, num_eval=400, min_terms=2, max_terms=2, max_digit=2).train_examples()
+
+
+def test_trace_correct_checks_every_step_in_order():
+    nums = [3, 5, 2, 4]
+    good = "<reasoning>3+5=8 8+2=10 10+4=14</reasoning>\n<answer>14</answer>"
+    assert trace_correct(good, nums)
+    # a slip the teacher makes, then the TRUE total: a correct answer the trace does not support
+    assert not trace_correct("<reasoning>3+5=8 8+2=11 11+4=15</reasoning>\n<answer>14</answer>", nums)
+    assert not trace_correct("<reasoning>3+5=8 10+4=14</reasoning><answer>14</answer>", nums)  # a step missing
+    assert not trace_correct("<reasoning>5+3=8 8+2=10 10+4=14</reasoning>", nums)  # order matters
+    assert not trace_correct("<answer>14</answer>", nums) and not trace_correct(None, nums)  # type: ignore[arg-type]
+    rng = random.Random(0)
+    task = ChainSumTask(num_train=30, num_eval=1, min_terms=3, max_terms=5, max_digit=5)
+    for ex in task.train_examples():  # the clean teacher is always right
+        assert trace_correct(chainsum_completion(ex, rng), ex.meta["numbers"])
