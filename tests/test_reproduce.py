@@ -52,7 +52,8 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
     plan = double_rollout.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1, cache_dir=str(tmp_path / "c"))
     names = [j.name for j in plan.jobs]
     assert names[:6] == ["dr_s0", "grpo_s0", "grpo_large_s0", "dr_s1", "grpo_s1", "grpo_large_s1"]
-    assert {"sweep-rho-w0", "sweep-rho-w1", "sweep-n-w0", "sweep-n-w1", "dr_bonus_s0", "grpo_az_s0"} <= set(names)
+    assert {"sweep-rho-w0", "sweep-rho-w1", "sweep-n-w0", "sweep-n-w1", "grpo_verbose_s0", "dr_verbose_s0",
+            "grpo_az_verbose_s0", "dr_bonus_verbose_s0"} <= set(names)
     assert plan.first_alone  # no cached warm start in the cache folder yet
     fits = [j for j in plan.jobs if j.argv[0] == "fit"]
     assert len({j.folder for j in fits}) == len(fits)
@@ -64,8 +65,12 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
     seeds = {j.name: [a for a in j.argv if a.startswith(("--seed_everything", "--data.init_args.seed", "--model.init_args.seed"))] for j in fits}
     assert seeds["dr_s0"] == ["--seed_everything=0", "--data.init_args.seed=42", "--model.init_args.seed=0"]  # as shipped
     assert seeds["dr_s1"] == ["--seed_everything=1", "--data.init_args.seed=43", "--model.init_args.seed=1"]
-    grpo_az = next(j for j in fits if j.name == "grpo_az_s0")
+    grpo_az = next(j for j in fits if j.name == "grpo_az_verbose_s0")
     assert "conf/grpo_chainsum.yaml" in grpo_az.argv and "--model.init_args.double_rollout.length_penalty=0.2" in grpo_az.argv
+    assert "--data.init_args.generation.max_new_tokens=64" in grpo_az.argv
+    warm = next(c for c in yaml.safe_load((grpo_az.folder / "overlay.yaml").read_text())["trainer"]["callbacks"]
+                if c["class_path"].endswith("ScriptedSFTWarmup"))
+    assert warm["init_args"]["trace"] == "verbose" and warm["init_args"]["max_completion_len"] == 64
     sweep = yaml.safe_load((tmp_path / "sweeps/rho/sweep.yaml").read_text())
     assert sweep["space"]["model.init_args.double_rollout.rho"]["choices"] == [0.5, 0.75, 0.99]
     assert sweep["objective"]["metric"] == double_rollout.METRIC
@@ -107,7 +112,7 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
     data = json.loads((out / "summary.json").read_text())
     assert [v for v, _ in data["trends"]["rho"]] == [0.5, 0.9]  # the sweep's trial + the main DR run
     assert [v for v, _ in data["trends"]["n"]] == [1, 2, 4]  # GRPO, the sweep's trial, the main DR run
-    assert {p["run"] for p in data["pareto"]} >= {"dr_bonus_s0", "grpo_az_s0"}
+    assert {p["run"] for p in data["pareto"]} == {"warm start", "dr_bonus_verbose_s0", "grpo_az_verbose_s0"}
     assert any(r["by"] == "all" and r["n"] > 0 for r in data["reliability"])
     # a second call finds every job done and only rewrites the report
     again = subprocess.run(
@@ -115,3 +120,42 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert again.returncode == 0 and again.stdout.count("skipped") == 7
+
+
+def test_a_terminated_runner_terminates_its_jobs(tmp_path):
+    """SIGTERM to the runner: its running job is terminated too (not left writing into the folder)."""
+    import signal
+    import time
+
+    script = tmp_path / "runner.py"
+    script.write_text(
+        "import sys\nfrom pathlib import Path\nfrom lit_rl.reproduce.runner import Job, run_jobs\n"
+        f"run_jobs([Job('sleep', ['fit', '--help'], Path({str(tmp_path / 'job')!r}))], echo=print)\n"
+    )
+    # a job that runs long: `python -m lit_rl` with a stub module that sleeps
+    stub = tmp_path / "stub" / "lit_rl"
+    stub.mkdir(parents=True)
+    (stub / "__main__.py").write_text(
+        "import os, sys, time\nopen(sys.argv[0] + '.started', 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'stub'}")
+    runner = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(1, {str(ROOT)!r}); exec(open({str(script)!r}).read())"],
+                              env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started = tmp_path / "stub" / "lit_rl" / "__main__.py.started"
+    deadline = time.time() + 60
+    while not started.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert started.exists(), runner.stdout.read() if runner.poll() is not None else "job never started"
+    runner.send_signal(signal.SIGTERM)
+    runner.wait(timeout=60)
+    pid = int(started.read_text())
+    for _ in range(50):  # the job is gone (terminated by the runner; the runner waited for it)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"the job (pid {pid}) was left running after the runner got SIGTERM")
+    assert not (tmp_path / "job" / "done.json").exists()

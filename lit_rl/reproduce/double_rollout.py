@@ -7,7 +7,8 @@ The plan (``--quick`` shrinks every run to a few steps so that a test runs it en
    (``conf/double_rollout_chainsum.yaml`` and its two overlays).
 2. **ρ and N trends** (DR Tables 2-3 in miniature) through Optuna grid sweeps on the same base: ρ in
    {0.5, 0.75, 0.99} and N in {2, 8}; ρ 0.9 / N 4 is the main run of the first seed, N 1 is vanilla GRPO.
-3. **Length terms**: DR with the upward length bonus and GRPO with Arora & Zanette's penalty (DR Fig. 3).
+3. **Length terms** on a verbose teacher whose correct solutions differ in length: GRPO, GRPO with Arora &
+   Zanette's penalty, DR, DR with the upward length bonus (DR Fig. 3).
 4. **Report** (``<out>/report.md``): held-out sampled accuracy curves with seed bands against RL steps and
    against generated rollout tokens (equal compute), the reliability table of the DR runs (DR Fig. 1-2),
    the ρ / N trends, and accuracy vs tokens (Pareto), from the run's own MLflow store.
@@ -42,9 +43,14 @@ METHODS = {
 }
 RHO_GRID = (0.5, 0.75, 0.99)  # plus the main run's 0.9
 N_GRID = (2, 8)  # plus GRPO (N 1) and the main run's 4
-LENGTH_RUNS = {  # name: (method, CLI overrides)
-    "dr_bonus": ("dr", ["--model.init_args.double_rollout.length_bonus=1.0"]),
-    "grpo_az": ("grpo", ["--model.init_args.double_rollout.length_penalty=0.2"]),
+#: the length study runs on the VERBOSE teacher (restatements after half of the steps, so correct solutions
+#: differ in length; with the plain teacher a correct trace is one fixed string and length terms see z = 0)
+LENGTH_CLI = ["--data.init_args.generation.max_new_tokens=64", "--data.init_args.eval_generation.max_new_tokens=64"]
+LENGTH_RUNS = {  # name: (method, CLI overrides); quick mode runs the last two
+    "grpo_verbose": ("grpo", []),
+    "dr_verbose": ("dr", []),
+    "grpo_az_verbose": ("grpo", ["--model.init_args.double_rollout.length_penalty=0.2"]),
+    "dr_bonus_verbose": ("dr", ["--model.init_args.double_rollout.length_bonus=1.0"]),
 }
 
 
@@ -82,8 +88,11 @@ def _quick_overrides() -> dict[str, Any]:
     }
 
 
-def _edit_callbacks(configs: Sequence[str], folder: Path, cache_dir: str, quick: bool) -> list[dict[str, Any]]:
-    """The configs' callback list with this run's checkpoint folder and cache, smaller in quick mode."""
+def _edit_callbacks(
+    configs: Sequence[str], folder: Path, cache_dir: str, quick: bool, verbose: bool = False,
+) -> list[dict[str, Any]]:
+    """The configs' callback list with this run's checkpoint folder and cache, smaller in quick mode;
+    ``verbose``: the warm start on the verbose teacher, 64-token completions."""
     cbs = callbacks_of(configs)
     for cb in cbs:
         path, args = cb.get("class_path", ""), cb.setdefault("init_args", {})
@@ -93,22 +102,29 @@ def _edit_callbacks(configs: Sequence[str], folder: Path, cache_dir: str, quick:
             args["cache_dir"] = cache_dir
             if quick:
                 args["steps"] = 20
-        elif path.endswith("PassAtKEvaluation") and quick:
-            args.update(subset_size=8, batch_size=8, every_n_steps=1000, start_step=1000)
+            if verbose:
+                args.update(trace="verbose", max_completion_len=64)
+        elif path.endswith("PassAtKEvaluation"):
+            if quick:
+                args.update(subset_size=8, batch_size=8, every_n_steps=1000, start_step=1000)
             for c in args.get("configs", []):
-                c["num_samples"] = 2
+                if quick:
+                    c["num_samples"] = 2
+                if verbose:
+                    c["generation"]["init_args"]["max_new_tokens"] = 64
     return cbs
 
 
 def _fit_job(
     name: str, method: str, seed: int, out: Path, threads: int, quick: bool, cache_dir: str,
-    extra: Sequence[str] = (), tags: dict[str, str] | None = None,
+    extra: Sequence[str] = (), tags: dict[str, str] | None = None, verbose: bool = False,
 ) -> Job:
     folder = out / "runs" / name
     configs = METHODS[method]
     overlay = folder / "overlay.yaml"
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(overlay, yaml.safe_dump({"trainer": {"callbacks": _edit_callbacks(configs, folder, cache_dir, quick)}}, sort_keys=False))
+    cbs = _edit_callbacks(configs, folder, cache_dir, quick, verbose)
+    atomic_write_text(overlay, yaml.safe_dump({"trainer": {"callbacks": cbs}}, sort_keys=False))
     tags = {"lit_rl.reproduce": "double-rollout", "lit_rl.job": name, "method": method, "seed": str(seed), **(tags or {})}
     argv = ["fit"]
     for c in configs:
@@ -128,6 +144,8 @@ def _fit_job(
     ]
     if quick:
         argv += _quick_cli(method)
+    if verbose:
+        argv += LENGTH_CLI
     argv += list(extra)
     return Job(name, argv, folder, tags)
 
@@ -198,7 +216,9 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
     n = N_GRID[:1] if quick else N_GRID
     jobs += _sweep_jobs("rho", "model.init_args.double_rollout.rho", rho, out, workers, threads, quick, cache)
     jobs += _sweep_jobs("n", "model.init_args.double_rollout.num_continuations", n, out, workers, threads, quick, cache)
-    for name, (method, extra) in LENGTH_RUNS.items():
-        jobs.append(_fit_job(f"{name}_s{seeds[0]}", method, seeds[0], out, threads, quick, cache, extra, {"group": "length"}))
+    length_runs = list(LENGTH_RUNS.items())[2:] if quick else list(LENGTH_RUNS.items())
+    for name, (method, extra) in length_runs:
+        jobs.append(_fit_job(f"{name}_s{seeds[0]}", method, seeds[0], out, threads, quick, cache, extra,
+                             {"group": "length"}, verbose=True))
     first_alone = not any(Path(cache).glob("ar_sft_chainsum_*.pt"))
     return Plan(jobs, out, quick, list(seeds), first_alone)

@@ -265,11 +265,16 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
 
     # 4. accuracy vs tokens
     length_key = METRIC.rsplit("/", 1)[0] + "/length_mean"
+    from lit_rl.reproduce.double_rollout import LENGTH_RUNS
+
     pts = []
-    for name, r in jobs.items():
-        if r.tags.get("group") == "length" or name.endswith(f"_s{s0}"):
+    wanted = [f"{n}_s{s0}" for n in LENGTH_RUNS]  # this plan's length runs (not those of an older plan)
+    for name, r in sorted(((n, jobs[n]) for n in wanted if n in jobs), key=lambda x: wanted.index(x[0])):
+        if r.tags.get("group") == "length":
             acc, ln = r.series(METRIC), r.series(length_key)
             if acc and ln:
+                if not pts:  # the verbose warm start: every length run's first evaluation
+                    pts.append(("warm start", ln[0][1], acc[0][1]))
                 pts.append((name, ln[-1][1], acc[-1][1]))
     if pts:
         front = set(pareto_front([(a, b) for _, a, b in pts]))
@@ -289,9 +294,9 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         atomic_savefig(fig, out / "pareto.png", dpi=110)
         plt.close(fig)
         md += ["## Accuracy vs tokens (DR Fig. 3): length bonus vs Arora-Zanette penalty", "",
-               "On this testbed a correct trace is one fixed string per problem, so correct rollouts have (almost) "
-               "equal lengths: both length terms see z ≈ 0 and can do little. The machinery runs; the comparison "
-               "needs a task whose correct solutions vary in length.", "",
+               "On the verbose teacher (restatements such as `8+2=10 =10` after half of the steps), so that correct "
+               "solutions of one problem differ in length; 64-token completions; one seed. With the plain teacher a "
+               "correct trace is one fixed string and both length terms would see z = 0.", "",
                "| run | eval tokens | accuracy | on the front |", "|---|---|---|---|"]
         md += [f"| {nm} | {_f(a, 1)} | {_f(b)} | {'yes' if i in front else ''} |" for i, (nm, a, b) in enumerate(pts)]
         md += ["", "![pareto](pareto.png)", ""]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -94,6 +95,19 @@ def _start(job: Job, threads: int) -> subprocess.Popen:
     return proc
 
 
+def _raise_on_sigterm():
+    """SIGTERM (``kill``, a scheduler) ends the runner through ``finally`` like Ctrl-C does, so its children
+    are terminated too (Python's default SIGTERM exits without unwinding: measured, a killed runner left
+    its fit running). Returns the previous handler, or None off the main thread."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
 def run_jobs(
     jobs: Sequence[Job], workers: int = 1, threads: int = 2, echo: Callable[[str], None] = print,
 ) -> list[JobResult]:
@@ -111,6 +125,7 @@ def run_jobs(
             pending.append(job)
     running: list[tuple[Job, subprocess.Popen]] = []
     total, finished = len(pending), 0
+    previous = _raise_on_sigterm()
     try:
         while pending or running:
             while pending and len(running) < max(1, workers):
@@ -142,6 +157,8 @@ def run_jobs(
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return [results[j.name] for j in jobs]
 
 

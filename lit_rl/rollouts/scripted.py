@@ -23,7 +23,7 @@ import random
 from fractions import Fraction
 
 from lit_rl.tasks.base import Example
-from lit_rl.tasks.chainsum import chainsum_completion
+from lit_rl.tasks.chainsum import chainsum_completion, chainsum_verbose_completion
 
 
 def _candidates(grid: list[int], idx: int) -> set[int]:
@@ -132,7 +132,7 @@ SCRIPTED_POLICIES = {"sudoku": sudoku_completion, "countdown": countdown_complet
 TRACE_STYLES = {
     "sudoku": {"deduction": sudoku_completion, "grid": sudoku_grid_completion},
     "countdown": {"search": countdown_completion},
-    "chainsum": {"running": chainsum_completion},
+    "chainsum": {"running": chainsum_completion, "verbose": chainsum_verbose_completion},
 }
 
 

@@ -51,8 +51,16 @@ def trace_correct(completion: str, numbers: list[int]) -> bool:
     m = _TRACE.search(completion if isinstance(completion, str) else "")
     if m is None:
         return False
-    steps = m.group(1).split()
     want = running_sums(list(numbers))
+    steps, current = [], None
+    for text in m.group(1).split():
+        if text.startswith("=") and current is not None:  # a restatement (the verbose teacher) must be right
+            if text[1:] != str(current):
+                return False
+            continue
+        steps.append(text)
+        got = _STEP.match(text)
+        current = int(got.group(3)) if got else None
     if len(steps) != len(want):
         return False
     for text, (a, b, c) in zip(steps, want):
@@ -159,12 +167,16 @@ class ChainSumTask(Task):
         return EvalScore(self.reward(completion, example), 1.0)
 
 
-def chainsum_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
+def chainsum_completion(example: Example, rng: random.Random, error_rate: float = 0.0, restate: float = 0.0) -> str:
     """The scripted teacher: the running-sum trace and the total.
 
     With probability ``error_rate`` one random step's result is off by 1 or 2; the later steps continue
     from the wrong value. Half of those traces then answer their own (wrong) last value, the other half
     the TRUE total: a correct answer that the trace does not support.
+
+    With ``restate > 0`` each step is followed, with that probability, by a redundant restatement of the
+    running sum (``8+2=10 =10``): correct solutions of one problem then differ in length (1-4 extra tokens
+    per restatement), so length terms (DR's bonus, the Arora-Zanette penalty) have something to trade.
     """
     numbers = list(example.meta["numbers"])
     steps = running_sums(numbers)
@@ -179,8 +191,17 @@ def chainsum_completion(example: Example, rng: random.Random, error_rate: float 
         steps = out
         if rng.random() < 0.5:
             answer = acc
-    trace = " ".join(f"{a}+{b}={c}" for a, b, c in steps)
-    return f"<reasoning>{trace}</reasoning>\n<answer>{answer}</answer>"
+    parts = []
+    for a, b, c in steps:
+        parts.append(f"{a}+{b}={c}")
+        if restate and rng.random() < restate:
+            parts.append(f"={c}")
+    return f"<reasoning>{' '.join(parts)}</reasoning>\n<answer>{answer}</answer>"
 
 
-__all__ = ["ChainSumTask", "chainsum_completion", "parse_int_answer", "running_sums", "trace_correct"]
+def chainsum_verbose_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
+    """The teacher with restatements after half of the steps (:func:`chainsum_completion`, ``restate=0.5``)."""
+    return chainsum_completion(example, rng, error_rate=error_rate, restate=0.5)
+
+
+__all__ = ["ChainSumTask", "chainsum_completion", "parse_int_answer", "running_sums", "trace_correct", "chainsum_verbose_completion"]

@@ -8,7 +8,13 @@ import pytest
 
 from lit_rl.rollouts.scripted import SCRIPTED_POLICIES, TRACE_STYLES
 from lit_rl.tasks import ChainSumTask, get_task
-from lit_rl.tasks.chainsum import chainsum_completion, parse_int_answer, running_sums, trace_correct
+from lit_rl.tasks.chainsum import (
+    chainsum_completion,
+    chainsum_verbose_completion,
+    parse_int_answer,
+    running_sums,
+    trace_correct,
+)
 
 
 def test_examples_are_seeded_disjoint_and_in_range():
@@ -113,3 +119,15 @@ def test_trace_correct_checks_every_step_in_order():
     task = ChainSumTask(num_train=30, num_eval=1, min_terms=3, max_terms=5, max_digit=5)
     for ex in task.train_examples():  # the clean teacher is always right
         assert trace_correct(chainsum_completion(ex, rng), ex.meta["numbers"])
+
+
+def test_verbose_teacher_restates_sums_so_correct_solutions_differ_in_length():
+    ex = ChainSumTask(num_train=1, num_eval=1).train_examples()[0]
+    nums = ex.meta["numbers"]
+    texts = [chainsum_verbose_completion(ex, random.Random(i)) for i in range(40)]
+    assert all(trace_correct(t, nums) and parse_int_answer(t) == sum(nums) for t in texts)
+    assert len({len(t) for t in texts}) > 1  # same problem, same answer, different lengths
+    # a restatement is part of the trace: a wrong one makes the trace wrong
+    assert trace_correct("<reasoning>3+5=8 =8 8+2=10</reasoning>", [3, 5, 2])
+    assert not trace_correct("<reasoning>3+5=8 =9 8+2=10</reasoning>", [3, 5, 2])
+    assert not trace_correct("<reasoning>=8 3+5=8 8+2=10</reasoning>", [3, 5, 2])
