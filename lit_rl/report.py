@@ -31,7 +31,7 @@ from typing import Any, Iterable, Sequence
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 
-__all__ = ["RunData", "ReportSpec", "build_report", "load_runs", "main", "pareto_front"]
+__all__ = ["RunData", "ReportSpec", "build_report", "draw_pareto", "load_runs", "main", "pareto_front"]
 
 DEFAULT_CURVES = ("val/sudoku/greedy/accuracy", "val/sudoku/det64/pass@1", "train/on_policy/reward_mean")
 SOURCE_STATS = ("reward_mean", "advantage_mean", "length_mean")
@@ -245,6 +245,30 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
+def draw_pareto(
+    rows: Sequence[tuple[str, float, float]], path: Path, xlabel: str, ylabel: str, title: str | None = None,
+) -> set[int]:
+    """Scatter ``(label, cost, quality)`` points, join the Pareto front, save to ``path``; the front's indices."""
+    front = set(pareto_front([(a, b) for _, a, b in rows]))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for i, (label, a, b) in enumerate(rows):
+        ax.scatter([a], [b], s=40, color=f"C{i % 10}", edgecolor="black" if i in front else "none", zorder=3)
+        ax.annotate(label, (a, b), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    fx = sorted(front, key=lambda i: rows[i][1])
+    ax.plot([rows[i][1] for i in fx], [rows[i][2] for i in fx], "k--", lw=1, label="Pareto front")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    atomic_savefig(fig, path, dpi=110)
+    plt.close(fig)
+    return front
+
+
 def plot_pareto(runs: list[RunData], x: str, y: str, path: Path) -> list[tuple[str, float, float, bool]]:
     """Fig. 3: final accuracy vs tokens per problem (the run's mean over its history), Pareto front joined."""
     rows = []
@@ -254,22 +278,7 @@ def plot_pareto(runs: list[RunData], x: str, y: str, path: Path) -> list[tuple[s
             rows.append((run.label, sum(v for _, v in xs) / len(xs), ys[-1][1]))
     if not rows:
         return []
-    front = set(pareto_front([(a, b) for _, a, b in rows]))
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for i, (label, a, b) in enumerate(rows):
-        ax.scatter([a], [b], s=40, color=f"C{i % 10}", edgecolor="black" if i in front else "none", zorder=3)
-        ax.annotate(label, (a, b), fontsize=7, xytext=(4, 4), textcoords="offset points")
-    fx = sorted(front, key=lambda i: rows[i][1])
-    ax.plot([rows[i][1] for i in fx], [rows[i][2] for i in fx], "k--", lw=1, label="Pareto front")
-    ax.set_xlabel(f"{x} (mean over training)")
-    ax.set_ylabel(f"{y} (final)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Accuracy vs tokens per problem")
-    fig.tight_layout()
-    atomic_savefig(fig, path, dpi=110)
-    plt.close(fig)
+    front = draw_pareto(rows, path, f"{x} (mean over training)", f"{y} (final)", "Accuracy vs tokens per problem")
     return [(label, a, b, i in front) for i, (label, a, b) in enumerate(rows)]
 
 

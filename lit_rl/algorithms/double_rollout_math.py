@@ -212,6 +212,23 @@ def one_sided_replacement(
     return torch.where(eligible, choice, torch.full_like(choice, -1)).long()
 
 
+def _subset_length_z(lengths: Tensor, group: Tensor, member: Tensor, ddof: int = 0, eps: float = 1e-6) -> Tensor:
+    """Length z-scores within each group's subset ``member``: ``(len - mean) / (std + eps)`` with std
+    dividing by ``|subset| - ddof``; 0 outside the subset and where the subset has no spread (|subset| = 1
+    or equal lengths), never 0/0. Shapes ``(B,)`` → ``(B,)`` float64. Shared by :func:`length_bonus`
+    (subset: A > 0) and :func:`length_penalty_az` (subset: correct)."""
+    _, idx = torch.unique(group, return_inverse=True)  # (B,)
+    G = int(idx.max()) + 1
+    L = lengths.to(torch.float64)  # (B,)
+    s = member.to(torch.float64)  # (B,)
+    zeros = torch.zeros(G, dtype=torch.float64, device=L.device)
+    n = zeros.clone().index_add_(0, idx, s)  # (G,) subset size per group
+    mean = zeros.clone().index_add_(0, idx, L * s) / n.clamp(min=1)  # (G,)
+    dev = (L - mean[idx]) * s  # (B,) deviation, 0 outside the subset
+    sd = (zeros.clone().index_add_(0, idx, dev**2) / (n - ddof).clamp(min=1)).sqrt()[idx]  # (B,)
+    return torch.where(sd > 0, dev / (sd + eps), torch.zeros_like(dev))  # (B,)
+
+
 def length_bonus(
     revised: Tensor,
     advantages: Tensor,
@@ -247,20 +264,8 @@ def length_bonus(
     in_s = advantages > 0  # (B,)
     if lam == 0 or not bool(in_s.any()):
         return revised.to(out_dtype).clone()
-    _, idx = torch.unique(group, return_inverse=True)  # (B,)
-    G = int(idx.max()) + 1
-    L = lengths.to(torch.float64)  # (B,)
-    s = in_s.to(torch.float64)  # (B,)
-    zeros = torch.zeros(G, dtype=torch.float64, device=L.device)
-    n_s = zeros.clone().index_add_(0, idx, s)  # (G,) |S| per group
-    mean_s = zeros.clone().index_add_(0, idx, L * s) / n_s.clamp(min=1)  # (G,)
-    dev = (L - mean_s[idx]) * s  # (B,) deviation, 0 outside S
-    ddof = 1 if unbiased_std else 0
-    var_s = zeros.clone().index_add_(0, idx, dev**2) / (n_s - ddof).clamp(min=1)  # (G,)
-    std_s = var_s.sqrt()  # (G,)
-    z = dev / (std_s[idx] + eps)  # (B,)
-    z = torch.where(n_s[idx] > 1, z, torch.zeros_like(z))  # |S| = 1: no spread, no bonus
-    bonus = lam * torch.clamp(-z, min=0.0) * s  # (B,) upward only, S only
+    z = _subset_length_z(lengths, group, in_s, ddof=1 if unbiased_std else 0, eps=eps)  # (B,)
+    bonus = lam * torch.clamp(-z, min=0.0) * in_s.to(torch.float64)  # (B,) upward only, S only
     return (revised.to(torch.float64) + bonus).to(out_dtype)
 
 
@@ -284,8 +289,8 @@ def length_penalty_az(
     α < 1 a correct answer always beats a wrong one. std is the population std over C (the paper's
     ``VAR(x)``); |C| = 1 or equal lengths give z = 0, a constant α/2 penalty: with mean-centred
     advantages (Dr. GRPO, the default here) it shrinks the correct-vs-wrong advantage gap by (1 - α/2);
-    only std-scaled advantages cancel it. α in the paper: 0.05 - 0.4. Unlike :func:`length_bonus` this is a *penalty* on all correct
-    rollouts, computed from the verifier's correctness, not from the advantage sign.
+    only std-scaled advantages cancel it. α in the paper: 0.05 - 0.4. Unlike :func:`length_bonus` this
+    is a *penalty* on all correct rollouts, computed from the verifier's correctness, not from the advantage sign.
 
     Shapes: all ``(B,)`` (``correct`` bool); returns ``(B,)`` float.
     """
@@ -298,17 +303,7 @@ def length_penalty_az(
     c = correct.bool()  # (B,)
     if alpha == 0 or not bool(c.any()):
         return rewards.to(out_dtype).clone()
-    _, idx = torch.unique(group, return_inverse=True)  # (B,)
-    G = int(idx.max()) + 1
-    L = lengths.to(torch.float64)  # (B,)
-    s = c.to(torch.float64)  # (B,)
-    zeros = torch.zeros(G, dtype=torch.float64, device=L.device)
-    n_c = zeros.clone().index_add_(0, idx, s)  # (G,) |C| per group
-    mean_c = zeros.clone().index_add_(0, idx, L * s) / n_c.clamp(min=1)  # (G,)
-    dev = (L - mean_c[idx]) * s  # (B,) 0 outside C
-    std_c = (zeros.clone().index_add_(0, idx, dev**2) / n_c.clamp(min=1)).sqrt()  # (G,) population std
-    sd = std_c[idx]  # (B,)
-    z = torch.where(sd > 0, dev / (sd + eps), torch.zeros_like(dev))  # (B,) no spread: z = 0, not 0/0
+    z = _subset_length_z(lengths, group, c, ddof=0, eps=eps)  # (B,) population std over C
     factor = torch.where(c, 1.0 - alpha * torch.sigmoid(z), torch.ones_like(z))  # (B,)
     return (rewards.to(torch.float64) * factor).to(out_dtype)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
-from lit_rl.report import RunData, _plt, load_runs, pareto_front
+from lit_rl.report import RunData, _plt, draw_pareto, load_runs
 
 __all__ = ["build", "cumulative_tokens", "latest_finished", "reliability_rows_of"]
 
@@ -277,22 +277,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                     pts.append(("warm start", ln[0][1], acc[0][1]))
                 pts.append((name, ln[-1][1], acc[-1][1]))
     if pts:
-        front = set(pareto_front([(a, b) for _, a, b in pts]))
+        front = draw_pareto(pts, out / "pareto.png", "mean completion tokens at evaluation (final)", "final held-out accuracy")
         summary["pareto"] = [{"run": nm, "tokens": a, "accuracy": b, "front": i in front} for i, (nm, a, b) in enumerate(pts)]
-        plt = _plt()
-        fig, ax = plt.subplots(figsize=(6, 4.2))
-        for i, (nm, a, b) in enumerate(pts):
-            ax.scatter([a], [b], s=40, color=f"C{i % 10}", edgecolor="black" if i in front else "none", zorder=3)
-            ax.annotate(nm, (a, b), fontsize=7, xytext=(4, 4), textcoords="offset points")
-        fx = sorted(front, key=lambda i: pts[i][1])
-        ax.plot([pts[i][1] for i in fx], [pts[i][2] for i in fx], "k--", lw=1, label="Pareto front")
-        ax.set_xlabel("mean completion tokens at evaluation (final)")
-        ax.set_ylabel("final held-out accuracy")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        atomic_savefig(fig, out / "pareto.png", dpi=110)
-        plt.close(fig)
         md += ["## Accuracy vs tokens (DR Fig. 3): length bonus vs Arora-Zanette penalty", "",
                "On the verbose teacher (restatements such as `8+2=10 =10` after half of the steps), so that correct "
                "solutions of one problem differ in length; 64-token completions; one seed. With the plain teacher a "
