@@ -28,6 +28,7 @@ from lit_rl.generation.settings import DecodeSettings
 from lit_rl.rollouts.pool import load_pool
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
 from lit_rl.tasks.base import Task
+from lit_rl.tasks.parsing import last_answer_block
 
 from datamodules.stream import PromptStreamDataModule, step_seed
 
@@ -195,6 +196,9 @@ class RolloutDataModule(PromptStreamDataModule):
         completion_mask = pos < lengths[:, None]  # (N, L)
         n_ext = len(ext)
         self.last_stats = {"time/generation_s": gen_time}
+        if self.g_on:  # share of on-policy completions with an <answer> block: the format holds (or is lost)
+            on = texts[: len(rows_ids)]
+            self.last_stats["train/on_policy/format_rate"] = sum(last_answer_block(t) is not None for t in on) / len(on)
         if n_ext:
             self.last_stats["train/external/cut_frac"] = sum(cut) / n_ext
         return RolloutBatch(

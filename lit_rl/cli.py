@@ -8,7 +8,7 @@ YAML, ``--help`` from docstrings); the other subcommands are plain programs disp
 * ``sweep``     Optuna studies over config keys, linked to MLflow;
 * ``report``    comparison plots and tables from the MLflow store;
 * ``export``    LoRA adapters in PEFT format and merged models from a checkpoint;
-* ``reproduce`` a study's runs, sweeps and report in one command (``reproduce double-rollout``).
+* ``reproduce`` a study's runs, sweeps and report in one command (``reproduce erils``, ``reproduce double-rollout``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("lit_rl.sweep", "Optuna sweep over any config key (TPE or grid), one MLflow parent run per study."),
     "report": ("lit_rl.report", "Compare MLflow runs: learning curves, per-source curves, Pareto points, sweep plots."),
     "export": ("lit_rl.models.cli", "Export LoRA adapters (PEFT format) and a merged model from a training checkpoint."),
-    "reproduce": ("lit_rl.reproduce", "Run a study end to end and write its report (double-rollout; --quick for a smoke run)."),
+    "reproduce": ("lit_rl.reproduce", "Run a study end to end and write its report (erils, double-rollout; --quick for a smoke run)."),
 }
 
 

@@ -53,7 +53,7 @@ def parse_training_config(monkeypatch):
 
     monkeypatch.chdir(ROOT)
 
-    def parse(path: Path):
+    def make_parser():
         parser = LightningArgumentParser()
         parser.add_argument("--config", action=ActionConfigFile)
         parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
@@ -61,10 +61,15 @@ def parse_training_config(monkeypatch):
         parser.add_argument("--seed_everything", type=int | bool | None, default=None)
         parser.add_argument("--threads", type=int | None, default=None)
         parser.add_lightning_class_args(Trainer, "trainer")
+        return parser
+
+    def parse(path: Path):
+        parser = make_parser()
         base = overlay_base(path)
         if base is None:
             return parser.parse_path(str(path))
         return parser.parse_args(["--config", base, "--config", str(path)])
 
     parse.base = overlay_base
+    parse.argv = lambda argv: make_parser().parse_args(list(argv))  # a `fit` command line, without `fit`
     return parse

@@ -139,6 +139,11 @@ class ERILSModule(RLModule):
             self.log(f"train/{name}/length_mean", ro.lengths[sel].float().mean(), on_step=True, batch_size=bs)
             if src == Source.ON_POLICY:
                 self.log(f"train/{name}/hit_limit_frac", ro.hit_limit[sel].float().mean(), on_step=True, batch_size=bs)
+                # the advantages' sign balance: a stalled run has (almost) all on-policy advantages zero
+                a_kept = a[keep[sel]]
+                if a_kept.numel():
+                    self.log(f"train/{name}/advantage_pos_frac", (a_kept > 0).float().mean(), on_step=True, batch_size=bs)
+                    self.log(f"train/{name}/advantage_neg_frac", (a_kept < 0).float().mean(), on_step=True, batch_size=bs)
         dm = getattr(self.trainer, "datamodule", None)
         for k, v in (getattr(dm, "last_stats", None) or {}).items():
             self.log(k, float(v), on_step=True, batch_size=bs)

@@ -355,6 +355,10 @@ class SPGSurrogate:
         loss, stats = spg_loss(advantages, s, self.loss_weights(lengths))
         stats["completion_length_mean"] = lengths.float().mean().detach()
         stats["elbo_mean"] = lo.detach().mean()
+        for src, name in ((SOURCE_ON_POLICY, "on_policy"), (SOURCE_EXTERNAL, "external")):
+            sel = source == src  # (B,) per-source ELBO: does the policy learn the external rows? (#16)
+            if bool(sel.any()):
+                stats[f"elbo_{name}"] = lo.detach()[sel].mean()
         stats[f"{self.mode}_mean"] = neg.detach().mean()
         stats["masked_frac"] = (
             masks.loss.sum((0, 2)).float() / (lengths.clamp(min=1) * self.num_t)

@@ -2,6 +2,9 @@
 
 Studies:
 
+* ``erils``: ERILS vs on-policy-only SPG, joint processing, external-only and SFT on the embedded Sudoku
+  default at equal budget, seeds and thread counts as bands, length-controlled vs uncontrolled external
+  rollouts (:mod:`lit_rl.reproduce.erils`).
 * ``double-rollout``: DR vs GRPO vs GRPO-large on the chain-sum testbed with seeds, ρ / N sweeps, the
   length bonus vs the Arora-Zanette penalty, the reliability table (:mod:`lit_rl.reproduce.double_rollout`).
 
@@ -24,10 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m lit_rl reproduce", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  python -m lit_rl reproduce double-rollout --workers 2\n"
+        epilog="example:\n  python -m lit_rl reproduce erils --workers 2\n"
+               "  python -m lit_rl reproduce double-rollout --workers 2\n"
                "  python -m lit_rl reproduce double-rollout --quick --out /tmp/dr_quick",
     )
-    parser.add_argument("study", choices=["double-rollout"])
+    parser.add_argument("study", choices=["erils", "double-rollout"])
     parser.add_argument("--out", default=None, help="output folder (default runs/reproduce/<study>[_quick])")
     parser.add_argument("--quick", action="store_true", help="a few steps per job: checks the pipeline, not the method")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds of the main comparison (default 0 1 2; quick: 0)")
@@ -38,26 +42,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
 
-    from lit_rl.reproduce import double_rollout, dr_report
+    from lit_rl.reproduce import double_rollout, dr_report, erils, erils_report
     from lit_rl.reproduce.runner import run_jobs, seconds_of
+
+    study, report = (erils, erils_report) if args.study == "erils" else (double_rollout, dr_report)
 
     out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{'_quick' if args.quick else ''}")
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     threads = args.threads or max(1, 2 // args.workers)
-    plan = double_rollout.plan(out, seeds, args.quick, args.workers, threads)
+    plan = study.plan(out, seeds, args.quick, args.workers, threads)
     failed: list[str] = []
     if not args.report_only:
-        double_rollout.init_stores(out)
+        study.init_stores(out)
         # the first job alone: it builds the warm-start cache that every other job then loads
         first, rest = (plan.jobs[:1], plan.jobs[1:]) if plan.first_alone else ([], plan.jobs)
-        for job in first:  # alone, it may use every thread the workers would share
+        for job in first if plan.boost_first else []:  # alone, it may use every thread the workers would share
             job.argv = [f"--threads={threads * args.workers}" if a.startswith("--threads=") else a for a in job.argv]
         results = run_jobs(first, workers=1, threads=threads)
         results += run_jobs(rest, workers=args.workers, threads=threads)
         failed = [r.name for r in results if not r.ok]
     times = {j.name: seconds_of(j.folder) for j in plan.jobs}
     try:
-        summary = dr_report.build(out, seeds, {k: v for k, v in times.items() if v is not None}, quick=args.quick)
+        summary = report.build(out, seeds, {k: v for k, v in times.items() if v is not None}, quick=args.quick)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import yaml
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.reproduce.runner import Job, callbacks_of
+from lit_rl.reproduce.runner import Job, callbacks_of, init_stores as _init_stores
 
 __all__ = ["EXPERIMENT", "METRIC", "Plan", "init_stores", "plan"]
 
@@ -63,6 +63,8 @@ class Plan:
     #: no warm start is cached yet: run the first job alone, so that the others load its cache instead of
     #: each repeating the SFT (a guess from the cache folder: a stale entry only costs parallelism)
     first_alone: bool = True
+    #: the first job, alone, may use every thread the workers would share
+    boost_first: bool = True
 
 
 def _quick_cli(method: str) -> list[str]:
@@ -191,17 +193,8 @@ def _sweep_jobs(
 
 
 def init_stores(out: Path) -> None:
-    """Create the MLflow store, its experiment and the Optuna storage once, before jobs start in parallel:
-    two processes creating one SQLite schema at once fail (measured: MLflow's migration raised "No such
-    index" in the second job)."""
-    import optuna
-    from mlflow.tracking import MlflowClient
-
-    out.mkdir(parents=True, exist_ok=True)
-    client = MlflowClient(tracking_uri=f"sqlite:///{(out / 'mlflow.db').resolve()}")
-    if client.get_experiment_by_name(EXPERIMENT) is None:
-        client.create_experiment(EXPERIMENT)
-    optuna.storages.RDBStorage(f"sqlite:///{(out / 'optuna.db').resolve()}")
+    """Create the MLflow store, its experiment and the Optuna storage before jobs start in parallel."""
+    _init_stores(out, EXPERIMENT)
 
 
 def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int, cache_dir: str | None = None) -> Plan:

@@ -23,7 +23,7 @@ import yaml
 
 from lit_rl.atomic import atomic_write_text
 
-__all__ = ["Job", "JobResult", "callbacks_of", "run_jobs"]
+__all__ = ["Job", "JobResult", "callbacks_of", "init_stores", "run_jobs"]
 
 
 @dataclass
@@ -168,3 +168,17 @@ def seconds_of(folder: Path) -> float | None:
         return float(json.loads((folder / "done.json").read_text())["seconds"])
     except (OSError, ValueError, KeyError):
         return None
+
+
+def init_stores(out: Path, experiment: str) -> None:
+    """Create the MLflow store, its experiment and the Optuna storage once, before jobs start in parallel:
+    two processes creating one SQLite schema at once fail (measured: MLflow's migration raised "No such
+    index" in the second job)."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    out.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri=f"sqlite:///{(out / 'mlflow.db').resolve()}")
+    if client.get_experiment_by_name(experiment) is None:
+        client.create_experiment(experiment)
+    optuna.storages.RDBStorage(f"sqlite:///{(out / 'optuna.db').resolve()}")

@@ -399,7 +399,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("--error-rate", type=float, default=0.1, help="share of deliberately wrong answers")
     s.add_argument("--seed", type=int, default=42)
     s.add_argument("--limit", type=int, default=None, help="only the first N training prompts")
-    s.add_argument("--trace", default=None, help="trace style (Sudoku: deduction (default) or grid, the fixed-length trace)")
+    s.add_argument("--trace", default=None, help="trace style (Sudoku: deduction (default), grid (fixed length, 37 tokens) or grid_verbose (uncontrolled length: restated puzzle, grid, column check; 69 tokens))")
     st = sub.add_parser("stats", help="ERILS Tables IV/V of a pool: print, write next to it, log to MLflow")
     st.add_argument("pool")
     st.add_argument("--g-ext", type=int, default=None, help="G_ext of 'default usable' (default: the header's, else 2)")

@@ -82,6 +82,22 @@ def sudoku_grid_completion(example: Example, rng: random.Random, error_rate: flo
     return f"<reasoning>{g}</reasoning>\n<answer>{g}</answer>"
 
 
+def sudoku_grid_verbose_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
+    """The *uncontrolled-length* counterpart of :func:`sudoku_grid_completion` (ERILS Fig. 1(b) / Fig. 4): the
+    trace first restates the puzzle, then writes the solution grid, then checks it column by column (the
+    grid transposed), and the answer is the grid: 16·3 trace digits, 69 char-tokens. That is what an
+    external model writes without the length instruction (restating the problem, repeating checks), and
+    it is longer than the embedded policy's L_gen of 48 while the solution, fixed-length and at fixed
+    offsets, is the same as the length-controlled trace's. ``error_rate``: as the grid trace (one blank
+    wrong in the grid, its column check and the answer).
+    """
+    puzzle = example.meta["puzzle"]
+    short = sudoku_grid_completion(example, rng, error_rate)
+    g = short[len("<reasoning>"):].split("</reasoning>")[0]  # (16,) the solution grid as written
+    columns = "".join(g[r * 4 + c] for c in range(4) for r in range(4))
+    return f"<reasoning>{puzzle}{g}{columns}</reasoning>\n<answer>{g}</answer>"
+
+
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b if b else None}
 
 
@@ -130,7 +146,7 @@ SCRIPTED_POLICIES = {"sudoku": sudoku_completion, "countdown": countdown_complet
 #: Trace styles per task for SFT warm starts (``ScriptedSFTWarmup.trace``); the first is the default and
 #: equals :data:`SCRIPTED_POLICIES` (what the external pool uses).
 TRACE_STYLES = {
-    "sudoku": {"deduction": sudoku_completion, "grid": sudoku_grid_completion},
+    "sudoku": {"deduction": sudoku_completion, "grid": sudoku_grid_completion, "grid_verbose": sudoku_grid_verbose_completion},
     "countdown": {"search": countdown_completion},
     "chainsum": {"running": chainsum_completion, "verbose": chainsum_verbose_completion},
 }

@@ -43,5 +43,12 @@ def test_tiny_erils_fit_updates_weights_and_logs_per_source_metrics(tmp_path):
         for stat in ("reward_mean", "reward_std", "advantage_mean", "advantage_std", "length_mean"):
             assert f"train/{src}/{stat}" in keys
     assert {"train/loss", "train/lr", "val/sudoku/greedy/accuracy"} <= keys
+    # the stall diagnostics (#16): format rate, the advantages' sign balance, per-source ELBO
+    assert {"train/on_policy/format_rate", "train/on_policy/advantage_pos_frac", "train/on_policy/advantage_neg_frac",
+            "train/spg/elbo_on_policy", "train/spg/elbo_external"} <= keys
+    pos = run.data.metrics["train/on_policy/advantage_pos_frac"]
+    neg = run.data.metrics["train/on_policy/advantage_neg_frac"]
+    assert 0.0 <= pos <= 1.0 and 0.0 <= neg <= 1.0 and pos + neg <= 1.0
+    assert run.data.metrics["train/spg/elbo_external"] < 0.0  # a log-likelihood per token
     # external rollouts are the scripted solver's: mostly correct (error rate 0.1)
     assert run.data.metrics["train/external/reward_mean"] > 0.5

@@ -227,6 +227,9 @@ def test_spg_surrogate_matches_pure_functions(mode, weighting):
         expected, _ = spg_loss(adv, spg_select(lo, neg, adv), weights)
     torch.testing.assert_close(loss.detach(), expected)
     assert stats["completion_length_mean"].item() == pytest.approx(7.0)  # lengths [7, 6, 8], either weighting
+    # per-source ELBO diagnostics: rows 0-1 on-policy, row 2 external
+    torch.testing.assert_close(stats["elbo_on_policy"], lo[:2].mean())
+    torch.testing.assert_close(stats["elbo_external"], lo[2])
 
 
 def test_spg_surrogate_routes_sources_and_microbatches():

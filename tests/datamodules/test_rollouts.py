@@ -183,3 +183,16 @@ def test_external_cut_boundary(max_external_len, cut):
     assert ro.lengths[ext].tolist() == [37 if cut else 38] * 6
     assert all(policy.eos_id in ro.completion_ids[i].tolist() for i in ext.nonzero().flatten().tolist()) is (not cut)
     assert dm.last_stats["train/external/cut_frac"] == float(cut)
+
+
+def test_format_rate_counts_on_policy_completions_with_an_answer_block(monkeypatch):
+    # 6 on-policy rows (3 prompts x G_on 2): 2 hold a closed <answer> block, one an unclosed one, 3 none;
+    # the 6 external rows (all well-formed) must not count
+    dm = _dm(generation=DecodeSettings(32, 32, 4, 1.0))
+    policy = _tiny_policy()
+    texts = ["<reasoning>1</reasoning>\n<answer>1234</answer>", "<answer>1</answer>", "<answer>12", "1234", "", "</answer>"]
+    ids = policy.encode_completions(texts, 32)[0]  # (6, 32)
+    monkeypatch.setattr(policy, "generate", lambda *a, **k: ids)
+    ro = dm.produce_rollouts(dm.prompt_batch(0), policy)
+    assert ro.texts[:6] == texts
+    assert dm.last_stats["train/on_policy/format_rate"] == pytest.approx(2 / 6)

@@ -38,6 +38,28 @@ def test_committed_grid_pool_matches_a_fresh_build(tmp_path):
         assert len(trace) == 16 and answer == trace + "</answer>" and r["num_tokens"] == 37
 
 
+def test_committed_verbose_grid_pool_matches_a_fresh_build_and_the_grid_pool(tmp_path):
+    # data/pools/sudoku_grid_verbose.jsonl.gz: --trace grid_verbose, otherwise as the grid pool
+    out = tmp_path / "pool.jsonl"
+    build_scripted_pool("sudoku", out, n=6, error_rate=0.1, seed=42, limit=20, trace="grid_verbose")
+    fresh = [json.loads(line) for line in out.read_text().splitlines()[1:]]
+    with gzip.open(ROOT / "data/pools/sudoku_grid_verbose.jsonl.gz", "rt") as fh:
+        committed = [json.loads(line) for _, line in zip(range(1 + len(fresh)), fh)][1:]
+    assert committed == fresh
+    with gzip.open(ROOT / "data/pools/sudoku_grid.jsonl.gz", "rt") as fh:
+        short = [json.loads(line) for _, line in zip(range(1 + len(fresh)), fh)][1:]
+    from lit_rl.tasks import SudokuTask
+
+    puzzles = {e.id: e.meta["puzzle"] for e in SudokuTask(num_train=20).train_examples()}
+    for r, s in zip(fresh, short):  # same answers and rewards (same error draws), 32 more trace digits
+        trace, answer = r["completion"][len("<reasoning>"):].split("</reasoning>\n<answer>")
+        grid = answer[:-len("</answer>")]
+        assert trace[:16] == puzzles[r["prompt_id"]]  # the restated puzzle
+        assert trace[16:32] == grid and trace[32:] == "".join(grid[i * 4 + c] for c in range(4) for i in range(4))
+        assert s["completion"].endswith(answer) and s["reward"] == r["reward"]
+        assert r["num_tokens"] == 69 > 48  # longer than the embedded L_gen, within max_external_len
+
+
 def test_scripted_pool_refuses_a_gz_name_and_unknown_traces(tmp_path):
     import pytest
 

@@ -1,0 +1,153 @@
+"""``python -m lit_rl reproduce erils``: ERILS Fig. 1 in miniature on the embedded Sudoku default.
+
+The plan (``--quick`` shrinks every run to a few steps so that a test runs it end to end):
+
+1. **Main comparison at equal budget** (``conf/erils.yaml`` and its overlays, the same optimizer updates,
+   rollout batches and warm start), one run per seed: ERILS (source-specific processing, Eq. 9), on-policy
+   only SPG, joint processing (Eq. 11), external rollouts only, masked-denoising SFT on the same external
+   rollouts (App. C-H).
+2. **Capacity check** (not a comparison): masked-denoising SFT on fresh pool rows (one per prompt, one
+   update per rollout batch, 900 updates): how far the tiny model gets from the pool at all.
+3. **Thread spread**: ERILS with the first seed again at the other ``--threads`` (1 vs 2): floating-point
+   reduction order changes with the thread count, so this is the spread a second machine would show.
+4. **Length control** (ERILS Fig. 1(b) / Fig. 4): ERILS on the uncontrolled-length pool
+   (``data/pools/sudoku_grid_verbose.jsonl.gz``: restated puzzle, grid, column check, 69 tokens, longer
+   than the policy's L_gen of 48) against the length-controlled pool of the main runs.
+5. **Report** (``<out>/report.md``, :mod:`lit_rl.reproduce.erils_report`): greedy accuracy on all 256 test
+   puzzles with seed bands and chance, Pass@k, per-source reward / advantage, on-policy completion length
+   and format rate, the external rows' ELBO, wall times.
+
+Seeds move the prompt order and rollout noise (``data.seed``), the SPG mask draws (``model.seed``) and
+``seed_everything``; the initial weights and the format warm-up stay those of the config (one cached warm
+start for every run). Every job is the documented ``python -m lit_rl fit`` command; finished jobs are
+skipped on a re-run (:mod:`lit_rl.reproduce.runner`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from lit_rl.atomic import atomic_write_text
+from lit_rl.reproduce.runner import Job, callbacks_of, init_stores as _init_stores
+
+__all__ = ["EXPERIMENT", "METHODS", "METRIC", "Plan", "init_stores", "plan"]
+
+EXPERIMENT = "lit_rl-reproduce-erils"
+METRIC = "val/sudoku/greedy/accuracy"  # greedy cell accuracy on all 256 puzzles of SPG's test split
+BASE = "conf/erils.yaml"
+DATA_SEED = 42  # data.init_args.seed of BASE
+UNCONTROLLED_POOL = "data/pools/sudoku_grid_verbose.jsonl.gz"
+METHODS = {  # name: config files (overlays on BASE)
+    "erils": [BASE],
+    "spg": [BASE, "conf/spg.yaml"],
+    "joint": [BASE, "conf/erils_joint.yaml"],
+    "external_only": [BASE, "conf/erils_external_only.yaml"],
+    "sft": [BASE, "conf/erils_sft.yaml"],
+}
+#: the capacity check (not a comparison): can the tiny model learn the task from the pool at all?
+CAPACITY_CLI = ["--data.init_args.g_ext=1", "--model.init_args.updates_per_batch=1", "--trainer.max_steps=900",
+                "--trainer.val_check_interval=150"]
+QUICK_METHODS = ("erils", "sft")  # one run of each LightningModule, for the smoke test
+
+
+@dataclass
+class Plan:
+    jobs: list[Job]
+    out: Path
+    quick: bool
+    seeds: list[int]
+    threads: int
+    #: no warm start is cached yet: run the first job alone, so that the others load its cache
+    first_alone: bool = True
+    #: never give the first job more threads when it runs alone: the thread count is part of the result
+    #: here (the thread-spread run), and a tag names it
+    boost_first: bool = False
+
+
+def _quick_cli() -> list[str]:
+    """A few steps of everything, sized for a test (about 20 s per fit on 2 cores)."""
+    return [
+        "--trainer.max_steps=8", "--trainer.val_check_interval=1",  # two rollout batches of 4 updates
+        "--data.init_args.eval_size=16",
+        "--data.init_args.prompts_per_batch=2",
+    ]
+
+
+def _edit_callbacks(configs: Sequence[str], folder: Path, cache_dir: str, quick: bool) -> list[dict[str, Any]]:
+    """The configs' callback list with this run's checkpoint folder and warm-up cache, smaller in quick mode."""
+    cbs = callbacks_of(configs)
+    for cb in cbs:
+        path, args = cb.get("class_path", ""), cb.setdefault("init_args", {})
+        if path.endswith("ModelCheckpoint"):
+            args["dirpath"] = str(folder / "checkpoints")
+        elif path.endswith("FormatWarmup"):
+            args["cache_dir"] = cache_dir
+            if quick:
+                args["steps"] = 5
+        elif path.endswith("PassAtKEvaluation") and quick:
+            args.update(subset_size=8, batch_size=8, every_n_steps=8, start_step=8)
+            for c in args.get("configs", []):
+                c["num_samples"] = 2
+    return cbs
+
+
+def _fit_job(
+    name: str, method: str, seed: int, out: Path, threads: int, quick: bool, cache_dir: str,
+    extra: Sequence[str] = (), tags: dict[str, str] | None = None,
+) -> Job:
+    folder = out / "runs" / name
+    configs = METHODS[method]
+    overlay = folder / "overlay.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
+    cbs = _edit_callbacks(configs, folder, cache_dir, quick)
+    atomic_write_text(overlay, yaml.safe_dump({"trainer": {"callbacks": cbs}}, sort_keys=False))
+    tags = {"lit_rl.reproduce": "erils", "lit_rl.job": name, "method": method, "seed": str(seed),
+            "threads": str(threads), **(tags or {})}
+    argv = ["fit"]
+    for c in configs:
+        argv += ["--config", c]
+    argv += ["--config", str(overlay)]
+    argv += [
+        f"--seed_everything={seed}", f"--data.init_args.seed={DATA_SEED + seed}", f"--model.init_args.seed={seed}",
+        f"--threads={threads}",
+        f"--trainer.default_root_dir={folder}",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{(out / 'mlflow.db').resolve()}",
+        f"--trainer.logger.init_args.experiment_name={EXPERIMENT}",
+        f"--trainer.logger.init_args.run_name={name}",
+        f"--trainer.logger.init_args.tags={json.dumps(tags)}",
+    ]
+    if quick:
+        argv += _quick_cli()
+    argv += list(extra)
+    return Job(name, argv, folder, tags)
+
+
+def init_stores(out: Path) -> None:
+    """Create the MLflow store and its experiment before jobs start in parallel."""
+    _init_stores(out, EXPERIMENT)
+
+
+def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int, cache_dir: str | None = None) -> Plan:
+    """Every job of the study, in the order they should start (the first one builds the warm-start cache)."""
+    out = Path(out)
+    cache = cache_dir or (str(out / "cache") if quick else "runs/cache")
+    jobs: list[Job] = []
+    methods = QUICK_METHODS if quick else tuple(METHODS)
+    for seed in seeds:
+        for method in methods:
+            jobs.append(_fit_job(f"{method}_s{seed}", method, seed, out, threads, quick, cache, tags={"group": "main"}))
+    s0 = seeds[0]
+    if not quick:  # the same run at the other thread count: the spread a second machine would show
+        other = 2 if threads == 1 else 1
+        jobs.append(_fit_job(f"erils_s{s0}_t{other}", "erils", s0, out, other, quick, cache, tags={"group": "threads"}))
+    jobs.append(_fit_job(f"erils_uncontrolled_s{s0}", "erils", s0, out, threads, quick, cache,
+                         [f"--data.init_args.pool_path={UNCONTROLLED_POOL}"], {"group": "length"}))
+    if not quick:  # the capacity check: SFT on fresh pool rows (one per prompt, one update per batch), longer
+        jobs.append(_fit_job(f"sft_capacity_s{s0}", "sft", s0, out, threads, quick, cache, CAPACITY_CLI, {"group": "capacity"}))
+    first_alone = not any(Path(cache).glob("format_warmup_sudoku_*.pt"))
+    return Plan(jobs, out, quick, list(seeds), threads, first_alone)

@@ -1,0 +1,130 @@
+"""``python -m lit_rl reproduce erils``: the plan (every job a valid `fit` command line, seeds, the thread and
+length-control runs), the report's arithmetic on a real MLflow store, and the whole study in quick mode
+through the real command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_rl.reproduce import erils
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(tmp_path, parse_training_config):
+    plan = erils.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1, cache_dir=str(tmp_path / "c"))
+    names = [j.name for j in plan.jobs]
+    assert names == ["erils_s0", "spg_s0", "joint_s0", "external_only_s0", "sft_s0",
+                     "erils_s1", "spg_s1", "joint_s1", "external_only_s1", "sft_s1",
+                     "erils_s0_t2", "erils_uncontrolled_s0", "sft_capacity_s0"]
+    assert plan.first_alone and not plan.boost_first  # the thread count is part of the result: never raised
+    jobs = {j.name: j for j in plan.jobs}
+    assert "--threads=2" in jobs["erils_s0_t2"].argv and jobs["erils_s0_t2"].tags["threads"] == "2"
+    assert "--threads=1" in jobs["erils_s0"].argv and jobs["erils_s0"].tags["threads"] == "1"
+    assert f"--data.init_args.pool_path={erils.UNCONTROLLED_POOL}" in jobs["erils_uncontrolled_s0"].argv
+    assert "conf/spg.yaml" in jobs["spg_s1"].argv and "conf/erils_sft.yaml" in jobs["sft_s0"].argv
+    seeds = [a for a in jobs["joint_s1"].argv if a.startswith(("--seed_everything", "--data.init_args.seed", "--model.init_args.seed"))]
+    assert seeds == ["--seed_everything=1", "--data.init_args.seed=43", "--model.init_args.seed=1"]
+    advantages = {"erils_s0": "SourceSpecific", "spg_s0": "OnPolicyOnly", "joint_s0": "Joint", "external_only_s0": "ExternalOnly"}
+    for job in plan.jobs:  # every command line is one the real CLI parser accepts, with its own folders
+        cfg = parse_training_config.argv(job.argv[1:])
+        assert cfg.trainer.default_root_dir == str(job.folder)
+        ckpt = [c for c in cfg.trainer.callbacks if c.class_path.endswith("ModelCheckpoint")]
+        assert ckpt[0].init_args.dirpath == str(job.folder / "checkpoints")
+        warm = [c for c in cfg.trainer.callbacks if c.class_path.endswith("FormatWarmup")]
+        assert warm[0].init_args.cache_dir == str(tmp_path / "c") and warm[0].init_args.steps == 250
+        if job.name in advantages:
+            assert cfg.model.init_args.advantages.class_path.endswith(advantages[job.name])
+    sft = parse_training_config.argv(jobs["sft_s0"].argv[1:])
+    assert sft.model.class_path.endswith("DenoisingSFT") and sft.data.init_args.g_on == 0
+    cap = parse_training_config.argv(jobs["sft_capacity_s0"].argv[1:])  # fresh rows: 1 per prompt, 1 update per batch
+    assert (cap.data.init_args.g_ext, cap.model.init_args.updates_per_batch, cap.trainer.max_steps) == (1, 1, 900)
+    unc = parse_training_config.argv(jobs["erils_uncontrolled_s0"].argv[1:])
+    assert unc.data.init_args.pool_path.endswith("sudoku_grid_verbose.jsonl.gz")
+
+
+def _store(tmp_path: Path, runs: dict[str, tuple[dict[str, str], dict[str, list[tuple[int, float]]]]]) -> Path:
+    """A real MLflow SQLite store with the given runs (tags, metric histories), as the study writes it."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment(erils.EXPERIMENT)
+    for name, (tags, history) in runs.items():
+        run = client.create_run(exp, run_name=name, tags={"lit_rl.reproduce": "erils", "lit_rl.job": name, **tags})
+        for key, points in history.items():
+            for step, value in points:
+                client.log_metric(run.info.run_id, key, value, step=step)
+        client.set_terminated(run.info.run_id, "FINISHED")
+    return tmp_path
+
+
+def test_report_tables_from_a_real_mlflow_store(tmp_path):
+    from lit_rl.reproduce.erils_report import build
+
+    acc = "val/sudoku/greedy/accuracy"
+    main = {"group": "main", "threads": "1"}
+
+    def curve(*values):
+        return {acc: list(zip((0, 14, 29), values))}
+
+    _store(tmp_path, {
+        "erils_s0": ({**main, "method": "erils", "seed": "0"},
+                     {**curve(0.25, 0.6, 0.9), "train/on_policy/reward_mean": [(i, 0.2 + 0.1 * i) for i in range(7)],
+                      "train/on_policy/length_mean": [(i, 38.0) for i in range(7)],
+                      "val/sudoku/multi/pass_at_4": [(480, 0.95)]}),
+        "erils_s1": ({**main, "method": "erils", "seed": "1"}, curve(0.25, 0.5, 0.8)),
+        "spg_s0": ({**main, "method": "spg", "seed": "0"}, curve(0.25, 0.1, 0.0)),
+        "spg_s1": ({**main, "method": "spg", "seed": "1"}, curve(0.25, 0.2, 0.1)),
+        "erils_s0_t2": ({"group": "threads", "threads": "2", "method": "erils", "seed": "0"}, curve(0.25, 0.6, 0.85)),
+        "erils_uncontrolled_s0": ({"group": "length", "threads": "1", "method": "erils", "seed": "0"},
+                                  {**curve(0.25, 0.1, 0.05), "train/on_policy/hit_limit_frac": [(i, 1.0) for i in range(7)]}),
+        "sft_capacity_s0": ({"group": "capacity", "method": "sft", "seed": "0"}, {acc: [(0, 0.25), (149, 0.7), (299, 0.97)]}),
+    })
+    summary = build(tmp_path, seeds=[0, 1], times={"erils_s0": 300.0, "erils_s1": 320.0})
+    e, s = summary["main"]["erils"], summary["main"]["spg"]
+    assert e["final"]["mean"] == pytest.approx(0.85) and e["final"]["min"] == 0.8 and e["runs"] == 2
+    assert e["start"]["mean"] == 0.25 and e["pass_at_4"]["mean"] == 0.95
+    # on-policy reward: mean of the first 5 batches (0.2..0.6 -> 0.4) and of the last 5 (0.4..0.8 -> 0.6)
+    assert e["on_policy_reward_first"]["mean"] == pytest.approx(0.4) and e["on_policy_reward_last"]["mean"] == pytest.approx(0.6)
+    assert s["final"]["mean"] == pytest.approx(0.05) and s["erils_minus_this"] == pytest.approx(0.8)
+    assert e["seconds"]["mean"] == 310.0
+    assert summary["erils_spread"]["n"] == 3 and summary["erils_spread"]["mean"] == pytest.approx(0.85)  # 0.9, 0.8, 0.85
+    lc = summary["length_control"]
+    assert lc["uncontrolled (grid_verbose, 69 tokens)"]["final"]["mean"] == 0.05
+    assert lc["uncontrolled (grid_verbose, 69 tokens)"]["hit_limit"]["mean"] == 1.0
+    assert lc["length-controlled (grid, 37 tokens)"]["final"]["mean"] == 0.9  # the first seed's ERILS run
+    assert summary["capacity"]["final"] == 0.97 and "sft_capacity_s0" not in summary["main"]
+    report = (tmp_path / "report.md").read_text()
+    assert "updates 150: 0.700, 300: 0.970 (start 0.250)" in report
+    assert "**0.850** ± 0.071" in report and "0.400 → 0.600" in report
+    for fig in ("curves.png", "diagnostics.png"):
+        assert (tmp_path / fig).stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
+    """The quick plan (ERILS, SFT, the uncontrolled pool) for a few steps, then the report; a re-run skips."""
+    out = tmp_path / "erils"
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    cmd = [sys.executable, "-m", "lit_rl", "reproduce", "erils", "--quick", "--out", str(out), "--workers", "2"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["failed"] == [] and set(summary["main"]) == set(erils.QUICK_METHODS)
+    report = (out / "report.md").read_text()
+    for section in ("Equal budget", "Spread of ERILS", "Length-controlled vs uncontrolled"):
+        assert section in report
+    data = json.loads((out / "summary.json").read_text())
+    assert set(data["length_control"]) == {"length-controlled (grid, 37 tokens)", "uncontrolled (grid_verbose, 69 tokens)"}
+    # the uncontrolled run trained on 69-token external rows: the datamodule widened its rows past L_gen
+    cfg = yaml.safe_load(next((out / "runs/erils_uncontrolled_s0").rglob("config.yaml")).read_text())
+    assert cfg["data"]["init_args"]["pool_path"] == erils.UNCONTROLLED_POOL
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.count("done before, skipped") == len(erils.QUICK_METHODS) + 1
