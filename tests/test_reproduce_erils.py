@@ -23,7 +23,7 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
     names = [j.name for j in plan.jobs]
     assert names == ["erils_s0", "spg_s0", "joint_s0", "external_only_s0", "sft_s0",
                      "erils_s1", "spg_s1", "joint_s1", "external_only_s1", "sft_s1",
-                     "erils_s0_t2", "erils_uncontrolled_s0", "sft_capacity_s0"]
+                     "erils_s0_t2", "external_only_uncontrolled_s0", "erils_uncontrolled_s0", "sft_capacity_s0"]
     assert plan.first_alone and not plan.boost_first  # the thread count is part of the result: never raised
     jobs = {j.name: j for j in plan.jobs}
     assert "--threads=2" in jobs["erils_s0_t2"].argv and jobs["erils_s0_t2"].tags["threads"] == "2"
@@ -46,8 +46,11 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
     assert sft.model.class_path.endswith("DenoisingSFT") and sft.data.init_args.g_on == 0
     cap = parse_training_config.argv(jobs["sft_capacity_s0"].argv[1:])  # fresh rows: 1 per prompt, 1 update per batch
     assert (cap.data.init_args.g_ext, cap.model.init_args.updates_per_batch, cap.trainer.max_steps) == (1, 1, 900)
-    unc = parse_training_config.argv(jobs["erils_uncontrolled_s0"].argv[1:])
-    assert unc.data.init_args.pool_path.endswith("sudoku_grid_verbose.jsonl.gz")
+    for name in ("erils_uncontrolled_s0", "external_only_uncontrolled_s0"):  # Fig. 4 trains external-only on each pool
+        unc = parse_training_config.argv(jobs[name].argv[1:])
+        assert unc.data.init_args.pool_path.endswith("sudoku_grid_verbose.jsonl.gz")
+    spg = parse_training_config.argv(jobs["spg_s0"].argv[1:])  # the paper's SPG: the whole group on-policy
+    assert (spg.data.init_args.g_on, spg.data.init_args.g_ext) == (4, 0)
 
 
 def _store(tmp_path: Path, runs: dict[str, tuple[dict[str, str], dict[str, list[tuple[int, float]]]]]) -> Path:
@@ -85,6 +88,8 @@ def test_report_tables_from_a_real_mlflow_store(tmp_path):
         "erils_s0_t2": ({"group": "threads", "threads": "2", "method": "erils", "seed": "0"}, curve(0.25, 0.6, 0.85)),
         "erils_uncontrolled_s0": ({"group": "length", "threads": "1", "method": "erils", "seed": "0"},
                                   {**curve(0.25, 0.1, 0.05), "train/on_policy/hit_limit_frac": [(i, 1.0) for i in range(7)]}),
+        "external_only_uncontrolled_s0": ({"group": "length", "threads": "1", "method": "external_only", "seed": "0"},
+                                          curve(0.25, 0.05, 0.0)),
         "sft_capacity_s0": ({"group": "capacity", "method": "sft", "seed": "0"}, {acc: [(0, 0.25), (149, 0.7), (299, 0.97)]}),
     })
     summary = build(tmp_path, seeds=[0, 1], times={"erils_s0": 300.0, "erils_s1": 320.0})
@@ -97,10 +102,12 @@ def test_report_tables_from_a_real_mlflow_store(tmp_path):
     assert e["seconds"]["mean"] == 310.0
     assert summary["erils_spread"]["n"] == 3 and summary["erils_spread"]["mean"] == pytest.approx(0.85)  # 0.9, 0.8, 0.85
     lc = summary["length_control"]
-    assert lc["uncontrolled (grid_verbose, 69 tokens)"]["final"]["mean"] == 0.05
-    assert lc["uncontrolled (grid_verbose, 69 tokens)"]["hit_limit"]["mean"] == 1.0
-    assert lc["length-controlled (grid, 37 tokens)"]["final"]["mean"] == 0.9  # the first seed's ERILS run
-    assert summary["capacity"]["final"] == 0.97 and "sft_capacity_s0" not in summary["main"]
+    assert lc["erils: uncontrolled (grid_verbose, 69 tokens)"]["final"]["mean"] == 0.05
+    assert lc["erils: uncontrolled (grid_verbose, 69 tokens)"]["hit_limit"]["mean"] == 1.0
+    assert lc["erils: length-controlled (grid, 37 tokens)"]["final"]["mean"] == 0.9  # the first seed's ERILS run
+    assert lc["external_only: uncontrolled (grid_verbose, 69 tokens)"]["final"]["mean"] == 0.0
+    assert "external_only: length-controlled (grid, 37 tokens)" not in lc  # no external-only run on that pool here
+    assert summary["capacity"]["final"] == 0.97 and "sft" not in summary["main"]  # not a main-comparison row
     report = (tmp_path / "report.md").read_text()
     assert "updates 150: 0.700, 300: 0.970 (start 0.250)" in report
     assert "**0.850** ± 0.071" in report and "0.400 → 0.600" in report
@@ -122,9 +129,16 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
     for section in ("Equal budget", "Spread of ERILS", "Length-controlled vs uncontrolled"):
         assert section in report
     data = json.loads((out / "summary.json").read_text())
-    assert set(data["length_control"]) == {"length-controlled (grid, 37 tokens)", "uncontrolled (grid_verbose, 69 tokens)"}
-    # the uncontrolled run trained on 69-token external rows: the datamodule widened its rows past L_gen
+    assert set(data["length_control"]) == {"erils: length-controlled (grid, 37 tokens)", "erils: uncontrolled (grid_verbose, 69 tokens)"}
+    # the uncontrolled run trained on whole 69-token external rows: the datamodule widened them past L_gen 48
     cfg = yaml.safe_load(next((out / "runs/erils_uncontrolled_s0").rglob("config.yaml")).read_text())
     assert cfg["data"]["init_args"]["pool_path"] == erils.UNCONTROLLED_POOL
+    from lit_rl.report import load_runs
+
+    runs = {r.name: r for r in load_runs(f"sqlite:///{out / 'mlflow.db'}", experiments=[erils.EXPERIMENT])}
+    unc = runs["erils_uncontrolled_s0"]
+    assert {v for _, v in unc.series("train/external/cut_frac")} == {0.0}
+    assert {v for _, v in unc.series("train/external/length_mean")} == {70.0}  # 69 tokens + EOS, every row
+    assert {v for _, v in runs["erils_s0"].series("train/external/length_mean")} == {38.0}  # 37 + EOS
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == len(erils.QUICK_METHODS) + 1

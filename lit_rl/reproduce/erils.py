@@ -10,9 +10,10 @@ The plan (``--quick`` shrinks every run to a few steps so that a test runs it en
    update per rollout batch, 900 updates): how far the tiny model gets from the pool at all.
 3. **Thread spread**: ERILS with the first seed again at the other ``--threads`` (1 vs 2): floating-point
    reduction order changes with the thread count, so this is the spread a second machine would show.
-4. **Length control** (ERILS Fig. 1(b) / Fig. 4): ERILS on the uncontrolled-length pool
-   (``data/pools/sudoku_grid_verbose.jsonl.gz``: restated puzzle, grid, column check, 69 tokens, longer
-   than the policy's L_gen of 48) against the length-controlled pool of the main runs.
+4. **Length control** (ERILS Fig. 1(b) / Fig. 4): external-only training (as Fig. 4) and ERILS on the
+   uncontrolled-length pool (``data/pools/sudoku_grid_verbose.jsonl.gz``: restated puzzle, grid, column
+   check, 69 tokens, longer than the policy's L_gen of 48) against the length-controlled pool of the main
+   runs, from the same warm start (the grid format), so that only the pool differs.
 5. **Report** (``<out>/report.md``, :mod:`lit_rl.reproduce.erils_report`): greedy accuracy on all 256 test
    puzzles with seed bands and chance, Pass@k, per-source reward / advantage, on-policy completion length
    and format rate, the external rows' ELBO, wall times.
@@ -145,8 +146,10 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
     if not quick:  # the same run at the other thread count: the spread a second machine would show
         other = 2 if threads == 1 else 1
         jobs.append(_fit_job(f"erils_s{s0}_t{other}", "erils", s0, out, other, quick, cache, tags={"group": "threads"}))
-    jobs.append(_fit_job(f"erils_uncontrolled_s{s0}", "erils", s0, out, threads, quick, cache,
-                         [f"--data.init_args.pool_path={UNCONTROLLED_POOL}"], {"group": "length"}))
+    # Fig. 4 trains external-only on each pool (on-policy only as the reference); ERILS on each pool too
+    for method in ("external_only", "erils") if not quick else ("erils",):
+        jobs.append(_fit_job(f"{method}_uncontrolled_s{s0}", method, s0, out, threads, quick, cache,
+                             [f"--data.init_args.pool_path={UNCONTROLLED_POOL}"], {"group": "length"}))
     if not quick:  # the capacity check: SFT on fresh pool rows (one per prompt, one update per batch), longer
         jobs.append(_fit_job(f"sft_capacity_s{s0}", "sft", s0, out, threads, quick, cache, CAPACITY_CLI, {"group": "capacity"}))
     first_alone = not any(Path(cache).glob("format_warmup_sudoku_*.pt"))

@@ -3,7 +3,8 @@
 * ``curves.png``: greedy cell accuracy on all 256 test puzzles of every variant against rollout batches
   (mean and min-max band over seeds; chance, 0.25, as a line);
 * ``diagnostics.png``: per-source curves (mean over seeds): on-policy and external reward, the on-policy
-  advantages' sign balance, on-policy completion length, format rate and the external rows' ELBO;
+  advantages' sign balance, on-policy completion length, format rate, the external rows' ELBO, the share
+  of on-policy rows that hit L_gen without EOS, and Pass@k (k = 1..4) at the end;
 * ``report.md`` with the equal-budget table, the seed / thread spread, the length-control comparison and
   run times; ``summary.json`` with the same numbers.
 """
@@ -34,7 +35,9 @@ DIAGNOSTICS = (
     ("train/on_policy/length_mean", "on-policy completion length (tokens)"),
     ("train/on_policy/format_rate", "on-policy format rate (<answer> block)"),
     ("train/spg/elbo_external", "external rows' ELBO (per token)"),
+    ("train/on_policy/hit_limit_frac", "on-policy rows hitting L_gen without EOS"),
 )
+PASS_AT = tuple(f"val/sudoku/multi/pass_at_{k}" for k in range(1, 5))
 
 
 def _band(runs: Sequence[RunData], metric: str) -> list[tuple[int, list[float]]]:
@@ -66,7 +69,7 @@ def _plot_curves(groups: dict[str, list[RunData]], metric: str, path: Path, extr
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
-    ax.set_title("equal budget; band = min-max over seeds (and threads for ERILS)", fontsize=9)
+    ax.set_title("equal budget; band = min-max over seeds", fontsize=9)
     fig.tight_layout()
     atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
@@ -74,7 +77,7 @@ def _plot_curves(groups: dict[str, list[RunData]], metric: str, path: Path, extr
 
 def _plot_diagnostics(groups: dict[str, list[RunData]], path: Path) -> None:
     plt = _plt()
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    fig, axes = plt.subplots(2, 4, figsize=(16, 6.5))
     for ax, (metric, title) in zip(axes.flat, DIAGNOSTICS):
         for i, (name, runs) in enumerate(groups.items()):
             pts = _band(runs, metric)
@@ -84,6 +87,17 @@ def _plot_diagnostics(groups: dict[str, list[RunData]], path: Path) -> None:
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("rollout batch", fontsize=8)
         ax.grid(alpha=0.3)
+    ax = axes.flat[len(DIAGNOSTICS)]  # Pass@k at the end of training (mean over seeds)
+    for i, (name, runs) in enumerate(groups.items()):
+        ks = [(k, [_last(r, m) for r in runs]) for k, m in enumerate(PASS_AT, 1)]
+        ks = [(k, [v for v in vals if v is not None]) for k, vals in ks]
+        ks = [(k, statistics.fmean(v)) for k, v in ks if v]
+        if ks:
+            ax.plot([k for k, _ in ks], [v for _, v in ks], marker="o", color=f"C{i}", label=LABELS.get(name, name))
+    ax.set_title("pass@k at the end (T 0.9, 64 puzzles)", fontsize=9)
+    ax.set_xlabel("k", fontsize=8)
+    ax.set_xticks(range(1, 5))
+    ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     atomic_savefig(fig, path, dpi=100)
@@ -153,7 +167,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         md += ["", "ERILS minus each baseline (final, mean over seeds): " + ", ".join(
             f"{LABELS[o]} {summary['main'][o]['erils_minus_this']:+.3f}" for o in main if "erils_minus_this" in summary["main"][o]) + "."]
     if main:
-        _plot_curves(main, METRIC, out / "curves.png", {"erils (uncontrolled pool)": uncontrolled} if uncontrolled else {})
+        _plot_curves(main, METRIC, out / "curves.png", {f"{LABELS.get(r.tags.get('method', ''), r.name)}, uncontrolled pool": [r] for r in uncontrolled})
         _plot_diagnostics(main, out / "diagnostics.png")
         md += ["", "![curves](curves.png)", "", "Per-source diagnostics (mean over seeds): why a run learns or "
                "stalls.", "", "![diagnostics](diagnostics.png)", ""]
@@ -184,22 +198,30 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                "reduction order, so a second machine gives a different run of the same recipe, not the same numbers.", ""]
 
     # 3. length control
-    if uncontrolled and "erils" in main:
+    if uncontrolled:
         md += ["## Length-controlled vs uncontrolled external rollouts (ERILS Fig. 1(b) / Fig. 4)", "",
                "The uncontrolled pool restates the puzzle and checks the grid column by column (69 tokens, longer "
                "than the policy's L_gen of 48); the controlled pool writes the grid once (37 tokens). Same answers, "
-               "same error draws, first seed.", "",
-               "| external pool | final greedy | on-policy length (last 5) | on-policy hits L_gen without EOS (last 5) | format rate (last 5) |",
-               "|---|---|---|---|---|"]
-        rows = {"length-controlled (grid, 37 tokens)": main["erils"][:1], "uncontrolled (grid_verbose, 69 tokens)": uncontrolled}
+               "same error draws, same warm start (the grid format), first seed: only the pool differs. Fig. 4 "
+               "trains external-only on each pool; ERILS on each pool is the extra row.", "",
+               "| method | external pool | final greedy | on-policy length (last 5) | on-policy hits L_gen without EOS (last 5) | format rate (last 5) |",
+               "|---|---|---|---|---|---|"]
         summary["length_control"] = {}
-        for name, rs in rows.items():
-            final = _stats([_last(r, METRIC) for r in rs])
-            ln = _mean_of(rs, "train/on_policy/length_mean")
-            hit = _mean_of(rs, "train/on_policy/hit_limit_frac")
-            fmt = _mean_of(rs, "train/on_policy/format_rate")
-            summary["length_control"][name] = {"final": final, "length": ln, "hit_limit": hit, "format_rate": fmt}
-            md.append(f"| {name} | {_f(final['mean'])} | {_f(ln['mean'], 1)} | {_f(hit['mean'])} | {_f(fmt['mean'])} |")
+        for method in ("external_only", "erils"):
+            rows = {"length-controlled (grid, 37 tokens)": jobs.get(f"{method}_s{seeds[0]}"),
+                    "uncontrolled (grid_verbose, 69 tokens)": jobs.get(f"{method}_uncontrolled_s{seeds[0]}")}
+            for pool, r in rows.items():
+                if r is None:
+                    continue
+                stats = {"final": _stats([_last(r, METRIC)]), "length": _mean_of([r], "train/on_policy/length_mean"),
+                         "hit_limit": _mean_of([r], "train/on_policy/hit_limit_frac"),
+                         "format_rate": _mean_of([r], "train/on_policy/format_rate")}
+                summary["length_control"][f"{method}: {pool}"] = stats
+                md.append(f"| {LABELS[method]} | {pool} | {_f(stats['final']['mean'])} | {_f(stats['length']['mean'], 1)} | "
+                          f"{_f(stats['hit_limit']['mean'])} | {_f(stats['format_rate']['mean'])} |")
+        spg = jobs.get(f"spg_s{seeds[0]}")
+        if spg is not None:
+            md.append(f"| {LABELS['spg']} (reference) | none | {_f(_last(spg, METRIC))} | | | |")
         md.append("")
     total = sum(v for v in times.values() if v)
     md += [f"Total job time: {total / 60:.1f} min (sum over jobs; two run at once by default)."]
