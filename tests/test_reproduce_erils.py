@@ -100,6 +100,8 @@ def test_report_tables_from_a_real_mlflow_store(tmp_path):
     assert e["on_policy_reward_first"]["mean"] == pytest.approx(0.4) and e["on_policy_reward_last"]["mean"] == pytest.approx(0.6)
     assert s["final"]["mean"] == pytest.approx(0.05) and s["erils_minus_this"] == pytest.approx(0.8)
     assert e["seconds"]["mean"] == 310.0
+    assert summary["threads_identical"] == {"erils_s0_t2": False}  # its curve ends at 0.85, seed 0's at 0.9
+    assert "The thread count changed the run" in (tmp_path / "report.md").read_text()
     assert summary["erils_spread"]["n"] == 3 and summary["erils_spread"]["mean"] == pytest.approx(0.85)  # 0.9, 0.8, 0.85
     lc = summary["length_control"]
     assert lc["erils: uncontrolled (grid_verbose, 69 tokens)"]["final"]["mean"] == 0.05
