@@ -53,7 +53,10 @@ def test_reinit_rotary_buffers_repairs_garbage_frequencies(official):
         for m in model.modules():
             if "rotary" in type(m).__name__.lower():
                 m.inv_freq.fill_(float("nan"))  # what meta-device loading can leave behind
-        assert torch.isnan(model(input_ids=ids).logits).any()
+        bad = model(input_ids=ids).logits
+        # NaN frequencies make the logits wrong: NaN on some torch / transformers builds, finite but different
+        # on others (measured 3.95 off with torch 2.13 + transformers 5.23/5.24, whose attention drops the NaN)
+        assert (bad - good).abs().nan_to_num(nan=1.0).max() > 1e-3
         assert reinit_rotary_buffers(model)
         torch.testing.assert_close(model(input_ids=ids).logits, good, rtol=0, atol=0)
 
