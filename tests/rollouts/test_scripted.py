@@ -35,7 +35,7 @@ def test_grid_trace_errors_change_one_blank_in_trace_and_answer():
 def test_warmup_trace_styles_resolve_or_fail_with_the_known_names():
     assert ScriptedSFTWarmup().teacher("sudoku") is sudoku_completion  # default: the pool's deduction trace
     assert ScriptedSFTWarmup(trace="grid").teacher("sudoku") is sudoku_grid_completion
-    assert list(TRACE_STYLES["sudoku"]) == ["deduction", "grid"]
+    assert list(TRACE_STYLES["sudoku"]) == ["deduction", "grid", "grid_verbose"]
     with pytest.raises(ValueError, match=r"trace: 'grid' is not a countdown trace style \(known: \['search'\]\)"):
         ScriptedSFTWarmup(trace="grid").teacher("countdown")
     with pytest.raises(ValueError, match="no scripted traces for task 'math500'"):
