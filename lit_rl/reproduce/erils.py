@@ -26,15 +26,11 @@ skipped on a re-run (:mod:`lit_rl.reproduce.runner`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-
-from lit_rl.atomic import atomic_write_text
-from lit_rl.reproduce.runner import Job, callbacks_of, init_stores as _init_stores
+from lit_rl.reproduce.runner import Job, callbacks_of, fit_job, init_stores as _init_stores
 
 __all__ = ["EXPERIMENT", "METHODS", "METRIC", "Plan", "init_stores", "plan"]
 
@@ -101,31 +97,12 @@ def _fit_job(
     name: str, method: str, seed: int, out: Path, threads: int, quick: bool, cache_dir: str,
     extra: Sequence[str] = (), tags: dict[str, str] | None = None,
 ) -> Job:
-    folder = out / "runs" / name
     configs = METHODS[method]
-    overlay = folder / "overlay.yaml"
-    folder.mkdir(parents=True, exist_ok=True)
-    cbs = _edit_callbacks(configs, folder, cache_dir, quick)
-    atomic_write_text(overlay, yaml.safe_dump({"trainer": {"callbacks": cbs}}, sort_keys=False))
+    cbs = _edit_callbacks(configs, out / "runs" / name, cache_dir, quick)
     tags = {"lit_rl.reproduce": "erils", "lit_rl.job": name, "method": method, "seed": str(seed),
             "threads": str(threads), **(tags or {})}
-    argv = ["fit"]
-    for c in configs:
-        argv += ["--config", c]
-    argv += ["--config", str(overlay)]
-    argv += [
-        f"--seed_everything={seed}", f"--data.init_args.seed={DATA_SEED + seed}", f"--model.init_args.seed={seed}",
-        f"--threads={threads}",
-        f"--trainer.default_root_dir={folder}",
-        f"--trainer.logger.init_args.tracking_uri=sqlite:///{(out / 'mlflow.db').resolve()}",
-        f"--trainer.logger.init_args.experiment_name={EXPERIMENT}",
-        f"--trainer.logger.init_args.run_name={name}",
-        f"--trainer.logger.init_args.tags={json.dumps(tags)}",
-    ]
-    if quick:
-        argv += _quick_cli()
-    argv += list(extra)
-    return Job(name, argv, folder, tags)
+    return fit_job(name, configs, cbs, seed, DATA_SEED + seed, threads, out, EXPERIMENT, tags,
+                   [*(_quick_cli() if quick else []), *extra])
 
 
 def init_stores(out: Path) -> None:

@@ -23,7 +23,7 @@ import yaml
 
 from lit_rl.atomic import atomic_write_text
 
-__all__ = ["Job", "JobResult", "callbacks_of", "init_stores", "run_jobs"]
+__all__ = ["Job", "JobResult", "callbacks_of", "fit_job", "init_stores", "run_jobs"]
 
 
 @dataclass
@@ -182,3 +182,34 @@ def init_stores(out: Path, experiment: str) -> None:
     if client.get_experiment_by_name(experiment) is None:
         client.create_experiment(experiment)
     optuna.storages.RDBStorage(f"sqlite:///{(out / 'optuna.db').resolve()}")
+
+
+def fit_job(
+    name: str, configs: Sequence[str], callbacks: list[dict[str, Any]], seed: int, data_seed: int, threads: int,
+    out: Path, experiment: str, tags: dict[str, str], extra: Sequence[str] = (),
+) -> Job:
+    """A ``fit`` job of a study: ``configs`` plus an overlay with this run's ``callbacks`` (written into its
+    folder), its seeds, threads, run folder and the study's MLflow store, then ``extra`` arguments.
+
+    The DataModule's own seed draws the prompt order and the rollout noise, the module's seed the masks /
+    continuations: ``seed_everything`` alone changes none of them (measured: two seeds gave identical
+    runs), so a seed moves all three (seed 0 with ``data_seed`` = the config as shipped)."""
+    folder = out / "runs" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    overlay = folder / "overlay.yaml"
+    atomic_write_text(overlay, yaml.safe_dump({"trainer": {"callbacks": callbacks}}, sort_keys=False))
+    argv = ["fit"]
+    for c in configs:
+        argv += ["--config", c]
+    argv += [
+        "--config", str(overlay),
+        f"--seed_everything={seed}", f"--data.init_args.seed={data_seed}", f"--model.init_args.seed={seed}",
+        f"--threads={threads}",
+        f"--trainer.default_root_dir={folder}",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{(out / 'mlflow.db').resolve()}",
+        f"--trainer.logger.init_args.experiment_name={experiment}",
+        f"--trainer.logger.init_args.run_name={name}",
+        f"--trainer.logger.init_args.tags={json.dumps(tags)}",
+        *extra,
+    ]
+    return Job(name, argv, folder, tags)
