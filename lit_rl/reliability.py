@@ -423,6 +423,14 @@ def _check_generation(cfg: _Config, path: tuple, gen: Any) -> None:
     t = vals["temperature"]
     if isinstance(t, (int, float)) and not isinstance(t, bool) and t < 0:
         raise _fail(cfg, path + ("temperature",), f"must be >= 0, got {t}")
+    if gen.get("cache", "none") not in ("none", "prefix", "dual"):
+        raise _fail(cfg, path + ("cache",), f"must be 'none', 'prefix' or 'dual', got {gen['cache']!r}")
+    r = gen.get("refresh_every")
+    if r is not None and (not _is_int(r) or r < 1):
+        raise _fail(cfg, path + ("refresh_every",), f"must be a positive integer or null, got {r!r}")
+    th = gen.get("threshold")
+    if th is not None and (isinstance(th, bool) or not isinstance(th, (int, float)) or not 0 < th <= 1):
+        raise _fail(cfg, path + ("threshold",), f"must be in (0, 1] or null, got {th!r}")
 
 
 def _walk_generations(cfg: _Config, node: Any, path: tuple) -> None:

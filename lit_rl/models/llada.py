@@ -220,6 +220,27 @@ class NativeLLaDABlock(GradientCheckpointingLayer):
         self.up_proj = nn.Linear(d, config.mlp_hidden_size, bias=config.include_bias)
         self.ff_out = nn.Linear(config.mlp_hidden_size, d, bias=config.include_bias)
 
+    def project_qkv(
+        self, hidden_states: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries ``(B, H, T, hd)`` and keys / values ``(B, H_kv, T, hd)`` of ``hidden_states (B, T, d)``, RoPE
+        applied in float32 as the official code (``rope_full_precision``). Shared with the KV-cached decoder
+        (:mod:`lit_rl.generation.kv_stack`), which attends these queries to cached keys."""
+        B, T, _ = hidden_states.shape
+        h = self.attn_norm(hidden_states)
+        q = self.q_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = self.k_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, hd)
+        v = self.v_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, hd)
+        cos, sin = position_embeddings
+        q32, k32 = apply_rotary_pos_emb(q.float(), k.float(), cos, sin)
+        return q32.to(v.dtype), k32.to(v.dtype), v
+
+    def finish(self, hidden_states: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        """The rest of the block after attention: ``att (B, T, H*hd)`` -> residual, then the SwiGLU MLP."""
+        hidden_states = hidden_states + self.attn_out(att)
+        h = self.ff_norm(hidden_states)
+        return hidden_states + self.ff_out(F.silu(self.ff_proj(h)) * self.up_proj(h))  # (B, T, d)
+
     def forward(
         self,
         hidden_states: torch.Tensor,  # (B, T, d)
@@ -228,13 +249,7 @@ class NativeLLaDABlock(GradientCheckpointingLayer):
         **kwargs: Any,
     ) -> torch.Tensor:
         B, T, _ = hidden_states.shape
-        h = self.attn_norm(hidden_states)
-        q = self.q_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
-        k = self.k_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, hd)
-        v = self.v_proj(h).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, hd)
-        cos, sin = position_embeddings
-        q32, k32 = apply_rotary_pos_emb(q.float(), k.float(), cos, sin)  # RoPE in float32, as the official code
-        q, k = q32.to(v.dtype), k32.to(v.dtype)
+        q, k, v = self.project_qkv(hidden_states, position_embeddings)
         impl = self.config._attn_implementation
         if impl in (None, "eager"):
             attend = eager_attention_forward
@@ -243,9 +258,7 @@ class NativeLLaDABlock(GradientCheckpointingLayer):
 
             attend = ALL_ATTENTION_FUNCTIONS[impl]
         att, _ = attend(self, q, k, v, attention_mask, dropout=0.0, scaling=self.scaling, is_causal=False)
-        hidden_states = hidden_states + self.attn_out(att.reshape(B, T, -1))  # att (B, T, H, hd)
-        h = self.ff_norm(hidden_states)
-        return hidden_states + self.ff_out(F.silu(self.ff_proj(h)) * self.up_proj(h))  # (B, T, d)
+        return self.finish(hidden_states, att.reshape(B, T, -1))  # att (B, T, H, hd)
 
 
 class NativeLLaDAInner(nn.Module):

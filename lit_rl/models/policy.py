@@ -32,6 +32,7 @@ from lit_rl.models.remote_compat import check_token_id, mask_token_id
 from lit_rl.models.tokenizer import build_char_tokenizer
 
 if TYPE_CHECKING:
+    from lit_rl.generation.kv_stack import KVStack
     from lit_rl.generation.settings import DecodeSettings
 
 # LoRA targets per architecture (``config.model_type``, matched case-insensitively): the attention and MLP
@@ -158,29 +159,46 @@ class DiffusionPolicy(TextPolicy, nn.Module):
         ``prompt_ids``/``prompt_mask`` are left-padded ``(B, P)``; sampling noise comes from a generator
         seeded with ``seed``, so the same weights, prompts and seed give the same completions.
         """
+        from lit_rl.generation.cached import cached_diffusion_generate
         from lit_rl.generation.diffusion import diffusion_generate
 
         # Gumbel noise is (N, V) per step (~0.8 GB at LLaDA's vocabulary): a generator on the device
         from lit_rl.rng import device_generator
 
         gen = device_generator(seed, prompt_ids.device)
+        common = dict(
+            gen_length=settings.gen_length, block_length=settings.block_length, steps=settings.steps,
+            temperature=settings.temperature, mask_id=self.mask_id, generator=gen,
+        )
         was_training = self.training
         self.eval()
         try:
-            out = diffusion_generate(
-                lambda ids, mask: self(ids, mask),
-                prompt_ids,
-                prompt_mask,
-                gen_length=settings.gen_length,
-                block_length=settings.block_length,
-                steps=settings.steps,
-                temperature=settings.temperature,
-                mask_id=self.mask_id,
-                generator=gen,
-            )
+            if getattr(settings, "exact", True):
+                out = diffusion_generate(lambda ids, mask: self(ids, mask), prompt_ids, prompt_mask, **common)
+            else:
+                out = cached_diffusion_generate(
+                    prompt_ids, prompt_mask, model_fn=lambda ids, mask: self(ids, mask),
+                    stack=self.kv_stack() if settings.cache != "none" else None, cache=settings.cache,
+                    refresh_every=settings.refresh_every, threshold=settings.threshold, **common,
+                )
         finally:
             self.train(was_training)
         return out[:, prompt_ids.shape[1]:]  # (B, L_gen)
+
+
+    def kv_stack(self) -> "KVStack":
+        """The model's layer-by-layer forward with a KV cache (``generation.cache: prefix | dual``)."""
+        from lit_rl.generation.kv_stack import kv_stack_for
+        from lit_rl.reliability import ConfigError
+
+        stack = kv_stack_for(self.model)
+        if stack is None:
+            raise ConfigError(
+                f"generation.cache: {type(self).__name__} ({type(self.model).__name__}) has no KV-cached forward "
+                "(a checkpoint's own remote code, or FSDP2-sharded weights); use cache: none, or NativeLLaDA / "
+                "NativeDream / TinyDiffusionLM"
+            )
+        return stack
 
 
 class TinyDiffusionLM(DiffusionPolicy):

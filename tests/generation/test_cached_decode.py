@@ -1,0 +1,215 @@
+"""Tests for lit_rl.generation.kv_stack and lit_rl.generation.cached (block KV cache, threshold decoding)."""
+
+import pytest
+import torch
+
+from lit_rl.generation.cached import DecodeStats, cached_diffusion_generate
+from lit_rl.generation.diffusion import diffusion_generate, position_ids_from_attention_mask
+from lit_rl.generation.kv_stack import KVCache, kv_stack_for
+from lit_rl.generation.settings import DecodeSettings
+from lit_rl.models import LoraSettings, TinyDiffusionLM
+
+MASK = 1  # not used by the raw models below except as the [MASK] id
+
+
+def _tiny_dream():
+    from transformers import Qwen2Config
+
+    from lit_rl.models.dream import NativeDreamModel
+
+    config = Qwen2Config(
+        vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, use_sliding_window=False, use_cache=False,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return NativeDreamModel(config).eval()
+
+
+def _tiny_llada_gqa():
+    from lit_rl.models.llada import NativeLLaDAConfig, NativeLLaDAModel
+
+    config = NativeLLaDAConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=64, vocab_size=48,
+                               embedding_size=48, max_sequence_length=128, rope_theta=10000.0, mask_token_id=MASK)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return NativeLLaDAModel(config).eval()
+
+
+def _tiny_bert():
+    return TinyDiffusionLM(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, seed=0).model.eval()
+
+
+MODELS = {"bert": _tiny_bert, "llada_gqa": _tiny_llada_gqa, "dream": _tiny_dream}
+
+
+def _model_fn(model, shift):
+    """The policy's forward contract: logits (B, T, V), Dream's shifted one position right."""
+
+    def fn(ids, mask):
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_attention_mask(mask)).logits
+        return torch.cat([logits[:, :1], logits[:, :-1]], 1) if shift else logits
+
+    return fn
+
+
+def _prompts(B=3, P=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 40, (B, P), generator=g)
+    mask = torch.ones(B, P, dtype=torch.long)
+    mask[0, :3] = 0  # left padding of different widths
+    mask[1, :1] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_refresh_and_window_reproduce_the_models_forward(name):
+    model = MODELS[name]()
+    stack = kv_stack_for(model)
+    ids, mask = _prompts()
+    ids = torch.cat([ids, torch.randint(5, 40, (3, 9))], 1)  # (3, 16) a partly decoded sequence
+    mask = torch.cat([mask, torch.ones(3, 9, dtype=torch.long)], 1)
+    pos = position_ids_from_attention_mask(mask)
+    expected = _model_fn(model, 0)(ids, mask)  # (3, 16, V) unshifted
+    kv = KVCache(batch=3)
+    rows = torch.arange(3)
+    with torch.no_grad():
+        full = stack.head(stack.refresh(ids, pos, mask.bool(), kv, rows))
+        # a window over unchanged tokens sees exactly the keys/values of the refresh: the same logits
+        index = torch.arange(9, 14).expand(2, -1)  # rows 2 and 0 only, in that order
+        sub = torch.tensor([2, 0])
+        win = stack.head(stack.window(ids[sub].gather(1, index), pos[sub].gather(1, index), index, mask[sub].bool(), kv, sub))
+    torch.testing.assert_close(full, expected, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(win, expected[sub][:, 9:14], atol=2e-5, rtol=1e-5)
+    assert stack.forward_tokens == 3 * 16 + 2 * 5
+
+
+def test_window_uses_the_cached_keys_not_fresh_ones():
+    # change a token outside the window after the refresh: the window's logits must not see it (stale cache),
+    # while a full forward does
+    model = _tiny_bert()
+    stack = kv_stack_for(model)
+    ids = torch.randint(5, 40, (1, 12))
+    mask = torch.ones(1, 12, dtype=torch.long)
+    pos = position_ids_from_attention_mask(mask)
+    kv = KVCache(batch=1)
+    rows = torch.arange(1)
+    with torch.no_grad():
+        before = stack.head(stack.refresh(ids, pos, mask.bool(), kv, rows))[:, 4:8]
+        changed = ids.clone()
+        changed[0, 8:12] = 41
+        index = torch.arange(4, 8)[None]
+        win = stack.head(stack.window(changed[:, 4:8], pos[:, 4:8], index, mask.bool(), kv, rows))
+        fresh = _model_fn(model, 0)(changed, mask)[:, 4:8]
+    stale_gap, fresh_gap = (win - before).abs().max(), (fresh - before).abs().max()
+    assert stale_gap < 2e-5 and fresh_gap > 50 * stale_gap  # the window kept the refresh's keys
+
+
+KW = dict(gen_length=32, block_length=8, steps=16, mask_id=MASK)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_uncached_loop_is_the_reference_decoder(temperature):
+    # cache "none" in the per-row loop draws the same noise in the same order: identical tokens at any T
+    model = _tiny_bert()
+    fn = _model_fn(model, 0)
+    ids, mask = _prompts()
+    ref = diffusion_generate(fn, ids, mask, temperature=temperature, generator=torch.Generator().manual_seed(5), **KW)
+    out = cached_diffusion_generate(ids, mask, model_fn=fn, cache="none", temperature=temperature,
+                                    generator=torch.Generator().manual_seed(5), **KW)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+def test_refreshing_every_step_is_exact(name, cache):
+    model = MODELS[name]()
+    shift = kv_stack_for(model).shift
+    ids, mask = _prompts()
+    ref = diffusion_generate(_model_fn(model, shift), ids, mask, temperature=0.0, **KW)
+    out = cached_diffusion_generate(ids, mask, stack=kv_stack_for(model), cache=cache, refresh_every=1, temperature=0.0, **KW)
+    assert torch.equal(out, ref)
+
+
+def test_forward_token_counts_by_hand():
+    # B 3, P 7, L 32, blocks of 8, 16 steps -> 4 steps per block; T = 39
+    # exact: 16 steps x 39 = 624 per row; dual: per block one refresh (39) + 3 block-only steps (8) = 63, x 4
+    # blocks = 252 per row; prefix: 4 x 39 + 3 x (32 + 24 + 16 + 8) = 156 + 240 = 396 per row;
+    # dual refreshing every 2 steps: per block 2 x 39 + 2 x 8 = 94, x 4 = 376 per row
+    model = _tiny_bert()
+    ids, mask = _prompts()
+    expected = {("none", None): 624, ("dual", None): 252, ("prefix", None): 396, ("dual", 2): 376}
+    for (cache, every), per_row in expected.items():
+        stats = DecodeStats()
+        out = cached_diffusion_generate(ids, mask, model_fn=_model_fn(model, 0), stack=kv_stack_for(model), cache=cache,
+                                        refresh_every=every, temperature=0.0, stats=stats, **KW)
+        assert stats.forward_tokens == 3 * per_row, (cache, every)
+        assert stats.steps == 16 and stats.row_forwards == 48
+        assert not (out[:, 7:] == MASK).any()
+
+
+def test_stale_cache_changes_tokens_on_a_random_model():
+    # the cache is really used: without refreshes a random model's choices drift from the exact decoder
+    model = _tiny_llada_gqa()
+    ids, mask = _prompts()
+    ref = diffusion_generate(_model_fn(model, 0), ids, mask, temperature=0.0, **KW)
+    out = cached_diffusion_generate(ids, mask, stack=kv_stack_for(model), cache="dual", temperature=0.0, **KW)
+    assert not torch.equal(out, ref)
+    assert not (out == MASK).any()
+
+
+class ConfidentRow:
+    """Row 0 is certain of token 7 everywhere; the other rows see nearly flat logits (V 16)."""
+
+    def __call__(self, ids, attn):
+        B, T = ids.shape
+        logits = torch.linspace(0, 0.1, 16).expand(B, T, 16).clone()
+        sure = ids[:, :1] == 3  # row 0's prompt starts with 3
+        logits[sure[:, 0], :, 7] = 50.0
+        return logits
+
+
+def test_threshold_reveals_confident_positions_together_and_rows_progress_independently():
+    ids = torch.tensor([[3, 4], [5, 4]])
+    mask = torch.ones(2, 2, dtype=torch.long)
+    stats = DecodeStats()
+    out = cached_diffusion_generate(ids, mask, model_fn=ConfidentRow(), cache="none", threshold=0.9, temperature=0.0,
+                                    gen_length=16, block_length=8, steps=16, mask_id=15, stats=stats)
+    # row 0: each block in one step (2 forwards); row 1: nothing reaches 0.9, so one token per step (16)
+    assert stats.row_forwards == 2 + 16
+    assert stats.steps == 16
+    assert out[0, 2:].tolist() == [7] * 16
+    assert not (out == 15).any()
+
+
+def test_threshold_one_reveals_a_single_token_per_step():
+    model = _tiny_bert()
+    ids, mask = _prompts()
+    stats = DecodeStats()
+    cached_diffusion_generate(ids, mask, stack=kv_stack_for(model), cache="dual", threshold=1.0, temperature=0.0,
+                              stats=stats, **KW)
+    assert stats.steps == 32 and stats.refreshes == 3 * 4
+
+
+def test_policy_generate_uses_the_cache_and_names_the_field_when_it_cannot():
+    policy = TinyDiffusionLM(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, seed=0,
+                             lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    ids, mask = _prompts()
+    exact = DecodeSettings(gen_length=16, block_length=8, steps=8, temperature=0.0)
+    every = DecodeSettings(gen_length=16, block_length=8, steps=8, temperature=0.0, cache="dual", refresh_every=1)
+    assert torch.equal(policy.generate(ids, mask, exact, 0), policy.generate(ids, mask, every, 0))  # through peft
+    policy.model = torch.nn.Linear(2, 2)  # an architecture without an adapter
+    from lit_rl.reliability import ConfigError
+
+    with pytest.raises(ConfigError, match="generation.cache"):
+        policy.generate(ids, mask, every, 0)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [({"cache": "full"}, "generation.cache"), ({"refresh_every": 0}, "refresh_every"), ({"threshold": 0.0}, "threshold"),
+     ({"threshold": 1.5}, "threshold")],
+)
+def test_decode_settings_refuse_bad_values(kw, match):
+    with pytest.raises(ValueError, match=match):
+        DecodeSettings(**kw)
