@@ -9,14 +9,17 @@ random weights, written to a temporary folder and loaded as the paper configs lo
 :class:`lit_rl.models.NativeLLaDA` (default, ``--policy native``) or through the fixture's remote code and
 :class:`lit_rl.models.PretrainedDiffusionLM` (``--policy remote``); bitsandbytes NF4 with bf16 compute, LoRA r=128 α=64 on the attention + MLP projections, activation
 checkpointing). ERILS runs through Lightning (``bf16-mixed``) with the Sudoku task and the scripted external
-pool (``data/pools/sudoku_scripted.jsonl.gz``), rollouts at L_gen 256 / 128 steps / block 32; then one
-greedy decoding batch. Printed figures:
+pool (``data/pools/sudoku_scripted.jsonl.gz``), rollouts at L_gen 256 / 128 steps / block 32; then a resume
+from a checkpoint for one more rollout batch; then one greedy decoding batch per decoding mode (exact, prefix
+and dual KV cache, dual cache + confidence threshold 0.9; :mod:`lit_rl.generation.cached`) on the 4-bit
+policy and on the same weights in bf16 without quantisation. Printed figures:
 
 * peak GPU memory (``torch.cuda.max_memory_allocated``) of training and of decoding;
 * update time: the training step's wall time / updates per batch (rollout generation runs before it, in the
   DataModule's ``on_after_batch_transfer``, and is timed separately), and its tokens/s
   (the surrogate processes ``num_t x rows x (prompt + completion)`` tokens per update);
-* decoding tokens/s (completion tokens of the batch / wall time) and per-step latency;
+* decoding tokens/s (completion tokens of the batch / wall time), per-step latency and peak memory per
+  mode and weight format, each mode's speed-up over exact and its token agreement with exact;
 * achieved TFLOP/s, counted as 2·N·tokens per forward pass over the N base parameters (attention score
   FLOPs excluded): an update with a frozen base is 1 forward + 1 recomputed forward (checkpointing) + 1
   backward through activations (~2 forwards), i.e. 8·N per token; a decoding step is 2·N per token.
@@ -116,6 +119,43 @@ def masks_match_cpu(device: str) -> bool:
     cpu = spg.build_masks(cm, torch.ones(6, 40), source, seeds=seeds, gen_width=width)
     dev = spg.build_masks(cm.to(device), torch.ones(6, 40, device=device), source.to(device), seeds=seeds, gen_width=width.to(device))
     return all(torch.equal(a, b.cpu()) for a, b in zip(cpu, dev))
+
+
+DECODE_MODES = {
+    "exact": {},
+    "prefix": {"cache": "prefix"},
+    "dual": {"cache": "dual"},
+    "dual+thr0.9": {"cache": "dual", "threshold": 0.9},
+}
+
+
+def decode_modes(policy, ids, mask, gen_length: int, steps: int, gpu: bool, modes: list[str]) -> dict[str, dict]:
+    """One greedy ``policy.generate`` per mode of :data:`DECODE_MODES` (block 32, bf16 autocast on the GPU):
+    wall time, completion tokens/s, speed-up over exact, peak memory and token agreement with exact."""
+    import torch
+
+    from lit_rl.generation.settings import DecodeSettings
+
+    out: dict[str, dict] = {}
+    ref = None
+    for mode in modes:
+        settings = DecodeSettings(gen_length=gen_length, block_length=32, steps=steps, temperature=0.0, **DECODE_MODES[mode])
+        if gpu:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=gpu):
+            t0 = time.perf_counter()
+            comp = policy.generate(ids, mask, settings, seed=0)
+            if gpu:
+                torch.cuda.synchronize()
+            secs = time.perf_counter() - t0
+        ref = comp if ref is None else ref
+        out[mode] = {
+            "time_s": round(secs, 3), "tokens_per_s": round(comp.numel() / secs), "speedup": round(out["exact"]["time_s"] / secs, 2) if out else 1.0,
+            "peak_mem_GiB": round(torch.cuda.max_memory_allocated() / 2**30, 2) if gpu else float("nan"),
+            "agreement": round(float((comp == ref).float().mean()), 4),
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,23 +261,41 @@ def main(argv: list[str] | None = None) -> int:
                   f"({toks / upd:.0f} tok/s, {tflops:.1f} TFLOP/s)")
         last = timer.batches[-1]
 
-        # one decoding batch (greedy, eval mode, bf16 autocast)
-        if gpu:
-            torch.cuda.reset_peak_memory_stats()
+        # a resume: the checkpoint of the run above, then one more rollout batch in a new Trainer
+        ckpt = tmp / "run" / "smoke.ckpt"
+        trainer.save_checkpoint(ckpt)
+        resumed = L.Trainer(
+            accelerator="gpu" if gpu else "cpu", devices=1, precision="bf16-mixed" if gpu else "32-true",
+            max_steps=args.updates * (args.batches + 1), limit_val_batches=0, num_sanity_val_steps=0, logger=False,
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp / "run"),
+        )
+        t0 = time.perf_counter()
+        resumed.fit(module, datamodule=dm, ckpt_path=str(ckpt))
+        resume_s = time.perf_counter() - t0
+        print(f"resumed from {ckpt.name} at step {trainer.global_step} -> {resumed.global_step} in {resume_s:.1f}s")
+
+        # decoding: one greedy batch per mode (exact, KV caches, threshold), 4-bit and bf16, with bf16 autocast
         examples = dm.task.eval_examples()[: args.decode_batch]
         ids, mask = policy.encode_prompts([dm.task.messages(e) for e in examples], 200)
         dev = next(policy.parameters()).device
         ids, mask = ids.to(dev), mask.to(dev)
-        settings = DecodeSettings(gen_length=args.gen_length, block_length=32, steps=args.steps, temperature=0.0)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=gpu):
-            t0 = time.perf_counter()
-            comp = policy.generate(ids, mask, settings, seed=0)
-            if gpu:
-                torch.cuda.synchronize()
-            dec_s = time.perf_counter() - t0
-        dec_tokens = comp.numel()
+        modes = list(DECODE_MODES) if native else ["exact"]  # the remote code has no KV-cached forward
+        decode = {"4bit": decode_modes(policy, ids, mask, args.gen_length, args.steps, gpu, modes)}
+        del module, policy
+        if gpu:
+            torch.cuda.empty_cache()
+        if native:
+            bf16 = NativeLLaDA(str(tmp), mask_id=None, eos_id=None, dtype="bfloat16" if gpu else "float32", device="cuda" if gpu else None)
+            decode["bf16"] = decode_modes(bf16, ids, mask, args.gen_length, args.steps, gpu, modes)
+        print("\ndecoding (greedy, batch %d, L_gen %d, %d steps, block 32):" % (ids.shape[0], args.gen_length, args.steps))
+        for weights, modes in decode.items():
+            for mode, r in modes.items():
+                print(f"  {weights:5s} {mode:12s} {r['time_s']:7.2f}s {r['tokens_per_s']:8.0f} tok/s  x{r['speedup']:.2f}  "
+                      f"peak {r['peak_mem_GiB']:.2f} GiB  agreement {r['agreement']:.4f}")
+        exact = decode["4bit"]["exact"]
+        dec_s, dec_tokens = exact["time_s"], ids.shape[0] * args.gen_length
         dec_tflops = 2 * n_base * args.steps * ids.shape[0] * (ids.shape[1] + args.gen_length) / dec_s / 1e12
-        dec_peak = torch.cuda.max_memory_allocated() / 2**30 if gpu else float("nan")
+        dec_peak = exact["peak_mem_GiB"]
 
         upd = last["wall_s"] / args.updates
         toks = 2 * last["rows"] * last["seq_len"]
@@ -257,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
             "decode_TFLOPs": round(dec_tflops, 2),
             "decode_peak_mem_GiB": round(dec_peak, 2),
             "global_step": trainer.global_step,
+            "resumed_global_step": resumed.global_step,
+            "resume_s": round(resume_s, 2),
+            "decode_modes": decode,
             "masks_match_cpu": masks_ok,
         }
         print("\nsummary: " + json.dumps(summary))
@@ -265,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if trainer.global_step != args.updates * args.batches:
             print(f"gpu_smoke: expected {args.updates * args.batches} optimizer steps, got {trainer.global_step}", file=sys.stderr)
+            return 1
+        if resumed.global_step != args.updates * (args.batches + 1):
+            print(f"gpu_smoke: the resumed run ended at step {resumed.global_step}", file=sys.stderr)
             return 1
         return 0
     finally:

@@ -125,16 +125,18 @@ class KVStack:
         """Forward only the positions ``index (R, A)`` of ``rows (R,)``; every other key/value is the cache's.
 
         Args: ``ids, pos (R, A)`` the window's tokens and positions; ``key_mask (R, T)``. The window's fresh
-        keys/values replace the cached ones at ``index`` for this call only (the cache keeps its refresh).
-        Returns hidden ``(R, A, d)``.
+        keys/values replace the cached ones at ``index``: in the cache itself when ``rows`` is the whole batch
+        in order (no copy; the decoder recomputes a window at every step until the row's next refresh, so the
+        replaced entries are never read stale), else in a copy of the rows' cache. Returns hidden ``(R, A, d)``.
         """
         mask = self._key_mask(key_mask)
+        whole = rows.numel() == cache.batch and bool((rows == torch.arange(cache.batch, device=rows.device)).all())
         h, ctx = self.arch.embed(ids, pos)  # (R, A, d)
         for i, layer in enumerate(self.arch.layers()):
             q, k, v = self.arch.qkv(layer, h, ctx)  # k, v (R, H_kv, A, hd)
             at = index[:, None, :, None].expand_as(k)  # (R, H_kv, A, hd)
-            k_all = cache.keys[i][rows].scatter_(2, at, k)  # (R, H_kv, T, hd): indexing copied the rows
-            v_all = cache.values[i][rows].scatter_(2, at, v)
+            k_all = (cache.keys[i] if whole else cache.keys[i][rows]).scatter_(2, at, k)  # (R, H_kv, T, hd)
+            v_all = (cache.values[i] if whole else cache.values[i][rows]).scatter_(2, at, v)
             h = self.arch.finish(layer, h, _attend(q, k_all, v_all, mask))
         self.forward_tokens += ids.numel()
         return h
