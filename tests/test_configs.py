@@ -76,3 +76,13 @@ def test_paper_spg_configs_follow_the_stated_batch_reading_and_spg_mix_betas(nam
     assert data["prompts_per_batch"] * (data["g_on"] + data["g_ext"]) == 6  # rollouts per GPU per update
     assert raw["trainer"]["devices"] == 8 and raw["model"]["init_args"]["updates_per_batch"] == 12
     assert "Batch reading" in (ROOT / "conf/paper" / f"{name}.yaml").read_text()
+
+
+@pytest.mark.parametrize("base", ["conf/erils.yaml", "conf/paper/erils_sudoku.yaml"])
+def test_fast_rollouts_overlay_caches_rollouts_only(base, parse_training_config):
+    plain = parse_training_config.argv(["--config", base])
+    cfg = parse_training_config.argv(["--config", base, "--config", "conf/fast_rollouts.yaml"])
+    gen, plain_gen = cfg.data.init_args.generation, plain.data.init_args.generation
+    assert gen.cache == "dual" and plain_gen.cache == "none"
+    assert (gen.gen_length, gen.steps, gen.temperature) == (plain_gen.gen_length, plain_gen.steps, plain_gen.temperature)
+    assert cfg.data.init_args.eval_generation.cache == "none"

@@ -71,6 +71,12 @@ CASES: dict[str, tuple] = {
     "steps_not_divisible_by_blocks": (
         "data:\n  init_args:\n    generation: {gen_length: 64, block_length: 16, steps: 6}\n",
         [], ["data.init_args.generation.steps", "steps = 6 is not divisible by the number of blocks", "= 4"], "generation", None),
+    "generation_cache_unknown": (
+        "data:\n  init_args:\n    generation:\n      cache: full\n",
+        [], ["data.init_args.generation.cache", "must be 'none', 'prefix' or 'dual'", "'full'"], "cache", None),
+    "generation_threshold_out_of_range": (
+        "data:\n  init_args:\n    eval_generation:\n      threshold: 1.5\n",
+        [], ["data.init_args.eval_generation.threshold", "must be in (0, 1]"], "threshold", None),
     "eval_temperature_negative": (
         "data:\n  init_args:\n    eval_generation:\n      temperature: -1.0\n",
         [], ["data.init_args.eval_generation.temperature", "must be >= 0"], "temperature", None),

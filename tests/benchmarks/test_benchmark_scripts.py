@@ -1,0 +1,42 @@
+"""The benchmark scripts run (their --quick / --cpu-dry-run modes) and print what their docstrings promise."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dllm_decode_quick_prints_a_json_summary_last(capsys):
+    summary = _load("dllm_decode").main(["--quick", "--cache-dir", "", "--repeats", "1"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last) == json.loads(json.dumps(summary))
+    for cell, modes in summary["speed"].items():
+        assert modes["exact"]["speedup"] == 1.0 and modes["exact"]["agreement"] == 1.0
+        # quick: L 32, block 16, 16 steps (8 per block): dual runs T per block start + 7 x 16 block-only steps,
+        # exact T at all 16 steps, so dual's forward-token ratio is 16 T / (2 T + 224) > 1 for any prompt length
+        assert modes["dual"]["forward_ratio"] > modes["prefix"]["forward_ratio"] > 1.0, cell
+    assert set(summary["accuracy"]) == {"exact", "prefix", "dual", "dual+thr0.9"}
+    assert summary["accuracy"]["exact"]["agreement"] == 1.0
+
+
+@pytest.mark.slow
+def test_gpu_smoke_dry_run_decodes_every_mode_and_resumes(capsys):
+    sys.path.insert(0, str(ROOT))
+    assert _load("gpu_smoke").main(["--cpu-dry-run"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("summary: ")][-1]
+    summary = json.loads(line[len("summary: "):].replace("NaN", "null"))
+    assert summary["resumed_global_step"] == summary["global_step"] + 2  # one more rollout batch of 2 updates
+    assert set(summary["decode_modes"]) == {"4bit", "bf16"}
+    for modes in summary["decode_modes"].values():
+        assert set(modes) == {"exact", "prefix", "dual", "dual+thr0.9"} and modes["exact"]["agreement"] == 1.0
