@@ -165,6 +165,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
         self.kept_ids: list[str] | None = None  # after profiling (checkpointed)
         self._all_train: list[Example] | None = None
         self.profile_stats: dict[str, float] = {}
+        self.reward_metrics: dict[str, float] = {}
 
     # -- data ----------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -274,7 +275,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
             "time/stage1_s": stage1,
             "train/tokens_per_problem": float(lengths.mean()),
             "train/cost/tokens_stage1": float(lengths.sum()) / len(batch.examples),
-        } | self.profile_stats
+        } | self.profile_stats | self.reward_metrics
         return rollouts
 
     def evaluate_batch(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
@@ -305,8 +306,11 @@ class ARRolloutDataModule(PromptStreamDataModule):
         texts = policy.decode_completions(comp)
         lengths = policy.completion_lengths(comp)  # (R,)
         eval_total = None
-        if score == "reward":
-            rewards = [self.task.total_reward(t, examples[k // n]) for k, t in enumerate(texts)]
+        if score == "reward":  # one call per reward function for the whole batch, as TRL calls them
+            ids = [comp[k, : int(lengths[k])].tolist() for k in range(R)]
+            scores = self.task.total_rewards(texts, [examples[k // n] for k in range(R)], completion_ids=ids)
+            rewards = scores.totals
+            self.reward_metrics = scores.metrics()
         else:
             scores = [self.task.evaluate(t, examples[k // n]) for k, t in enumerate(texts)]
             rewards = [s.correct for s in scores]

@@ -154,7 +154,6 @@ class RolloutDataModule(PromptStreamDataModule):
                 rows_grp.append(g)
                 texts.append(text)
                 pids.append(examples[g].id)
-                rewards.append(self.task.total_reward(text, examples[g]))
                 hit.append(bool((comp[k] != policy.eos_id).all()))
         gen_time = time.perf_counter() - t0
         # 2. external: the pool's first G_ext usable records, re-scored by this run's verifier. A record
@@ -183,7 +182,6 @@ class RolloutDataModule(PromptStreamDataModule):
             rows_grp.append(g)
             texts.append(text)
             pids.append(examples[g].id)
-            rewards.append(self.task.total_reward(text, examples[g]))
             hit.append(cut[j])
         completion = torch.stack(comps)  # (N, L)
         L_w = completion.shape[1]
@@ -195,7 +193,11 @@ class RolloutDataModule(PromptStreamDataModule):
         attention_mask = torch.cat([prompt_mask[grp], (pos < own[:, None]).to(prompt_mask.dtype)], dim=1)  # padding not attended
         completion_mask = pos < lengths[:, None]  # (N, L)
         n_ext = len(ext)
-        self.last_stats = {"time/generation_s": gen_time}
+        # every row's reward in one call per reward function, as TRL calls them (token ids up to the first EOS)
+        ids = [completion[k, : int(lengths[k])].tolist() for k in range(completion.shape[0])]
+        scores = self.task.total_rewards(texts, [examples[g] for g in rows_grp], completion_ids=ids)
+        rewards = scores.totals
+        self.last_stats = {"time/generation_s": gen_time, **scores.metrics()}
         if self.g_on:  # share of on-policy completions with an <answer> block: the format holds (or is lost)
             on = texts[: len(rows_ids)]
             self.last_stats["train/on_policy/format_rate"] = sum(last_answer_block(t) is not None for t in on) / len(on)

@@ -618,8 +618,8 @@ class DoubleRolloutGRPO(RLModule):
         examples = batch.examples
         threshold = self._threshold()
 
-        def score(texts: Sequence[str], groups: Sequence[int]) -> list[float]:
-            return [task.total_reward(t, examples[g]) for t, g in zip(texts, groups)]
+        def score(texts: Sequence[str], groups: Sequence[int]) -> list[float]:  # one reward call per batch
+            return task.total_rewards(texts, [examples[g] for g in groups]).totals
 
         delim = self.dr.delimiter if self.dr.delimiter is not None else self.policy.think_end
         delim_ids = list(self.policy.tokenizer(delim, add_special_tokens=False)["input_ids"])

@@ -25,7 +25,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple, Sequence
 
-from lit_rl.tasks.rewards import RewardFunc, call_reward_func, completion_text, resolve_reward_funcs
+from lit_rl.tasks.rewards import RewardFunc, call_reward_func, completion_text, resolve_reward_funcs, reward_func_name
 
 PARSERS = ("eval", "reward")
 #: packaged data files (``lit_rl/data``, see its SOURCES.md)
@@ -136,12 +136,36 @@ def fill_template(template: str, **fields: Any) -> str:
     return out
 
 
+@dataclass
+class RewardScores:
+    """Rewards of a batch of completions: ``totals`` (one per completion) and each reward function's own
+    values by name (NaN where a function gave ``None``)."""
+
+    totals: list[float]
+    per_func: dict[str, list[float]]
+
+    def metrics(self) -> dict[str, float]:
+        """TRL's per-function metrics: ``rewards/<name>/mean`` and ``rewards/<name>/std`` (NaN rows skipped)."""
+        out: dict[str, float] = {}
+        for name, values in self.per_func.items():
+            vals = [v for v in values if v == v]
+            mean = sum(vals) / len(vals) if vals else float("nan")
+            var = sum((v - mean) ** 2 for v in vals) / (len(vals) - 1) if len(vals) > 1 else 0.0
+            out[f"rewards/{name}/mean"], out[f"rewards/{name}/std"] = mean, var**0.5
+        return out
+
+
 class Task(abc.ABC):
     """A verifiable-reward task. Subclasses: ``SudokuTask``, ``CountdownTask``, ``MathTask``.
 
     Args:
-        reward_funcs: extra TRL-style reward callables (or ``"module.attr"`` strings) added to the task
-            reward by :meth:`total_reward`.
+        reward_funcs: extra TRL-style reward callables (or ``"module.attr"`` strings, e.g.
+            ``trl.rewards.think_format_reward``) added to the task reward by :meth:`total_rewards`; called once
+            per rollout batch by keyword, as TRL calls them (:mod:`lit_rl.tasks.rewards`).
+        reward_weights: one weight per entry of ``reward_funcs`` (TRL's ``reward_weights``; default 1 each);
+            the task's own verifier always has weight 1.
+        reward_completions: how completions reach ``reward_funcs``: ``"conversational"`` (TRL's form for chat
+            prompts, which lit_rl's are: ``[{"role": "assistant", "content": text}]``) or ``"text"``.
         system_prompt: replaces the task's d1 system prompt (``""``: none).
         question_template: replaces the task's question template (fields are task specific, see the
             subclass docstring).
@@ -164,6 +188,8 @@ class Task(abc.ABC):
     def __init__(
         self,
         reward_funcs: Sequence[RewardFunc | str] | None = None,
+        reward_weights: Sequence[float] | None = None,
+        reward_completions: str = "conversational",
         system_prompt: str | None = None,
         question_template: str | None = None,
         system_role: bool = False,
@@ -173,6 +199,14 @@ class Task(abc.ABC):
             raise ValueError(f"prompt_style={prompt_style!r}: expected one of {sorted(self.SYSTEM_PROMPTS)}")
         self.prompt_style = prompt_style
         self.extra_reward_funcs: list[RewardFunc] = resolve_reward_funcs(reward_funcs)
+        if reward_weights is not None and len(reward_weights) != len(self.extra_reward_funcs):
+            raise ValueError(
+                f"reward_weights has {len(reward_weights)} entries for {len(self.extra_reward_funcs)} reward_funcs"
+            )
+        self.reward_weights = [float(w) for w in reward_weights] if reward_weights is not None else [1.0] * len(self.extra_reward_funcs)
+        if reward_completions not in ("conversational", "text"):
+            raise ValueError(f"reward_completions must be 'conversational' or 'text', got {reward_completions!r}")
+        self.reward_completions = reward_completions
         self._system_prompt_override = system_prompt
         self._question_template_override = question_template
         self.system_role = system_role
@@ -235,11 +269,37 @@ class Task(abc.ABC):
             raise ValueError(f"parser={parser!r}: expected one of {PARSERS}")
 
     def total_reward(self, completion: str, example: Example) -> float:
-        """Task reward plus every extra TRL-style reward callable."""
-        r = self.reward(completion, example)
-        for f in self.extra_reward_funcs:
-            r += call_reward_func(f, [self.messages(example)], [completion], **self.reward_kwargs([example]))[0]
-        return r
+        """Task reward plus every extra reward callable, for one completion (:meth:`total_rewards`)."""
+        return self.total_rewards([completion], [example]).totals[0]
+
+    def total_rewards(
+        self, completions: Sequence[str], examples: Sequence[Example], completion_ids: Sequence[Sequence[int]] | None = None
+    ) -> "RewardScores":
+        """Rewards of a batch: the task's verifier per row plus ``Σ w_i f_i`` over the extra reward callables,
+        each called once for the whole batch as TRL calls it (``None``/NaN adds nothing, as TRL's ``nansum``).
+
+        Returns the totals and each function's values by name (``<task>_reward`` for the verifier), for
+        TRL's per-function metrics ``rewards/<name>/mean|std``.
+        """
+        own = [float(self.reward(c, e)) for c, e in zip(completions, examples)]
+        per_func: dict[str, list[float]] = {f"{self.name}_reward": own}
+        totals = list(own)
+        if self.extra_reward_funcs:
+            prompts = [self.messages(e) for e in examples]
+            comps = (
+                [[{"role": "assistant", "content": c}] for c in completions] if self.reward_completions == "conversational"
+                else list(completions)
+            )
+            ids = [list(map(int, row)) for row in completion_ids] if completion_ids is not None else None
+            kwargs = self.reward_kwargs(examples)
+            for f, w in zip(self.extra_reward_funcs, self.reward_weights):
+                values = call_reward_func(f, prompts, comps, completion_ids=ids, **kwargs)
+                name = reward_func_name(f)
+                while name in per_func:
+                    name += "_"
+                per_func[name] = values
+                totals = [t + (w * v if v == v else 0.0) for t, v in zip(totals, values)]
+        return RewardScores(totals=totals, per_func=per_func)
 
     def reward_kwargs(self, examples: Sequence[Example]) -> dict[str, list[Any]]:
         """Dataset columns as TRL passes them to reward callables."""

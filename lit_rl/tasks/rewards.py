@@ -1,9 +1,18 @@
 """TRL-compatible reward callables.
 
-A reward function has TRL's signature ``f(prompts, completions, **kwargs) -> list[float]``: ``prompts``
-and ``completions`` are parallel lists (plain strings, or TRL's conversational form: a list of message
-dicts per item), and ``kwargs`` are the dataset columns as lists (here ``answer``, ``prompt_id`` and every
-key of ``Example.meta``), plus whatever the caller adds. Functions may be given as callables or as
+A reward function has TRL's signature and is called as TRL's ``GRPOTrainer`` calls it, by keyword::
+
+    f(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns) -> list[float | None]
+
+``prompts`` and ``completions`` are parallel lists; lit_rl's prompts are chat messages, so completions come
+in TRL's conversational form (``[{"role": "assistant", "content": text}]`` per item) unless the task sets
+``reward_completions: text``; ``completion_ids`` are the completions' token ids (up to and including the
+first EOS); ``columns`` are the dataset columns as lists (``answer``, ``prompt_id`` and every key of
+``Example.meta``). TRL's own functions (``trl.rewards.think_format_reward(completions, **kwargs)``,
+``get_soft_overlong_punishment(...)``) therefore plug in unchanged. A function that takes its arguments
+positionally under other names (lit_rl's older ``f(p, c, **kw)``) is still called positionally, and only
+the keywords a function accepts are passed when it has no ``**kwargs``. ``None`` in the output means "no
+reward" (NaN; it adds nothing to the total, as TRL's ``nansum``). Functions may be given as callables or as
 ``"package.module.attr"`` / ``"package.module:attr"`` strings, so they can live in config files.
 
 >>> def brevity(prompts, completions, **kwargs):
@@ -15,6 +24,7 @@ key of ``Example.meta``), plus whatever the caller adds. Functions may be given 
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any, Callable, Iterable
 
 RewardFunc = Callable[..., list[float]]
@@ -74,11 +84,41 @@ def resolve_reward_funcs(specs: Iterable[RewardFunc | str] | RewardFunc | str | 
     return funcs
 
 
-def call_reward_func(f: RewardFunc, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
-    """Call a TRL-style reward and check its output: one float per completion (``None`` -> NaN, as TRL)."""
-    out = f(prompts, completions, **kwargs)
+def call_reward_func(
+    f: RewardFunc, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None, **kwargs: Any
+) -> list[float]:
+    """Call a reward function as TRL does (module doc) and check its output: one float per completion
+    (``None`` -> NaN). Raises ``ValueError`` naming the function on a wrong output length."""
+    name = getattr(f, "__name__", None) or type(f).__name__
+    args: dict[str, Any] = {"prompts": prompts, "completions": completions, **kwargs}
+    if completion_ids is not None:
+        args["completion_ids"] = completion_ids
+    try:
+        params = inspect.signature(f).parameters
+    except (TypeError, ValueError):  # builtins, some C callables: TRL's keyword call
+        params = None
+    if params is None:
+        out = f(**args)
+    else:
+        var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if "completions" in named or var_kw and not _positional_only(params):
+            out = f(**(args if var_kw else {k: v for k, v in args.items() if k in named}))
+        else:  # lit_rl's older positional form f(prompts, completions, **kwargs) under other names
+            rest = {k: v for k, v in args.items() if k not in ("prompts", "completions") and (var_kw or k in named)}
+            out = f(prompts, completions, **rest)
     out = list(out)
     if len(out) != len(completions):
-        name = getattr(f, "__name__", repr(f))
         raise ValueError(f"reward function {name} returned {len(out)} values for {len(completions)} completions")
     return [float("nan") if v is None else float(v) for v in out]
+
+
+def _positional_only(params: Any) -> bool:
+    """Whether the first two parameters are positional (and not named like TRL's keywords)."""
+    pos = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(pos) >= 2 and pos[0].name != "prompts"
+
+
+def reward_func_name(f: RewardFunc) -> str:
+    """The name TRL logs a reward function under (``rewards/<name>/mean``)."""
+    return getattr(f, "__name__", None) or type(f).__name__
