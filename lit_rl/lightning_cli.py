@@ -7,6 +7,7 @@ Imported lazily by :mod:`lit_rl.cli` so ``score``/``rollouts`` do not pay for Li
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule
@@ -73,6 +74,31 @@ class SaveConfigToRun(SaveConfigCallback):
         for logger in trainer.loggers:
             if isinstance(logger, MLFlowLogger):
                 logger.experiment.log_artifact(logger.run_id, path)
+                log_run_params(logger, self.config)
+
+
+def log_run_params(logger: MLFlowLogger, config) -> None:
+    """The resolved config as flat MLflow params (:func:`lit_rl.run_params.flatten_config`), the config files
+    and the git commit as tags. A resumed run whose config changed keeps its first values (MLflow refuses to
+    change a param) and says so."""
+    from lightning.pytorch.utilities import rank_zero_warn
+    from mlflow.entities import Param
+    from mlflow.exceptions import MlflowException
+
+    from lit_rl.run_params import flatten_config, git_state
+
+    raw = config.as_dict() if hasattr(config, "as_dict") else dict(config)
+    files = raw.pop("config", None) or []
+    params = [Param(k, v) for k, v in sorted(flatten_config(raw).items())]
+    client, run_id = logger.experiment, logger.run_id
+    try:
+        for i in range(0, len(params), 100):  # MLflow's batch limit
+            client.log_batch(run_id, params=params[i : i + 100])
+    except MlflowException as err:
+        rank_zero_warn(f"MLflow params not (all) logged for run {run_id}: {str(err).splitlines()[0]}")
+    tags = {"lit_rl.config_files": ", ".join(str(f) for f in files)[:5000], **git_state(Path(__file__).parent)}
+    for k, v in tags.items():
+        client.set_tag(run_id, k, v)
 
 
 def build_cli(args: list[str] | None, run: bool, extra_commands_help: str) -> LitRLCLI:

@@ -50,5 +50,12 @@ def test_tiny_erils_fit_updates_weights_and_logs_per_source_metrics(tmp_path):
     neg = run.data.metrics["train/on_policy/advantage_neg_frac"]
     assert 0.0 <= pos <= 1.0 and 0.0 <= neg <= 1.0 and pos + neg <= 1.0
     assert run.data.metrics["train/spg/elbo_external"] < 0.0  # a log-likelihood per token
+    # the resolved config as params (what MLflow's compare view lines runs up by) and the code's commit
+    params = run.data.params
+    assert params["model.init_args.advantages.class_path"] == "lit_rl.algorithms.advantages.SourceSpecific"
+    assert params["data.init_args.g_ext"] == "2" and params["model.init_args.updates_per_batch"] == "2"
+    assert params["trainer.max_steps"] == "4" and len(params) > 100
+    assert "tiny_overlay.yaml" in run.data.tags["lit_rl.config_files"]
+    assert len(run.data.tags.get("git.commit", "x" * 40)) == 40
     # external rollouts are the scripted solver's: mostly correct (error rate 0.1)
     assert run.data.metrics["train/external/reward_mean"] > 0.5
