@@ -1,6 +1,7 @@
 """Dashboards end to end: an MLflow server on 127.0.0.1 (SQLite backend in tmp), two tiny fits logging to
 it over HTTP, and headless Chromium (Debian's ``chromium``) rendering the UI's compare view of both runs:
-both run names and their metrics must be on the page. The screenshot is kept as
+both run names, their metrics and their parameters (the resolved config, with the one that differs
+plotted) must be on the page. The screenshot is kept as
 ``tests/artifacts/mlflow_compare.png`` (the folder ignores itself).
 
 Chromium is installed by this test's setup only under CI (``CI`` set) or when ``LIT_RL_INSTALL_CHROMIUM=1``;
@@ -130,7 +131,13 @@ def test_compare_view_shows_both_runs_and_their_metrics(chromium, mlflow_server,
     dom = _chromium(chromium, tmp_path, budget, size, "--dump-dom", page)
     assert dom.returncode == 0, dom.stderr[-3000:]
     html = dom.stdout
-    missing = [s for s in ("Comparing 2 Runs from 1 Experiment", *runs, *runs.values(), *SHOWN) if s not in html]
+    # the runs carry their resolved config as params: the compare view plots the one that differs (lr)
+    # against the metric and lists the params side by side
+    params = [client.get_run(r).data.params for r in runs.values()]
+    differ = {k for k in params[0] if params[0][k] != params[1].get(k)}
+    assert "model.init_args.optimizer.init_args.lr" in differ and len(params[0]) > 100
+    shown = ("Parameters", "model.init_args.optimizer.init_args.lr", "0.0002", "0.0005", "data.init_args.eval_size")
+    missing = [s for s in ("Comparing 2 Runs from 1 Experiment", *runs, *runs.values(), *SHOWN, *shown) if s not in html]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / ".gitignore").write_text("*\n")
     (ARTIFACTS / "mlflow_compare.html").write_text(html)
