@@ -39,6 +39,21 @@ __all__ = [
 ON_POLICY, EXTERNAL = 0, 1
 
 
+def frac_reward_zero_std(rewards: torch.Tensor, group: torch.Tensor) -> float:
+    """Share of groups whose rewards are all equal (TRL's ``frac_reward_zero_std``): those rows get zero
+    group-centred advantage, so the share says how much of a batch carries no learning signal.
+
+    Shapes: ``rewards (B,)``, ``group (B,)`` ids -> a float in [0, 1] (0 for an empty batch).
+    """
+    if rewards.numel() == 0:
+        return 0.0
+    ids, inv = torch.unique(group, return_inverse=True)  # (K,), (B,)
+    r = rewards.float()
+    hi = torch.full((len(ids),), float("-inf"), device=r.device).scatter_reduce(0, inv, r, "amax")  # (K,)
+    lo = torch.full((len(ids),), float("inf"), device=r.device).scatter_reduce(0, inv, r, "amin")  # (K,)
+    return float((hi == lo).float().mean())
+
+
 def _check(rewards: torch.Tensor, source: torch.Tensor, group: torch.Tensor, valid: torch.Tensor | None):
     if rewards.dim() != 1 or source.shape != rewards.shape or group.shape != rewards.shape:
         raise ValueError(

@@ -108,6 +108,7 @@ from lit_rl.algorithms.double_rollout_math import (
     split_thinking,
 )
 from lit_rl.algorithms.grpo import AGGREGATIONS, clipped_pg_loss, group_advantages, truncation_mask
+from lit_rl.algorithms.advantages import frac_reward_zero_std
 from lit_rl.algorithms.rl_module import RLModule
 from lit_rl.generation.ar import ARBackend, HFBackend
 from lit_rl.models.ar import CausalPolicy
@@ -724,6 +725,7 @@ class DoubleRolloutGRPO(RLModule):
             "train/on_policy/reward_mean": float(est.original.mean()),
             "train/on_policy/reward_std": float(est.original.std(unbiased=False)),
             "train/on_policy/accuracy": float((est.original >= self._threshold()).float().mean()),
+            "train/on_policy/frac_reward_zero_std": frac_reward_zero_std(est.original, first_stage.group),
             "train/on_policy/length_mean": float(first_stage.lengths.float().mean()),
             "train/on_policy/hit_limit_frac": float(first_stage.hit_limit.float().mean()),
             "train/advantage_mean": float(est.advantages.mean()),

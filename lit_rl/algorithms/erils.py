@@ -24,7 +24,7 @@ from typing import Iterable
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
-from lit_rl.algorithms.advantages import AdvantageProcessor, SourceSpecific
+from lit_rl.algorithms.advantages import AdvantageProcessor, SourceSpecific, frac_reward_zero_std
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.algorithms.rl_module import NonFiniteUpdateError, RLModule
 from lit_rl.models.policy import DiffusionPolicy
@@ -140,6 +140,8 @@ class ERILSModule(RLModule):
             if src == Source.ON_POLICY:
                 self.log(f"train/{name}/hit_limit_frac", ro.hit_limit[sel].float().mean(), on_step=True, batch_size=bs)
                 # the advantages' sign balance: a stalled run has (almost) all on-policy advantages zero
+                # TRL's frac_reward_zero_std over the on-policy rows of each group (no signal in those groups)
+                self.log(f"train/{name}/frac_reward_zero_std", frac_reward_zero_std(r, ro.group[sel]), on_step=True, batch_size=bs)
                 a_kept = a[keep[sel]]
                 if a_kept.numel():
                     self.log(f"train/{name}/advantage_pos_frac", (a_kept > 0).float().mean(), on_step=True, batch_size=bs)

@@ -167,6 +167,10 @@ class RLModule(L.LightningModule):
         self.consecutive_skips = 0
         # every update, not only on a skip (see DoubleRolloutGRPO: a value logged once is re-emitted later)
         self.log("train/skipped_updates", float(self.skipped_updates), on_step=True, batch_size=1)
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads and not any(isinstance(g, DTensor) for g in grads):  # TRL's grad_norm: before clipping
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+            self.log("train/grad_norm", norm, on_step=True, batch_size=1)
         if self.grad_clip is not None:
             self.clip_gradients(opt, gradient_clip_val=self.grad_clip, gradient_clip_algorithm="norm")
         opt.step()

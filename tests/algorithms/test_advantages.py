@@ -99,3 +99,14 @@ def test_validation():
         joint_advantages(R, S[:3], G)
     with pytest.raises(ValueError, match="nan_policy"):
         Joint(nan_policy="x")
+
+
+def test_frac_reward_zero_std_by_hand():
+    from lit_rl.algorithms.advantages import frac_reward_zero_std
+
+    # groups 0: [1, 1] equal; 1: [0, 1] not; 2: [0.5] one row, equal -> 2 of 3 groups have zero std
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5])
+    group = torch.tensor([0, 0, 1, 1, 2])
+    assert frac_reward_zero_std(rewards, group) == pytest.approx(2 / 3)
+    assert frac_reward_zero_std(torch.tensor([0.0, 0.25]), torch.tensor([7, 7])) == 0.0
+    assert frac_reward_zero_std(torch.tensor([]), torch.tensor([], dtype=torch.long)) == 0.0

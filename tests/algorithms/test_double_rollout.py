@@ -250,7 +250,9 @@ def test_settings_errors_name_the_flag():
 # -- end to end through the real CLI --------------------------------------------------------------------
 def digit_reward(prompts, completions, **kwargs):
     """A TRL-style reward that varies on a random tiny model's output: 0.1 per digit, at most 1."""
-    return [min(1.0, 0.1 * sum(ch.isdigit() for ch in c)) for c in completions]
+    from lit_rl.tasks.rewards import completion_text  # completions come in TRL's conversational form
+
+    return [min(1.0, 0.1 * sum(ch.isdigit() for ch in completion_text(c))) for c in completions]
 
 
 def _fit(tmp_path, config, monkeypatch, *extra):

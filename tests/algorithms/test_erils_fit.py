@@ -43,6 +43,10 @@ def test_tiny_erils_fit_updates_weights_and_logs_per_source_metrics(tmp_path):
         for stat in ("reward_mean", "reward_std", "advantage_mean", "advantage_std", "length_mean"):
             assert f"train/{src}/{stat}" in keys
     assert {"train/loss", "train/lr", "val/sudoku/greedy/accuracy"} <= keys
+    # TRL-style diagnostics: the gradient norm before clipping, groups without signal, per-reward metrics
+    assert run.data.metrics["train/grad_norm"] > 0.0
+    assert 0.0 <= run.data.metrics["train/on_policy/frac_reward_zero_std"] <= 1.0
+    assert {"rewards/sudoku_reward/mean", "rewards/sudoku_reward/std"} <= keys
     # the stall diagnostics (#16): format rate, the advantages' sign balance, per-source ELBO
     assert {"train/on_policy/format_rate", "train/on_policy/advantage_pos_frac", "train/on_policy/advantage_neg_frac",
             "train/spg/elbo_on_policy", "train/spg/elbo_external"} <= keys

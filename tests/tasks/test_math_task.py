@@ -2,6 +2,8 @@
 
 import json
 
+import sys
+
 import pytest
 
 from lit_rl.tasks import MathTask, get_task
@@ -156,11 +158,7 @@ def test_train_errors(tmp_path):
         MathTask(train_path=str(tmp_path / "missing.jsonl")).train_examples()
 
 
-def test_train_dataset_without_datasets_package():
-    try:
-        import datasets  # noqa: F401
-    except ImportError:
-        with pytest.raises(RuntimeError, match="train_dataset.*datasets"):
-            MathTask(train_dataset="ankner/math-500").train_examples()
-    else:
-        pytest.skip("`datasets` is installed; the offline error path is not reachable")
+def test_train_dataset_without_datasets_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError, installed or not
+    with pytest.raises(RuntimeError, match="train_dataset.*datasets"):
+        MathTask(train_dataset="ankner/math-500").train_examples()
