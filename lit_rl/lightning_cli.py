@@ -101,7 +101,27 @@ def log_run_params(logger: MLFlowLogger, config) -> None:
         client.set_tag(run_id, k, v)
 
 
+#: (message regex, category, why it is benign for lit_rl): filtered in lit_rl's CLI process only
+BENIGN_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
+    ("Using ModelCheckpoint with manual optimization and every_n_train_steps", UserWarning,
+     "lit_rl's modules optimise manually and checkpoint the state after the update on purpose"),
+    ("Your `IterableDataset` has `__len__` defined", UserWarning,
+     "the prompt streams define __len__ for the progress bar and load in the main process (num_workers 0)"),
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", Warning,
+     "raised inside Lightning's own pytree helper against newer torch, nothing a user can change"),
+)
+
+
+def silence_benign_warnings() -> None:
+    """Hide the known-benign warnings of :data:`BENIGN_WARNINGS` (exact messages; every other warning stays)."""
+    import warnings
+
+    for message, category, _why in BENIGN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+
+
 def build_cli(args: list[str] | None, run: bool, extra_commands_help: str) -> LitRLCLI:
+    silence_benign_warnings()
     if "LIT_RL_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["LIT_RL_THREADS"]))
     return LitRLCLI(
