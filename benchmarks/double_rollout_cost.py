@@ -1,6 +1,6 @@
 """Cost of the double-rollout second stage vs the first stage, with and without prefix-KV reuse.
 
-Double-rollout GRPO (ALGORITHMS.md §6) samples, per prompt, G rollouts of T tokens (stage 1), cuts each
+Double-rollout GRPO (docs/double_rollout.md) samples, per prompt, G rollouts of T tokens (stage 1), cuts each
 rollout's thinking trace at ρ·T and samples N continuations of each cut prefix with
 ``max_new_tokens = ceil((1-ρ)·T) + buffer`` (stage 2). Stage 2 has G·N rows per prompt but short
 generations on a long shared prefix, so its cost depends on whether the prefix is prefilled once and its

@@ -1,4 +1,4 @@
-"""Checkpoint Pass@k evaluation (ALGORITHMS.md §5; ERILS §V-A, App. C-E).
+"""Checkpoint Pass@k evaluation (docs/tasks.md; ERILS §V-A, App. C-E).
 
 Every ``every_n_steps`` optimizer steps from ``start_step`` (and optionally at fit start and at fit end)
 the current policy is evaluated on the task's eval set, or a fixed subset, under a list of named

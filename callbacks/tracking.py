@@ -1,4 +1,4 @@
-"""Completion-length and per-source reward/advantage tracking (ERILS App. F, Fig. 12; ALGORITHMS.md §5).
+"""Completion-length and per-source reward/advantage tracking (ERILS App. F, Fig. 12; docs/tasks.md).
 
 Every ``every_n_batches`` rollout batches (the paper's Fig. 12 samples every 12 optimizer steps = every
 rollout batch at μ = 12) this callback logs, per source (``on_policy``, ``external``, ``continuation``):

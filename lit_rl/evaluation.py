@@ -1,4 +1,4 @@
-"""Checkpoint evaluation protocol (ALGORITHMS.md §5; ERILS §V-A, App. C-E): the pure pieces.
+"""Checkpoint evaluation protocol (docs/tasks.md; ERILS §V-A, App. C-E): the pure pieces.
 
 The :class:`callbacks.passk.PassAtKEvaluation` callback is a thin scheduler around these functions:
 

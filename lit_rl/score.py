@@ -23,9 +23,9 @@ Output: ONE JSON object on stdout::
 
 ``accuracy`` is in percent and pooled over all files: ``100 * correct / total`` where the units are
 problems (Countdown, MATH500) or blank cells (Sudoku cell accuracy). ``parser="eval"`` is the reference
-evaluation parsing (ALGORITHMS.md §5, the one the papers' tables use); ``parser="reward"`` scores with the
+evaluation parsing (docs/tasks.md, the one the papers' tables use); ``parser="reward"`` scores with the
 training reward's parsing (Countdown: correct iff reward 1.0; MATH: the reward's correctness part).
-``mean_reward`` is the mean training reward (ALGORITHMS.md §4) over all rows, whatever the parser.
+``mean_reward`` is the mean training reward (docs/tasks.md) over all rows, whatever the parser.
 
 Malformed input (unreadable file, bad JSON, missing field, ground truth of the wrong shape) exits with
 code 2 and a one-line message on stderr that names the file and line (JSONL) or record index (JSON).

@@ -1,6 +1,6 @@
 """Reward -> advantage processing for mixed on-policy / external rollout groups (ERILS §IV-B).
 
-Spec: ``docs/ALGORITHMS.md`` §2–§3. Every rollout has a reward ``r (B,)``, a ``source (B,)`` (0 = on-policy
+Spec: docs/erils.md. Every rollout has a reward ``r (B,)``, a ``source (B,)`` (0 = on-policy
 from the current dLLM, 1 = external from the fixed pool) and a ``group (B,)`` id (its prompt).
 
 * Source-specific (ERILS Eq. 9, the ERILS default): ``A_on = r_on − mean(r_on of the group)``;

@@ -1,4 +1,4 @@
-"""Double-rollout GRPO for autoregressive policies (ALGORITHMS.md §6; Qian et al. 2026, "Double-Rollout
+"""Double-rollout GRPO for autoregressive policies (docs/double_rollout.md; Qian et al. 2026, "Double-Rollout
 Reinforcement Learning with Sampling-based Reward Estimation", §2).
 
 One training step consumes one rollout batch: ``G`` first-stage rollouts per prompt, produced by

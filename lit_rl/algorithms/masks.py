@@ -1,6 +1,6 @@
 """Noise masks for Monte-Carlo likelihood surrogates of masked dLLMs.
 
-Spec: ``docs/ALGORITHMS.md`` §2; ERILS §IV and App. A; the SPG reference code (facebookresearch/SPG,
+Spec: docs/erils.md; ERILS §IV and App. A; the SPG reference code (facebookresearch/SPG,
 ``SPGTrainer.forward_process``, ``forward_type="block_random"`` for on-policy rollouts and ``"random"`` for
 uniformly random masks). All functions are pure given a ``torch.Generator`` and vectorised over draws and
 rows (the reference loops over rows in Python).

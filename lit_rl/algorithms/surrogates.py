@@ -1,6 +1,6 @@
 """Diffusion-compatible surrogates S_θ(p, o) and their policy-gradient losses.
 
-Spec: ``docs/ALGORITHMS.md`` §2; ERILS Eq. 5 and Eq. 10 (the surrogate replaces log π(o|p) in the group
+Spec: docs/erils.md; ERILS Eq. 5 and Eq. 10 (the surrogate replaces log π(o|p) in the group
 policy gradient); SPG (Wang et al. 2025, "Sandwiched Policy Gradient"), following the SPG reference code
 (facebookresearch/SPG, ``SPGTrainer._get_per_seq_logps`` and ``compute_loss``) where it is more specific
 than the paper text. Per rollout ``i`` with completion length ``L_i`` and ``num_t`` noise draws ``j``::

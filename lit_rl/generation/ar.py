@@ -1,4 +1,4 @@
-"""Autoregressive generation backends for GRPO and double-rollout GRPO (ALGORITHMS.md §6).
+"""Autoregressive generation backends for GRPO and double-rollout GRPO (docs/double_rollout.md).
 
 One interface, :class:`ARBackend`, two jobs:
 

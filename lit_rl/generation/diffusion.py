@@ -1,7 +1,7 @@
 """Semi-autoregressive masked-diffusion decoding with low-confidence remasking.
 
 Follows LLaDA's ``generate.py`` (ML-GSAI/LLaDA), as reused by d1 and SPG, and ERILS App. A / §III-B
-(spec: ``docs/ALGORITHMS.md`` §1)::
+(spec: docs/decoding.md)::
 
     x = [prompt | MASK * gen_length]
     for each block b (left to right):

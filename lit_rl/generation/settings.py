@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass
 class DecodeSettings:
-    """Semi-autoregressive dLLM decoding (ALGORITHMS.md §1).
+    """Semi-autoregressive dLLM decoding (docs/decoding.md).
 
     Attributes:
         gen_length: completion tokens generated (L_gen; paper 256).

@@ -1,4 +1,4 @@
-"""Autoregressive (causal) LM policies for double-rollout GRPO (ALGORITHMS.md §6).
+"""Autoregressive (causal) LM policies for double-rollout GRPO (docs/double_rollout.md).
 
 A :class:`CausalPolicy` owns a causal LM and its tokenizer and exposes the same text helpers as the dLLM
 :class:`~lit_rl.models.policy.DiffusionPolicy` (both inherit :class:`~lit_rl.models.text.TextPolicy`,

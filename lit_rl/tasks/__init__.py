@@ -1,4 +1,4 @@
-"""Tasks: prompts, datasets, training rewards and evaluation metrics (ALGORITHMS.md §4-§5).
+"""Tasks: prompts, datasets, training rewards and evaluation metrics (docs/tasks.md).
 
 >>> task = get_task("sudoku", num_train=2)
 >>> ex = task.eval_examples()[0]

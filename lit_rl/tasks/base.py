@@ -1,7 +1,7 @@
 """The task interface: prompt, dataset, training reward (verifier) and evaluation metric.
 
 A task turns a dataset row (:class:`Example`) into a zero-shot chat prompt, scores a completion with the
-*training* reward (the reference reward code, ALGORITHMS.md §4) and with the *evaluation* rule (the
+*training* reward (the reference reward code, docs/tasks.md) and with the *evaluation* rule (the
 reference evaluation parsers, more lenient, §5). Both scorers read untrusted model text: they never
 execute it, never hang (all parsing is linear in the text length) and never raise; malformed text scores
 0 (or the task's format value).

@@ -17,7 +17,7 @@ Reward (d1/SPG ``correctness_reward_func_math`` + ``boxed_and_answer_tags_format
   there), 0.5 (box without ``<answer>``), 0.25 otherwise. The block is the text after the first
   ``<answer>`` up to the next ``</answer>`` or ``<answer>``. (d1's code writes ``"\\boxed"`` in a plain
   string, i.e. a backspace character, so its box test is never true there; we implement the intended
-  test that ALGORITHMS.md §4 spells out.)
+  test that docs/tasks.md spells out.)
 
 Evaluation (``parse_math_answers``, §5): the content of the last ``\\boxed{}``; if there is none, it is
 empty or its braces never balance, the first ``<answer>`` block (stripped); compared with ``is_equiv``.

@@ -120,7 +120,7 @@ def last_boxed(text: str) -> str | None:
     its braces never balance.
 
     This is :func:`reference_boxed` except for text without any box, where the reference helper returns
-    the whole text and ALGORITHMS.md §4/§5 say "no box": we follow §4/§5. On the shared LLaDA generations
+    the whole text and docs/tasks.md says "no box": we follow docs/tasks.md. On the shared LLaDA generations
     both readings give the same scores (Countdown 19.53, MATH500 32.40).
     """
     return reference_boxed(text) if has_box(text) else None
@@ -187,7 +187,7 @@ _WS = re.compile(r"\s")
 
 
 def sudoku_eval_answer(text: str) -> str:
-    """The reference evaluation's Sudoku answer string (ALGORITHMS.md §5), whitespace removed, unpadded.
+    """The reference evaluation's Sudoku answer string (docs/tasks.md), whitespace removed, unpadded.
 
     The first pattern whose match is non-blank wins: digits in a fenced block after ``<answer>``; text
     from ``<answer>`` to the first end token or ``</answer>``; text after ``</answer>``; a 16-digit run
