@@ -180,4 +180,9 @@ def format_warmup_text(task_name: str, example: Example, rng: random.Random, sty
         n = rng.randint(0, 4)
         trace = ", ".join(f"{rng.choice(nums)}{rng.choice('+-*')}{rng.choice(nums)}" for _ in range(n))
         return f"<reasoning>{trace}</reasoning>\n<answer>({nums[0]}{ops[0]}{nums[1]}){ops[1]}{nums[2]}</answer>"
-    raise ValueError(f"no format warm-up texts for task {task_name!r} (known: sudoku, countdown)")
+    if isinstance(example.answer, str) and example.answer:  # any task with a text answer (PromptTask)
+        chars = sorted(set(example.answer))
+        trace = "".join(rng.choice(chars) for _ in range(rng.randint(0, 8)))
+        answer = "".join(rng.choice(chars) for _ in range(len(example.answer)))
+        return f"<reasoning>{trace}</reasoning>\n<answer>{answer}</answer>"
+    raise ValueError(f"no format warm-up texts for task {task_name!r} (known: sudoku, countdown, tasks with text answers)")

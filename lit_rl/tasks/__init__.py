@@ -14,6 +14,7 @@ from lit_rl.tasks.base import EvalScore, Example, Task
 from lit_rl.tasks.chainsum import ChainSumTask
 from lit_rl.tasks.countdown import CountdownTask
 from lit_rl.tasks.math_task import MathTask
+from lit_rl.tasks.prompt_task import PromptTask
 from lit_rl.tasks.rewards import RewardFunc, resolve_reward_funcs
 from lit_rl.tasks.sudoku import SudokuTask
 
@@ -23,6 +24,7 @@ TASKS: dict[str, type[Task]] = {
     "math500": MathTask,
     "math": MathTask,
     "chainsum": ChainSumTask,
+    "prompts": PromptTask,
 }
 
 
@@ -41,6 +43,7 @@ __all__ = [
     "EvalScore",
     "Example",
     "MathTask",
+    "PromptTask",
     "RewardFunc",
     "SudokuTask",
     "TASKS",
