@@ -115,3 +115,13 @@ def test_cli_trains_on_a_local_file_with_a_trl_reward(tmp_path):
     run = client.search_runs([client.get_experiment_by_name("lit_rl-prompts").experiment_id])[0]
     assert {"rewards/think_format_reward/mean", "rewards/prompts_reward/mean", "val/prompts/greedy/accuracy"} <= set(run.data.metrics)
     assert run.data.params["data.init_args.task.class_path"] == "lit_rl.tasks.PromptTask"
+
+
+def test_math_verify_check(tmp_path):
+    pytest.importorskip("math_verify")
+    data = _write(tmp_path, [{"prompt": "Half of one?", "answer": "\\frac{1}{2}"}])
+    task = PromptTask(eval_path=str(data), answer_check="math_verify")
+    ex = task.eval_examples()[0]
+    assert task.reward("so it is \\boxed{0.5}", ex) == 1.0
+    assert task.reward("\\boxed{1/3}", ex) == 0.0
+    assert task.reward("no answer at all " * 50, ex) == 0.0
