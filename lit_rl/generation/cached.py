@@ -20,7 +20,8 @@ moves to its next block at once (its next step is a refresh); a finished row lea
 model runs only on rows with work left and a fast row never waits for a slow one. Under the fixed schedule
 every row needs the same number of steps per block, so the rows stay in step; with a threshold they drift
 apart. With ``cache="prefix"`` the rows of one step share a window that starts at the earliest block start
-among them (a row further ahead recomputes a little more, which is never less exact).
+among them; a row further ahead keeps its cached keys/values before its own block start, so every row gets
+exactly what its own window would give, whatever its batchmates' progress.
 
 **Which sampler the surrogate scores.** Cached keys/values are slightly stale and threshold decoding
 reveals several tokens per step, so these rollouts come from a sampler that differs a little from the
@@ -89,8 +90,10 @@ def _block_logits_cached(stack: KVStack, kv: KVCache, x, pos, key_mask, rows, bl
             h = stack.refresh(x[r], pos[r], key_mask[r], kv, r)  # (R_s, T, d)
             at = logit_pos[sel]
         else:
-            index = _window_index(block_pos[sel, 0], Lb, T, cache, stack.shift)  # (R_s, A)
-            h = stack.window(x[r].gather(1, index), pos[r].gather(1, index), index, key_mask[r], kv, r)  # (R_s, A, d)
+            starts = block_pos[sel, 0]  # (R_s,)
+            index = _window_index(starts, Lb, T, cache, stack.shift)  # (R_s, A)
+            fresh_from = starts - stack.shift if cache == "prefix" else None  # a shared window: own part only
+            h = stack.window(x[r].gather(1, index), pos[r].gather(1, index), index, key_mask[r], kv, r, fresh_from)
             at = logit_pos[sel] - index[:, :1]  # offsets inside the window
         part = h.gather(1, at[:, :, None].expand(-1, -1, h.shape[-1]))  # (R_s, Lb, d)
         if hidden is None:
@@ -145,6 +148,8 @@ def cached_diffusion_generate(
         raise ValueError(f"generation.refresh_every must be >= 1 (or null), got {refresh_every}")
     if threshold is not None and not 0.0 < threshold <= 1.0:
         raise ValueError(f"generation.threshold must be in (0, 1], got {threshold}")
+    if cache != "none" and stack.shift and prompt_ids.shape[1] < stack.shift:
+        raise ValueError("a model whose logits at p - 1 predict p (Dream) needs at least one prompt token to decode with a cache")
     stats = stats if stats is not None else DecodeStats()
     B, P = prompt_ids.shape
     T = P + gen_length

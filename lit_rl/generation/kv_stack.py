@@ -121,22 +121,31 @@ class KVStack:
         key_mask: torch.Tensor,
         cache: KVCache,
         rows: torch.Tensor,
+        fresh_from: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Forward only the positions ``index (R, A)`` of ``rows (R,)``; every other key/value is the cache's.
 
-        Args: ``ids, pos (R, A)`` the window's tokens and positions; ``key_mask (R, T)``. The window's fresh
-        keys/values replace the cached ones at ``index``: in the cache itself when ``rows`` is the whole batch
-        in order (no copy; the decoder recomputes a window at every step until the row's next refresh, so the
-        replaced entries are never read stale), else in a copy of the rows' cache. Returns hidden ``(R, A, d)``.
+        Args: ``ids, pos (R, A)`` the window's tokens and positions; ``key_mask (R, T)``; ``fresh_from (R,)``:
+        a row's window positions before this one keep their cached keys/values (a window shared by rows at
+        different block starts then gives each row exactly what its own window would), ``None``: all fresh.
+        The fresh keys/values are written into the cache at their positions: in place when ``rows`` is the
+        whole batch in order, else into a copy of the rows' cache. The decoder recomputes a row's fresh
+        positions at every step until the row's next refresh, so no later step reads them as cache.
+        Returns hidden ``(R, A, d)``.
         """
         mask = self._key_mask(key_mask)
         whole = rows.numel() == cache.batch and bool((rows == torch.arange(cache.batch, device=rows.device)).all())
+        keep = None if fresh_from is None else (index < fresh_from[:, None])[:, None, :, None]  # (R, 1, A, 1)
         h, ctx = self.arch.embed(ids, pos)  # (R, A, d)
         for i, layer in enumerate(self.arch.layers()):
             q, k, v = self.arch.qkv(layer, h, ctx)  # k, v (R, H_kv, A, hd)
             at = index[:, None, :, None].expand_as(k)  # (R, H_kv, A, hd)
-            k_all = (cache.keys[i] if whole else cache.keys[i][rows]).scatter_(2, at, k)  # (R, H_kv, T, hd)
-            v_all = (cache.values[i] if whole else cache.values[i][rows]).scatter_(2, at, v)
+            k_all = cache.keys[i] if whole else cache.keys[i][rows]  # (R, H_kv, T, hd); indexing copies
+            v_all = cache.values[i] if whole else cache.values[i][rows]
+            if keep is not None:
+                k = torch.where(keep, k_all.gather(2, at), k)
+                v = torch.where(keep, v_all.gather(2, at), v)
+            k_all, v_all = k_all.scatter_(2, at, k), v_all.scatter_(2, at, v)
             h = self.arch.finish(layer, h, _attend(q, k_all, v_all, mask))
         self.forward_tokens += ids.numel()
         return h

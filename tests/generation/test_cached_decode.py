@@ -12,13 +12,13 @@ from lit_rl.models import LoraSettings, TinyDiffusionLM
 MASK = 1  # not used by the raw models below except as the [MASK] id
 
 
-def _tiny_dream():
+def _tiny_dream(layers=2):
     from transformers import Qwen2Config
 
     from lit_rl.models.dream import NativeDreamModel
 
     config = Qwen2Config(
-        vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=128, use_sliding_window=False, use_cache=False,
     )
     config._attn_implementation = "sdpa"
@@ -26,18 +26,18 @@ def _tiny_dream():
     return NativeDreamModel(config).eval()
 
 
-def _tiny_llada_gqa():
+def _tiny_llada_gqa(layers=2):
     from lit_rl.models.llada import NativeLLaDAConfig, NativeLLaDAModel
 
-    config = NativeLLaDAConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=64, vocab_size=48,
+    config = NativeLLaDAConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=layers, mlp_hidden_size=64, vocab_size=48,
                                embedding_size=48, max_sequence_length=128, rope_theta=10000.0, mask_token_id=MASK)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     return NativeLLaDAModel(config).eval()
 
 
-def _tiny_bert():
-    return TinyDiffusionLM(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, seed=0).model.eval()
+def _tiny_bert(layers=2):
+    return TinyDiffusionLM(hidden_size=32, num_layers=layers, num_heads=4, intermediate_size=64, seed=0).model.eval()
 
 
 MODELS = {"bert": _tiny_bert, "llada_gqa": _tiny_llada_gqa, "dream": _tiny_dream}
@@ -182,7 +182,8 @@ def test_threshold_reveals_confident_positions_together_and_rows_progress_indepe
     assert not (out == 15).any()
 
 
-def test_threshold_one_reveals_a_single_token_per_step():
+def test_threshold_one_reveals_a_single_token_per_step_on_random_weights():
+    # (on a confident model a float32 confidence can round to exactly 1.0 and pass tau 1.0)
     model = _tiny_bert()
     ids, mask = _prompts()
     stats = DecodeStats()
@@ -213,3 +214,55 @@ def test_policy_generate_uses_the_cache_and_names_the_field_when_it_cannot():
 def test_decode_settings_refuse_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):
         DecodeSettings(**kw)
+
+
+# With ONE layer the cache is exact: layer-0 keys/values depend only on each position's own token and position,
+# and a cached position's token never changes before its next refresh (finished blocks are final, the masked
+# suffix stays [MASK]). So every cached mode must reproduce the uncached tokens exactly, through the window
+# path (the refresh_every=1 tests above never run it): a missing scatter of the window's fresh keys/values, a
+# wrong window offset or a forgotten Dream shift all break this.
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+def test_one_layer_cache_is_exact_through_the_window(name, cache):
+    model = MODELS[name](layers=1)
+    stack = kv_stack_for(model)
+    fn = _model_fn(model, stack.shift)
+    ids, mask = _prompts(B=4)
+    ref = diffusion_generate(fn, ids, mask, temperature=0.0, **KW)
+    stats = DecodeStats()
+    out = cached_diffusion_generate(ids, mask, stack=stack, cache=cache, temperature=0.0, stats=stats, **KW)
+    assert torch.equal(out, ref)
+    assert stats.refreshes == 4 * 4  # once per row and block: the other 12 steps per row ran the window
+    # threshold decoding: rows drift apart (some refresh while others run a window, the prefix window is shared
+    # by rows at different block starts, finished rows leave): still the uncached threshold loop's tokens
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(60.0)  # a peaked head: some positions pass the threshold
+    drifted = False
+    for tau in (0.3, 0.6, 0.8):
+        plain, cached = DecodeStats(), DecodeStats()
+        a = cached_diffusion_generate(ids, mask, model_fn=fn, cache="none", threshold=tau, temperature=0.0, stats=plain, **KW)
+        b = cached_diffusion_generate(ids, mask, stack=stack, cache=cache, threshold=tau, temperature=0.0, stats=cached, **KW)
+        assert torch.equal(a, b), tau
+        assert plain.row_forwards == cached.row_forwards
+        drifted |= plain.row_forwards < 4 * plain.steps  # some rows finished before others
+    assert drifted
+
+
+def test_one_layer_window_sees_its_own_fresh_tokens():
+    # after a refresh, change tokens INSIDE the window: with one layer the window's logits must equal a full
+    # forward of the changed sequence (they would not if the window attended to its stale cached keys)
+    model = _tiny_bert(layers=1)
+    stack = kv_stack_for(model)
+    ids = torch.randint(5, 40, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    pos = position_ids_from_attention_mask(mask)
+    kv = KVCache(batch=2)
+    rows = torch.arange(2)
+    with torch.no_grad():
+        stack.refresh(ids, pos, mask.bool(), kv, rows)
+        changed = ids.clone()
+        changed[:, 5:7] = 41
+        index = torch.arange(4, 8).expand(2, -1)
+        win = stack.head(stack.window(changed[:, 4:8], pos[:, 4:8], index, mask.bool(), kv, rows))
+        full = _model_fn(model, 0)(changed, mask)[:, 4:8]
+    torch.testing.assert_close(win, full, atol=2e-5, rtol=1e-5)
