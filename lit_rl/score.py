@@ -42,7 +42,7 @@ from typing import Any, Iterator, Sequence
 from lit_rl.tasks import get_task
 from lit_rl.tasks.base import PARSERS, Task
 
-TASK_CHOICES = ("sudoku", "countdown", "math500")
+TASK_CHOICES = ("sudoku", "countdown", "math500", "prompts")  # prompts: PromptTask, exact <answer> match
 
 
 class InputError(ValueError):
@@ -94,8 +94,14 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
         yield where, rec, completion
 
 
-def score_files(task: str | Task, paths: Sequence[str | Path], parser: str = "eval") -> dict[str, Any]:
-    """Score generation files (formats in the module docstring); raises :class:`InputError` on bad input."""
+def score_files(
+    task: str | Task, paths: Sequence[str | Path], parser: str = "eval", details: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Score generation files (formats in the module docstring); raises :class:`InputError` on bad input.
+
+    ``details``, if given, receives one entry per item (where it is, its id, the evaluation's correct and
+    total, the training reward), so a total can be reconciled with a paper's table item by item.
+    """
     if parser not in PARSERS:
         raise ValueError(f"parser={parser!r}: expected one of {PARSERS}")
     if isinstance(task, str):
@@ -116,10 +122,13 @@ def score_files(task: str | Task, paths: Sequence[str | Path], parser: str = "ev
             except ValueError as e:
                 raise InputError(f"{where}: {e}") from None
             score = task.evaluate(completion, example, parser=parser)
+            reward = task.reward(completion, example)
             correct += score.correct
             total += score.total
-            reward_sum += task.reward(completion, example)
+            reward_sum += reward
             n += 1
+            if details is not None:
+                details.append({"where": where, "id": example.id, "correct": score.correct, "total": score.total, "reward": reward})
     return {
         "task": task.name,
         "parser": parser,
@@ -146,17 +155,24 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PARSERS,
         help="'eval': reference evaluation parsing (paper tables); 'reward': training-reward parsing",
     )
+    ap.add_argument("--details", metavar="FILE", help="also write one JSON line per item: where, id, correct, total, reward")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (0 ok, 2 bad usage or malformed input)."""
     args = build_parser().parse_args(argv)
+    details: list[dict[str, Any]] | None = [] if args.details else None
     try:
-        result = score_files(args.task, args.generations, args.parser)
+        result = score_files(args.task, args.generations, args.parser, details)
     except InputError as e:
         print(f"lit-rl score: error: {e}", file=sys.stderr)
         return 2
+    if details is not None:
+        from lit_rl.atomic import atomic_write_text
+
+        atomic_write_text(args.details, "".join(json.dumps(d) + "\n" for d in details))
+        result["details"] = args.details
     print(json.dumps(result))
     return 0
 

@@ -149,3 +149,30 @@ def test_missing_file_and_bad_args(tmp_path, capsys):
     assert e.value.code == 2
     with pytest.raises(InputError):
         score_files("sudoku", [])
+
+
+def test_details_file_lists_every_item(tmp_path, capsys):
+    p = write_jsonl(
+        tmp_path / "cd.jsonl",
+        [
+            {"prompt_id": "a", "question": "Numbers: [49, 55, 53]\nTarget: 51", "completion": "<answer>49 + 55 - 53</answer>", "ground_truth": [[49, 55, 53], 51]},
+            {"prompt_id": "b", "question": "q", "completion": "<answer>49 + 55</answer>", "ground_truth": [[49, 55, 53], 51]},
+        ],
+    )
+    out_file = tmp_path / "details.jsonl"
+    assert main(["--task", "countdown", "--generations", str(p), "--details", str(out_file)]) == 0
+    assert json.loads(capsys.readouterr().out)["details"] == str(out_file)
+    rows = [json.loads(line) for line in out_file.read_text().splitlines()]
+    # item a is right (reward 1.0); item b uses two of the three numbers (0 correct, the reference's 0.1)
+    assert [(r["id"], r["correct"], r["total"], r["reward"]) for r in rows] == [("a", 1, 1, 1.0), ("b", 0, 1, 0.1)]
+    assert rows[1]["where"].endswith("cd.jsonl:2")
+
+
+def test_prompts_task_scores_exact_answers(tmp_path, capsys):
+    p = write_jsonl(tmp_path / "p.jsonl", [
+        {"question": "2+2", "completion": "<answer>4</answer>", "ground_truth": "4"},
+        {"question": "2+3", "completion": "<answer>6</answer>", "ground_truth": "5"},
+    ])
+    assert main(["--task", "prompts", "--generations", str(p)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["task"] == "prompts" and out["accuracy"] == 50.0
