@@ -39,6 +39,7 @@ from lit_rl.atomic import atomic_write_text
 from lit_rl.generation.ar import ARBackend, HFBackend
 from lit_rl.models.ar import SamplingSettings
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
+from lit_rl.tasks.rewards import completion_id_lists
 from lit_rl.tasks.base import Example, Task
 
 __all__ = ["ARRolloutDataModule", "ProfilingSettings", "policy_key", "profile_pass_rates"]
@@ -307,7 +308,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
         lengths = policy.completion_lengths(comp)  # (R,)
         eval_total = None
         if score == "reward":  # one call per reward function for the whole batch, as TRL calls them
-            ids = [comp[k, : int(lengths[k])].tolist() for k in range(R)]
+            ids = completion_id_lists(comp, lengths) if self.task.extra_reward_funcs else None
             scores = self.task.total_rewards(texts, [examples[k // n] for k in range(R)], completion_ids=ids)
             rewards = scores.totals
             self.reward_metrics = scores.metrics()

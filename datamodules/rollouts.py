@@ -29,6 +29,7 @@ from lit_rl.rollouts.pool import load_pool
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
 from lit_rl.tasks.base import Task
 from lit_rl.tasks.parsing import last_answer_block
+from lit_rl.tasks.rewards import completion_id_lists
 
 from datamodules.stream import PromptStreamDataModule, step_seed
 
@@ -194,7 +195,7 @@ class RolloutDataModule(PromptStreamDataModule):
         completion_mask = pos < lengths[:, None]  # (N, L)
         n_ext = len(ext)
         # every row's reward in one call per reward function, as TRL calls them (token ids up to the first EOS)
-        ids = [completion[k, : int(lengths[k])].tolist() for k in range(completion.shape[0])]
+        ids = completion_id_lists(completion, lengths) if self.task.extra_reward_funcs else None
         scores = self.task.total_rewards(texts, [examples[g] for g in rows_grp], completion_ids=ids)
         rewards = scores.totals
         self.last_stats = {"time/generation_s": gen_time, **scores.metrics()}

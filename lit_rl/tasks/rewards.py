@@ -119,6 +119,12 @@ def _positional_only(params: Any) -> bool:
     return len(pos) >= 2 and pos[0].name != "prompts"
 
 
+def completion_id_lists(completion: Any, lengths: Any) -> list[list[int]]:
+    """TRL's ``completion_ids``: each row of ``completion (N, L)`` up to its length ``lengths (N,)`` (the
+    first EOS included), as lists; one host transfer for the batch."""
+    return [row[:n] for row, n in zip(completion.tolist(), lengths.tolist())]
+
+
 def reward_func_name(f: RewardFunc) -> str:
     """The name TRL logs a reward function under (``rewards/<name>/mean``)."""
     return getattr(f, "__name__", None) or type(f).__name__
