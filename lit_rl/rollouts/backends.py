@@ -1,6 +1,6 @@
 """External-policy backends for the rollout pool builder: one small interface, four implementations.
 
-A backend turns chat requests into completions::
+The interface (:mod:`lit_rl.rollouts.backend_types`, re-exported here)::
 
     results = backend.generate(requests, sampling, on_result=None, hooks=None)   # list[GenResult]
 
@@ -14,11 +14,11 @@ A backend turns chat requests into completions::
 On a failure that retries cannot fix, ``generate`` raises :class:`BackendError`; results already handed to
 ``on_result`` stay valid. Implementations (chosen in YAML, see :func:`build_backend`):
 
-* ``openai`` (:class:`OpenAIBackend`): an OpenAI-compatible HTTP server (the paper: vLLM serving
-  Qwen3-30B-A3B-Instruct-2507), chat or completions endpoint, ``concurrency`` requests in flight,
-  socket timeouts, bounded retries with exponential backoff (timeouts, connection errors, HTTP 408/409/
-  429/5xx, malformed or truncated responses: bad JSON, no text, a text with a lone surrogate, JSON nested
-  too deeply or with an over-long integer), immediate errors for 401/403 and other 4xx;
+* ``openai`` (:class:`~lit_rl.rollouts.openai_client.OpenAIBackend`): an OpenAI-compatible HTTP server (the
+  paper: vLLM serving Qwen3-30B-A3B-Instruct-2507) through the ``openai`` SDK, chat or completions endpoint,
+  ``concurrency`` requests in flight, the SDK's timeouts, retries and ``Retry-After``, plus retries of
+  malformed 200 replies (bad JSON, no text, a lone surrogate, JSON nested too deeply or with an over-long
+  integer); immediate errors for 401/403 and other 4xx;
 * ``vllm`` (:class:`VLLMBackend`): vLLM's offline engine ``vllm.LLM`` (``pip install lit-rl[vllm]``);
 * ``hf`` (:class:`HFBackend`): Hugging Face ``generate`` with any local causal LM (or a tiny random
   Llama built from a config, with the character tokenizer, for tests);
@@ -31,455 +31,27 @@ Per-request seeds make every backend deterministic given the request (vLLM and t
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import importlib
-import json
 import random
 import re
-import socket
 import threading
-import urllib.error
-import urllib.request
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from lit_rl.rollouts.backend_types import (  # noqa: F401  (re-exported: the backends' public interface)
+    Backend,
+    BackendAuthError,
+    BackendError,
+    BackendRequestError,
+    GenHooks,
+    GenRequest,
+    GenResult,
+    OnResult,
+    Sampling,
+    emit,
+    request_seed,
+)
+from lit_rl.rollouts.openai_client import OpenAIBackend
 from lit_rl.tasks.base import Example
-
-
-class BackendError(RuntimeError):
-    """A request failed for good (after retries, or at once for auth and other client errors)."""
-
-
-class BackendAuthError(BackendError):
-    """HTTP 401/403: the server refused the credentials; retrying cannot help."""
-
-
-class BackendRequestError(BackendError):
-    """HTTP 4xx other than 401/403/408/409/429: the request itself is wrong (model name, max_tokens, ...)."""
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling settings shared by all requests of a build (ERILS Table III).
-
-    Attributes:
-        temperature: sampling temperature (paper: 1.0; 0 = greedy).
-        max_tokens: maximum new tokens per request (paper: 2048; Sudoku 4096).
-        top_p: nucleus sampling threshold.
-    """
-
-    temperature: float = 1.0
-    max_tokens: int = 2048
-    top_p: float = 1.0
-
-    def __post_init__(self) -> None:
-        for key in ("temperature", "max_tokens", "top_p"):
-            value = getattr(self, key)
-            if not isinstance(value, int if key == "max_tokens" else (int, float)) or isinstance(value, bool):
-                raise ValueError(f"sampling.{key}={value!r}: must be {'an integer' if key == 'max_tokens' else 'a number'}")
-        if not self.temperature >= 0:  # also NaN
-            raise ValueError(f"sampling.temperature={self.temperature}: must be >= 0")
-        if self.max_tokens < 1:
-            raise ValueError(f"sampling.max_tokens={self.max_tokens}: must be >= 1")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"sampling.top_p={self.top_p}: must be in (0, 1]")
-
-
-@dataclass
-class GenRequest:
-    """One generation request.
-
-    Attributes:
-        messages: chat messages (``[{"role": "user", "content": ...}]``).
-        seed: per-request sampling seed (derived from the dataset seed, the prompt id, the candidate and
-            the stage, see :func:`request_seed`).
-        group: requests of one prompt and stage share it (the HF backend batches and seeds by group).
-        example: the task example (the scripted backend solves it; others ignore it).
-        stage: ``"generate"`` (from the task prompt) or ``"rewrite"`` (two-stage length control).
-        previous: the first-stage completion a rewrite request rewrites.
-    """
-
-    messages: list[dict[str, str]]
-    seed: int
-    group: str = ""
-    example: Example | None = None
-    stage: str = "generate"
-    previous: str | None = None
-
-
-@dataclass
-class GenResult:
-    """One completion.
-
-    Attributes:
-        text: the generated text (completion only, no prompt).
-        finish_reason: ``"stop"`` (ended by itself) or ``"length"`` (hit ``max_tokens``), as reported.
-        completion_tokens: completion length the backend reported in its own tokens (``None`` if unknown).
-        attempts: HTTP attempts this result took (1 = no retry).
-    """
-
-    text: str
-    finish_reason: str | None = None
-    completion_tokens: int | None = None
-    attempts: int = 1
-
-
-@dataclass
-class GenHooks:
-    """Thread-safe counters the builder shows in its progress bar and records per session."""
-
-    in_flight: int = 0
-    requests: int = 0
-    retries: int = 0
-    retry_reasons: dict[str, int] = field(default_factory=dict)
-    on_change: Callable[["GenHooks"], None] | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def started(self) -> None:
-        with self._lock:
-            self.in_flight += 1
-            self.requests += 1
-        self._changed()
-
-    def finished(self) -> None:
-        with self._lock:
-            self.in_flight -= 1
-        self._changed()
-
-    def retried(self, reason: str) -> None:
-        with self._lock:
-            self.retries += 1
-            self.retry_reasons[reason] = self.retry_reasons.get(reason, 0) + 1
-        self._changed()
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change(self)
-
-
-OnResult = Callable[[int, GenResult], None]
-
-
-def request_seed(dataset_seed: int, prompt_id: str, candidate: int, stage: str) -> int:
-    """A stable 31-bit seed for one request (``sha256`` of its coordinates, not Python's salted hash).
-
-    >>> request_seed(42, "sudoku-train-0", 0, "generate") == request_seed(42, "sudoku-train-0", 0, "generate")
-    True
-    """
-    digest = hashlib.sha256(f"{dataset_seed}/{prompt_id}/{candidate}/{stage}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
-
-
-class Backend:
-    """Base class: subclasses implement :meth:`generate`; the rest has defaults."""
-
-    #: short type name used in configs and pool headers
-    kind: str = "backend"
-
-    @property
-    def name(self) -> str:
-        """The external policy's name (the pool's ``policy`` and each record's ``source``)."""
-        return self.kind
-
-    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None, hooks: GenHooks | None = None) -> list[GenResult]:
-        raise NotImplementedError
-
-    def length_tokenizer(self) -> Any | None:
-        """The policy's own tokenizer (to count completion lengths), or ``None`` if the backend has none."""
-        return None
-
-    def describe(self) -> dict[str, Any]:
-        """Settings that determine the generated text (stored in the pool header, checked on resume)."""
-        return {"type": self.kind, "policy": self.name}
-
-    def session_info(self) -> dict[str, Any]:
-        """Settings that may change between sessions of one build (URL, concurrency); not checked."""
-        return {}
-
-    def close(self) -> None:
-        """Release resources (engines, models)."""
-
-
-def _emit(results: list[GenResult | None], i: int, res: GenResult, on_result: OnResult | None, lock: threading.Lock) -> None:
-    with lock:
-        results[i] = res
-        if on_result is not None:
-            on_result(i, res)
-
-
-# --------------------------------------------------------------------------------------------------------
-# OpenAI-compatible HTTP server
-# --------------------------------------------------------------------------------------------------------
-class _Retryable(Exception):
-    def __init__(self, reason: str, detail: str, retry_after: float | None = None) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail, self.retry_after = reason, detail, retry_after
-
-
-class _Cancelled(Exception):
-    pass
-
-
-RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-
-
-class OpenAIBackend(Backend):
-    """An OpenAI-compatible HTTP server (vLLM ``vllm serve``, SGLang, TGI, a hosted API).
-
-    Requests use the stdlib (``urllib``) from ``concurrency`` worker threads; one request per candidate
-    (``n=1``) with its own ``seed``, so each candidate is reproducible and a retry regenerates the same
-    text on servers that honour seeds (vLLM does).
-
-    Args:
-        base_url: the server's API root, e.g. ``http://host:8000/v1`` (``/chat/completions`` or
-            ``/completions`` is appended).
-        model: the served model name (``--served-model-name``, by default the HF repo id).
-        api: ``"chat"`` (``/chat/completions`` with messages; the server applies the chat template) or
-            ``"completions"`` (``/completions`` with a prompt string rendered here with ``tokenizer``'s
-            chat template, or plain lines when there is none).
-        api_key: sent as ``Authorization: Bearer ...`` when set (vLLM ``--api-key``).
-        concurrency: requests in flight at once.
-        timeout_s: socket timeout (connect and each read) per attempt.
-        max_retries: retries per request after the first attempt (timeouts, connection errors, HTTP
-            408/409/425/429/5xx, malformed JSON, truncated bodies); then the build stops with an error.
-        backoff_s: first retry delay; doubled each retry (with jitter), capped by ``max_backoff_s``; a
-            ``Retry-After`` header (429/503) is honoured within the cap.
-        max_backoff_s: cap of one retry delay.
-        tokenizer: HF tokenizer name/path of the served model (length counting with
-            ``length_tokenizer: auto``, and the ``completions`` prompt's chat template); default: ``model``;
-            ``"none"``: do not load one.
-        extra_body: extra JSON fields for every request (e.g. ``{"top_k": 20}`` for vLLM).
-    """
-
-    kind = "openai"
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api: str = "chat",
-        api_key: str | None = None,
-        concurrency: int = 16,
-        timeout_s: float = 600.0,
-        max_retries: int = 5,
-        backoff_s: float = 1.0,
-        max_backoff_s: float = 60.0,
-        tokenizer: str | None = None,
-        extra_body: dict[str, Any] | None = None,
-    ) -> None:
-        if not isinstance(base_url, str) or not re.match(r"^https?://[^/\s]+", base_url):
-            raise ValueError(f"backend base_url={base_url!r}: expected an http(s) URL such as http://localhost:8000/v1")
-        if api not in ("chat", "completions"):
-            raise ValueError(f"backend api={api!r}: expected 'chat' or 'completions'")
-        if concurrency < 1:
-            raise ValueError(f"backend concurrency={concurrency}: must be >= 1")
-        if timeout_s <= 0:
-            raise ValueError(f"backend timeout_s={timeout_s}: must be > 0")
-        if max_retries < 0:
-            raise ValueError(f"backend max_retries={max_retries}: must be >= 0")
-        self.base_url = base_url.rstrip("/")
-        self.model, self.api, self.api_key = model, api, api_key or None
-        self.concurrency, self.timeout_s, self.max_retries = concurrency, float(timeout_s), max_retries
-        self.backoff_s, self.max_backoff_s = float(backoff_s), float(max_backoff_s)
-        self.tokenizer_name = tokenizer
-        self.extra_body = dict(extra_body or {})
-        self._tokenizer: Any | None = None
-        self._tokenizer_tried = False
-        self.endpoint = f"{self.base_url}/{'chat/completions' if api == 'chat' else 'completions'}"
-
-    @property
-    def name(self) -> str:
-        return self.model
-
-    def describe(self) -> dict[str, Any]:
-        return {"type": self.kind, "policy": self.model, "api": self.api, "extra_body": self.extra_body}
-
-    def session_info(self) -> dict[str, Any]:
-        return {"endpoint": self.endpoint, "concurrency": self.concurrency, "timeout_s": self.timeout_s, "max_retries": self.max_retries}
-
-    def length_tokenizer(self) -> Any | None:
-        if not self._tokenizer_tried:
-            self._tokenizer_tried = True
-            if self.tokenizer_name == "none":
-                return None
-            try:
-                from transformers import AutoTokenizer
-
-                self._tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_name or self.model)
-            except Exception:  # no local copy and no hub access: the caller decides (fallback + warning)
-                self._tokenizer = None
-        return self._tokenizer
-
-    # -- one request -------------------------------------------------------------------------------
-    def _body(self, req: GenRequest, sampling: Sampling) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "max_tokens": sampling.max_tokens,
-            "seed": req.seed,
-            "n": 1,
-            "stream": False,
-        }
-        if self.api == "chat":
-            body["messages"] = req.messages
-        else:
-            tok = self.length_tokenizer()
-            if tok is not None and getattr(tok, "chat_template", None):
-                body["prompt"] = tok.apply_chat_template(req.messages, tokenize=False, add_generation_prompt=True)
-            else:
-                body["prompt"] = "".join(m["content"] + "\n" for m in req.messages)
-        body.update(self.extra_body)
-        return body
-
-    def _post_once(self, payload: bytes) -> GenResult:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.endpoint, data=payload, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as e:
-            detail = _error_detail(e)
-            if e.code in (401, 403):
-                raise BackendAuthError(
-                    f"HTTP {e.code} from {self.endpoint}: the server refused the credentials ({detail}); set the "
-                    "backend's api_key (e.g. api_key: ${LIT_RL_EXTERNAL_API_KEY}) to the key the server was started with"
-                ) from None
-            if e.code in RETRYABLE_STATUS:
-                raise _Retryable(f"http_{e.code}", f"HTTP {e.code}: {detail}", _retry_after(e)) from None
-            raise BackendRequestError(f"HTTP {e.code} from {self.endpoint}: {detail} (request for model {self.model!r}; not retried)") from None
-        except (socket.timeout, TimeoutError) as e:
-            raise _Retryable("timeout", f"no response within timeout_s={self.timeout_s:g} ({e})") from None
-        except urllib.error.URLError as e:
-            if isinstance(e.reason, (socket.timeout, TimeoutError)):
-                raise _Retryable("timeout", f"no response within timeout_s={self.timeout_s:g}") from None
-            raise _Retryable("connection", f"cannot reach {self.endpoint}: {e.reason}") from None
-        except http.client.IncompleteRead as e:
-            raise _Retryable("truncated", f"response body cut off after {len(e.partial)} bytes") from None
-        except (http.client.HTTPException, ConnectionError, OSError) as e:
-            raise _Retryable("connection", f"{type(e).__name__}: {e}") from None
-        return self._parse(raw)
-
-    def _parse(self, raw: bytes) -> GenResult:
-        try:
-            obj = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise _Retryable("malformed", f"response is not JSON ({e}; first bytes {raw[:80]!r})") from None
-        except RecursionError:
-            raise _Retryable("malformed", f"response JSON is nested too deeply (first bytes {raw[:80]!r})") from None
-        except ValueError as e:  # an integer of more than 4300 digits
-            raise _Retryable("malformed", f"response JSON is unreadable ({str(e).split(';')[0][:120]})") from None
-        try:
-            choice = obj["choices"][0]
-            if self.api == "chat":
-                text = choice["message"]["content"]
-            else:
-                text = choice["text"]
-            if text is None:
-                text = ""
-            if not isinstance(text, str):
-                raise TypeError(f"completion is {type(text).__name__}")
-        except (KeyError, IndexError, TypeError) as e:
-            raise _Retryable("malformed", f"response JSON lacks choices[0] text ({type(e).__name__}: {e})") from None
-        finish = choice.get("finish_reason")
-        if finish is not None and not isinstance(finish, str):
-            raise _Retryable("malformed", f"response finish_reason is {type(finish).__name__}, not a string")
-        # a lone surrogate ("\ud800" in the JSON) cannot be written to the UTF-8 pool: a malformed reply,
-        # retried like the others (not replaced: the pool holds what the model wrote or nothing)
-        for name, value in (("text", text), ("finish_reason", finish or "")):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise _Retryable("malformed", f"response {name} is not valid Unicode (lone surrogate at character {e.start})") from None
-        usage = obj.get("usage") if isinstance(obj, dict) else None
-        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        ok_tokens = isinstance(tokens, int) and not isinstance(tokens, bool)
-        return GenResult(text=text, finish_reason=finish, completion_tokens=tokens if ok_tokens else None)
-
-    def _request(self, req: GenRequest, sampling: Sampling, stop: threading.Event, hooks: GenHooks) -> GenResult:
-        payload = json.dumps(self._body(req, sampling)).encode("utf-8")
-        rng = random.Random(req.seed)  # jitter only; never affects the text
-        last: _Retryable | None = None
-        for attempt in range(self.max_retries + 1):
-            if stop.is_set():
-                raise _Cancelled()
-            if attempt:
-                hooks.retried(last.reason if last else "unknown")
-                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + rng.random() / 2)
-                if last is not None and last.retry_after is not None:
-                    delay = min(self.max_backoff_s, max(delay, last.retry_after))
-                if stop.wait(delay):
-                    raise _Cancelled()
-            hooks.started()
-            try:
-                res = self._post_once(payload)
-                res.attempts = attempt + 1
-                return res
-            except _Retryable as e:
-                last = e
-            finally:
-                hooks.finished()
-        assert last is not None
-        raise BackendError(
-            f"request {req.group or '?'} (seed {req.seed}) to {self.endpoint} failed after {self.max_retries + 1} attempts; "
-            f"last error: {last}"
-        )
-
-    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None, hooks: GenHooks | None = None) -> list[GenResult]:
-        hooks = hooks or GenHooks()
-        results: list[GenResult | None] = [None] * len(requests)
-        if not requests:
-            return []
-        stop, lock = threading.Event(), threading.Lock()
-
-        def work(i: int) -> None:
-            res = self._request(requests[i], sampling, stop, hooks)
-            _emit(results, i, res, on_result, lock)
-
-        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests)), thread_name_prefix="lit_rl-openai")
-        futures = [pool.submit(work, i) for i in range(len(requests))]
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            errors = [f.exception() for f in done if f.exception() is not None and not isinstance(f.exception(), _Cancelled)]
-            if errors:
-                stop.set()
-        except BaseException:  # KeyboardInterrupt: stop the workers, keep what was written
-            stop.set()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True, cancel_futures=True)
-        if errors:
-            raise errors[0]
-        return [r for r in results if r is not None]
-
-
-def _error_detail(e: urllib.error.HTTPError) -> str:
-    try:
-        body = e.read().decode("utf-8", "replace")
-    except Exception:
-        body = ""
-    try:
-        obj = json.loads(body)
-        err = obj.get("error", obj) if isinstance(obj, dict) else obj
-        msg = err.get("message") if isinstance(err, dict) else None
-        if msg:
-            return str(msg)[:500]
-    except json.JSONDecodeError:
-        pass
-    return (body.strip() or str(e.reason) or "no body")[:500]
-
-
-def _retry_after(e: urllib.error.HTTPError) -> float | None:
-    value = e.headers.get("Retry-After") if e.headers else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
 
 # --------------------------------------------------------------------------------------------------------
 # vLLM offline engine
@@ -564,7 +136,7 @@ class VLLMBackend(Backend):
                 raise BackendError(f"vLLM returned {len(outs)} outputs for {len(chunk)} requests")
             for j, out in enumerate(outs):
                 c = out.outputs[0]
-                _emit(results, start + j, GenResult(text=c.text, finish_reason=getattr(c, "finish_reason", None), completion_tokens=len(getattr(c, "token_ids", []) or []) or None), on_result, lock)
+                emit(results, start + j, GenResult(text=c.text, finish_reason=getattr(c, "finish_reason", None), completion_tokens=len(getattr(c, "token_ids", []) or []) or None), on_result, lock)
         return [r for r in results if r is not None]
 
     def close(self) -> None:
@@ -694,7 +266,7 @@ class HFBackend(Backend):
                 stopped = eos in ids
                 ids = ids[: ids.index(eos)] if stopped else ids
                 text = tok.decode(ids, skip_special_tokens=True)
-                _emit(results, i, GenResult(text=text, finish_reason="stop" if stopped else "length", completion_tokens=len(ids) + int(stopped)), on_result, lock)
+                emit(results, i, GenResult(text=text, finish_reason="stop" if stopped else "length", completion_tokens=len(ids) + int(stopped)), on_result, lock)
         return [r for r in results if r is not None]
 
     def close(self) -> None:
@@ -771,7 +343,7 @@ class ScriptedBackend(Backend):
                 text = self._complete(req)
             finally:
                 hooks.finished()
-            _emit(results, i, GenResult(text=text, finish_reason="stop"), on_result, lock)
+            emit(results, i, GenResult(text=text, finish_reason="stop"), on_result, lock)
         return [r for r in results if r is not None]
 
 

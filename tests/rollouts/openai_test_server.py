@@ -109,6 +109,7 @@ class FakeOpenAIServer:
         self.answered = 0
         self.attempts: Counter = Counter()
         self.faults_sent: Counter = Counter()
+        self.headers: list[dict[str, str]] = []  # every request's headers, in arrival order
         self.port = 0
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -168,6 +169,7 @@ class FakeOpenAIServer:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server.lock:
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
                     if server.die_after is not None and server.answered >= server.die_after:
                         dead = True
                     else:

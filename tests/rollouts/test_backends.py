@@ -79,7 +79,7 @@ def test_transient_fault_is_retried_to_the_same_text(fault):
         ("malformed", "response is not JSON"),
         ("no_choices", r"lacks choices\[0\] text"),
         ("truncated", "response body cut off"),
-        ("reset", "RemoteDisconnected"),
+        ("reset", "Server disconnected without sending a response"),
         ("surrogate", r"malformed: response text is not valid Unicode \(lone surrogate at character \d+\)"),
         ("huge_int", r"malformed: response JSON is unreadable \(Exceeds the limit \(4300 digits\)"),
         ("deep", "malformed: response JSON is nested too deeply"),
@@ -145,6 +145,32 @@ def test_on_result_error_stops_the_batch():
         with pytest.raises(OSError, match="disk full"):
             _client(srv.url, concurrency=2).generate(_reqs(8), Sampling(), on_result=boom)
         assert sum(srv.attempts.values()) < 8  # pending requests were cancelled
+
+
+def test_the_client_is_the_openai_sdk_and_never_sends_the_environments_key(monkeypatch):
+    # the SDK's own headers are on the wire; a user's OPENAI_API_KEY (for api.openai.com) is not sent to
+    # the pool server: without api_key the placeholder goes, with it the configured key
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real-user-key")
+    with FakeOpenAIServer() as srv:
+        _client(srv.url).generate(_reqs(1), Sampling())
+        _client(srv.url, api_key="server-key").generate(_reqs(1), Sampling())
+    first, second = srv.headers
+    assert first["user-agent"].startswith("OpenAI/Python") and "x-stainless-lang" in first
+    assert first["authorization"] == "Bearer EMPTY" and second["authorization"] == "Bearer server-key"
+
+
+def test_sdk_retries_and_ours_share_one_budget():
+    # a 503, then a malformed 200, then a good reply: three HTTP attempts, each counted once, reasons named
+    faults = {1: "503", 2: "malformed"}
+    with FakeOpenAIServer(fault=lambda i, body, attempt: faults.get(attempt)) as srv:
+        hooks = GenHooks()
+        res = _client(srv.url, max_retries=2).generate(_reqs(1), Sampling(), hooks=hooks)
+        assert srv.attempts[100] == 3
+    assert res[0].attempts == 3 and hooks.retries == 2 and hooks.retry_reasons == {"http_503": 1, "malformed": 1}
+    with FakeOpenAIServer(fault=lambda i, body, attempt: faults.get(attempt)) as srv:
+        with pytest.raises(BackendError, match="failed after 2 attempts; last error: malformed"):
+            _client(srv.url, max_retries=1).generate(_reqs(1), Sampling())
+        assert srv.attempts[100] == 2  # never more than max_retries + 1 attempts
 
 
 def test_openai_backend_validates_its_options():
