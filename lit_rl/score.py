@@ -22,9 +22,13 @@ Output: ONE JSON object on stdout::
     {"task", "parser", "files", "n", "correct", "total", "accuracy", "mean_reward", "max_reward"}
 
 ``accuracy`` is in percent and pooled over all files: ``100 * correct / total`` where the units are
-problems (Countdown, MATH500) or blank cells (Sudoku cell accuracy). ``parser="eval"`` is the reference
-evaluation parsing (docs/tasks.md, the one the papers' tables use); ``parser="reward"`` scores with the
-training reward's parsing (Countdown: correct iff reward 1.0; MATH: the reward's correctness part).
+problems (Countdown, MATH500) or blank cells (Sudoku cell accuracy). ``parser="eval"`` is the written
+evaluation rules (docs/tasks.md); ``parser="reference"`` is d1's ``eval/parse_and_get_acc.py``, bugs included
+(Countdown and MATH500 text without any ``\boxed`` is read whole instead of its ``<answer>`` block), so a
+published table can be matched item by item; ``parser="reward"`` scores with the training reward's parsing
+(Countdown: correct iff reward 1.0; MATH: the reward's correctness part). On d1's nine LLaDA-8B-Instruct
+tables (3 tasks x L_gen 128/256/512) ``reference`` equals d1's code on every item; ``eval`` differs on one
+item in each of two tables (Countdown and MATH500 at 128: a correct ``<answer>`` without a box).
 ``mean_reward`` is the mean training reward (docs/tasks.md) over all rows, whatever the parser.
 
 Malformed input (unreadable file, bad JSON, missing field, ground truth of the wrong shape) exits with
@@ -128,7 +132,10 @@ def score_files(
             reward_sum += reward
             n += 1
             if details is not None:
-                details.append({"where": where, "id": example.id, "correct": score.correct, "total": score.total, "reward": reward})
+                details.append({
+                    "where": where, "id": example.id, "extracted": task.extract(completion, example, parser=parser),
+                    "correct": score.correct, "total": score.total, "reward": reward,
+                })
     return {
         "task": task.name,
         "parser": parser,
@@ -153,9 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--parser",
         default="eval",
         choices=PARSERS,
-        help="'eval': reference evaluation parsing (paper tables); 'reward': training-reward parsing",
+        help="'eval': the evaluation rules (docs/tasks.md); 'reference': d1's parse_and_get_acc.py, bugs included "
+        "(to match published tables item by item); 'reward': training-reward parsing",
     )
-    ap.add_argument("--details", metavar="FILE", help="also write one JSON line per item: where, id, correct, total, reward")
+    ap.add_argument("--details", metavar="FILE", help="also write one JSON line per item: where, id, extracted answer, correct, total, reward")
     return ap
 
 

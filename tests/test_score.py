@@ -176,3 +176,50 @@ def test_prompts_task_scores_exact_answers(tmp_path, capsys):
     assert main(["--task", "prompts", "--generations", str(p)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["task"] == "prompts" and out["accuracy"] == 50.0
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.mark.parametrize("task, name", [("countdown", "d1_countdown_128_item.json"), ("math500", "d1_math500_128_item.json")])
+def test_reference_parser_is_d1s_on_its_divergent_items(task, name, tmp_path, capsys):
+    # the one item of d1's Countdown-128 and of its MATH500-128 table where the written rules and d1's code
+    # disagree: a correct <answer> block and no \boxed{}. d1 reads the whole text, so the item is wrong there.
+    path = FIXTURES / name
+    rec = json.loads(path.read_text())["generations"][0]
+    assert "\\boxed" not in rec["generations"] and "<answer>" in rec["generations"]
+    assert score_files(task, [path], parser="eval")["correct"] == 1
+    details = tmp_path / "d.jsonl"
+    assert main(["--task", task, "--generations", str(path), "--parser", "reference", "--details", str(details)]) == 0
+    assert json.loads(capsys.readouterr().out)["correct"] == 0
+    (row,) = [json.loads(line) for line in details.read_text().splitlines()]
+    # d1 reads the whole generation (Countdown: it has no `expr = value` to cut), so its numbers never
+    # match the three given ones and MATH's is_equiv never holds
+    assert row["extracted"] == rec["generations"] and row["correct"] == 0
+
+
+def test_reference_parser_boxes_as_d1_does():
+    from lit_rl.tasks.countdown import eval_expression
+    from lit_rl.tasks.math_task import math_eval_answer
+
+    text = "<answer>\\frac{1}{4}</answer>"
+    assert math_eval_answer(text) == "\\frac{1}{4}"  # the written rule: no box -> the answer block
+    assert math_eval_answer(text, reference=True) == text  # d1: no box -> the whole text
+    # an unbalanced box: d1's remove_boxed(None) raises and both fall back to the answer block
+    assert math_eval_answer("\\boxed{1 <answer>2</answer>", reference=True) == "2"
+    assert eval_expression("\\boxed{1+2 <answer>3+4</answer>", reference=True) == "3+4"
+    # a box: both read it
+    assert eval_expression("<answer>1+2</answer> \\boxed{5-1}", reference=True) == "5-1" == eval_expression("\\boxed{5-1}")
+    # no box: d1 reads the whole text, keeping its first `expr = value` left side
+    assert eval_expression("so 9 - 4 = 5 <answer>9-4</answer>", reference=True) == "9 - 4"
+    assert eval_expression("so 9 - 4 = 5 <answer>9-4</answer>") == "9-4"
+
+
+@pytest.mark.parametrize("task", ["sudoku", "countdown", "math500"])
+def test_reference_parser_on_the_shared_generations(task):
+    # at L_gen 256 the written rules and d1's code agree on every item (d1's code gives the same numbers)
+    files = baseline_files(task)
+    eval_items, ref_items = [], []
+    assert score_files(task, files, "eval", eval_items)["accuracy"] == score_files(task, files, "reference", ref_items)["accuracy"]
+    assert [r["correct"] for r in eval_items] == [r["correct"] for r in ref_items]
+    assert sum(r["extracted"] is not None for r in ref_items) > 0.9 * len(ref_items)

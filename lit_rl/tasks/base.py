@@ -27,7 +27,10 @@ from typing import Any, Iterator, NamedTuple, Sequence
 
 from lit_rl.tasks.rewards import RewardFunc, call_reward_func, completion_text, resolve_reward_funcs, reward_func_name
 
-PARSERS = ("eval", "reward")
+#: ``eval``: the written evaluation rules (docs/tasks.md); ``reward``: the training reward's parsing;
+#: ``reference``: bug-compatible with d1's ``eval/parse_and_get_acc.py`` (where the two differ: text without
+#: any ``\\boxed`` is read whole, not its ``<answer>`` block), to match published tables item by item
+PARSERS = ("eval", "reward", "reference")
 #: packaged data files (``lit_rl/data``, see its SOURCES.md)
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 
@@ -260,8 +263,14 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def evaluate(self, completion: str, example: Example, parser: str = "eval") -> EvalScore:
-        """Evaluation score. ``parser="eval"``: reference evaluation parsing (§5, lenient);
-        ``parser="reward"``: the reward's parsing rules. Never raises."""
+        """Evaluation score. ``parser="eval"``: the evaluation rules (docs/tasks.md, lenient);
+        ``parser="reward"``: the reward's parsing rules; ``parser="reference"``: d1's evaluation code, bugs
+        included (a task without reference code scores as ``eval``). Never raises."""
+
+    def extract(self, completion: str, example: Example, parser: str = "eval") -> str | None:
+        """The answer string ``parser`` reads from ``completion`` (``score --details``), ``None``: nothing.
+        Never raises."""
+        return None
 
     @staticmethod
     def _check_parser(parser: str) -> None:

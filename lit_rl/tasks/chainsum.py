@@ -166,6 +166,11 @@ class ChainSumTask(Task):
         self._check_parser(parser)
         return EvalScore(self.reward(completion, example), 1.0)
 
+    def extract(self, completion: str, example: Example, parser: str = "eval") -> str | None:
+        self._check_parser(parser)
+        got = parse_int_answer(completion)
+        return None if got is None else str(got)
+
 
 def chainsum_completion(example: Example, rng: random.Random, error_rate: float = 0.0, restate: float = 0.0) -> str:
     """The scripted teacher: the running-sum trace and the total.

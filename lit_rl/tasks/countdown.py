@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 from lit_rl.tasks.arith import safe_eval, uses_exactly
 from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task, read_jsonl, record_fields, short_repr
-from lit_rl.tasks.parsing import first_answer_block, last_answer_block, last_boxed
+from lit_rl.tasks.parsing import first_answer_block, last_answer_block, last_boxed, reference_boxed
 
 SYSTEM_PROMPT = """
 Respond in the following format:
@@ -224,9 +224,10 @@ def countdown_reward(
 _EXPR_EQUALS = re.compile(r"[0-9+\-*/() ]+")
 
 
-def eval_expression(text: str) -> str:
-    """The expression the reference evaluation extracts from ``text`` (module docstring)."""
-    eq = last_boxed(text)
+def eval_expression(text: str, reference: bool = False) -> str:
+    """The expression the evaluation extracts from ``text`` (module docstring). ``reference``: as d1's
+    ``parse_countdown_answers`` does, where text without any box is read whole (not its answer block)."""
+    eq = reference_boxed(text) if reference else last_boxed(text)
     if eq is None:
         block = first_answer_block(text)
         eq = block.strip() if block is not None else text
@@ -254,7 +255,7 @@ def countdown_eval_correct(text: str, numbers: Sequence[int], target: int | floa
     try:
         if parser == "reward":
             return target is not None and countdown_reward(text, numbers, target) == 1.0
-        expr = eval_expression(text)
+        expr = eval_expression(text, reference=parser == "reference")
         if target is None or not uses_exactly(expr, numbers):
             return False
         value = safe_eval(expr.strip())
@@ -372,5 +373,15 @@ class CountdownTask(Task):
         if parser == "reward":
             ok = self.reward(completion, example) == 1.0
         else:
-            ok = countdown_eval_correct(completion, numbers, target)
+            ok = countdown_eval_correct(completion, numbers, target, parser)
         return EvalScore(int(ok), 1)
+
+    def extract(self, completion: str, example: Example, parser: str = "eval") -> str | None:
+        self._check_parser(parser)
+        try:
+            if parser == "reward":
+                block = last_answer_block(completion)
+                return None if block is None else block.strip()
+            return eval_expression(completion, reference=parser == "reference")
+        except Exception:
+            return None

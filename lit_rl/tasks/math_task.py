@@ -21,8 +21,9 @@ Reward (d1/SPG ``correctness_reward_func_math`` + ``boxed_and_answer_tags_format
 
 Evaluation (``parse_math_answers``, §5): the content of the last ``\\boxed{}``; if there is none, it is
 empty or its braces never balance, the first ``<answer>`` block (stripped); compared with ``is_equiv``.
-(For text with no box at all the reference code compares the whole text instead of the answer block; the
-LLaDA baseline scores 32.40 either way.) ``parser="reward"`` uses the reward's correctness instead.
+(For text with no box at all the reference code compares the whole text instead of the answer block;
+``parser="reference"`` does that, to match d1's tables item by item: 26.00 / 32.40 / 36.20 at L_gen
+128 / 256 / 512, where ``eval`` gives 26.20 / 32.40 / 36.20.) ``parser="reward"`` uses the reward's correctness instead.
 
 Prompts: ``"d1_train"`` (default) is d1 ``data_utils.get_math_questions`` (generic format prompt, a blank
 line, "You are a math expert ... Wrap the final answer in a \\boxed{}." and the problem); ``"d1_eval"`` is
@@ -101,9 +102,10 @@ def math_reward(completion: str, answer: str) -> float:
         return 0.0
 
 
-def math_eval_answer(text: str) -> str | None:
-    """The answer the reference MATH500 evaluation extracts (``None``: nothing)."""
-    parsed = last_boxed(text)
+def math_eval_answer(text: str, reference: bool = False) -> str | None:
+    """The answer the MATH500 evaluation extracts (``None``: nothing). ``reference``: as d1's
+    ``parse_math_answers`` does, where text without any box is compared whole (not its answer block)."""
+    parsed = reference_boxed(text) if reference else last_boxed(text)
     if not parsed:
         block = first_answer_block(text)
         if block is not None:
@@ -115,7 +117,7 @@ def math_eval_correct(text: str, answer: str, parser: str = "eval") -> bool:
     try:
         if parser == "reward":
             return math_correct(text, answer)
-        parsed = math_eval_answer(text)
+        parsed = math_eval_answer(text, reference=parser == "reference")
         return parsed is not None and is_equiv(parsed, answer)
     except Exception:
         return False
@@ -248,3 +250,10 @@ class MathTask(Task):
     def evaluate(self, completion: str, example: Example, parser: str = "eval") -> EvalScore:
         self._check_parser(parser)
         return EvalScore(int(math_eval_correct(completion, str(example.answer), parser)), 1)
+
+    def extract(self, completion: str, example: Example, parser: str = "eval") -> str | None:
+        self._check_parser(parser)
+        try:
+            return last_boxed(completion) if parser == "reward" else math_eval_answer(completion, parser == "reference")
+        except Exception:
+            return None

@@ -200,3 +200,19 @@ class PromptTask(Task):
         if self.answer_check == "none":
             return EvalScore(self.total_reward(completion, example), 1.0)
         return EvalScore(self.reward(completion, example), 1.0)
+
+    def extract(self, completion: str, example: Example, parser: str = "eval") -> str | None:
+        """What ``answer_check`` compares: the last ``<answer>`` block (``exact``), the MATH500 rule's answer
+        (``math``); ``None`` for ``math_verify`` (it parses the whole text) and ``none``."""
+        self._check_parser(parser)
+        try:
+            if self.answer_check == "exact":
+                block = last_answer_block(completion)
+                return None if block is None else block.strip()
+            if self.answer_check == "math":
+                from lit_rl.tasks.math_task import math_eval_answer
+
+                return math_eval_answer(completion)
+        except Exception:
+            return None
+        return None

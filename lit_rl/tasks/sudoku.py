@@ -254,7 +254,7 @@ def sudoku_eval_cells(completion: str, solution: str, puzzle: str, parser: str =
     """(correct blank cells, blank cells) under the reference eval parsing (or the reward's parsing)."""
     blanks = puzzle.count("0")
     try:
-        answer = sudoku_eval_answer(completion) if parser == "eval" else (reward_answer(completion) or "")
+        answer = (reward_answer(completion) or "") if parser == "reward" else sudoku_eval_answer(completion)
         return _correct_cells(answer, solution, puzzle)
     except Exception:
         return 0, blanks
@@ -356,3 +356,13 @@ class SudokuTask(Task):
         if len(puzzle) != 16 or len(solution) != 16:
             return EvalScore(0, 0)
         return EvalScore(*sudoku_eval_cells(completion, solution, puzzle, parser))
+
+    def extract(self, completion: str, example: Example, parser: str = "eval") -> str | None:
+        """The 16 cells compared (padded with ``0`` or cut, as both reference parsers do); ``None``: no answer.
+        ``reference`` is ``eval`` here: lit_rl's patterns are d1's ``parse_sudoku_answers`` patterns."""
+        self._check_parser(parser)
+        try:
+            answer = (reward_answer(completion) or "") if parser == "reward" else sudoku_eval_answer(completion)
+            return fit16(answer) if answer else None
+        except Exception:
+            return None
