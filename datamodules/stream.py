@@ -199,6 +199,10 @@ class PromptStreamDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()
 
+    def predict_dataloader(self) -> DataLoader:
+        """The evaluation batches (``python -m lit_rl predict``, :mod:`callbacks.predictions`)."""
+        return self.val_dataloader()
+
     # -- checkpointed state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"cursor": self.cursor, "seed": self.seed, "num_train": len(self._train or [])}

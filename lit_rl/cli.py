@@ -1,7 +1,9 @@
 """The ``python -m lit_rl`` command line.
 
-``fit`` / ``validate`` / ``test`` are a LightningCLI (model and data classes chosen with ``class_path`` in
-YAML, ``--help`` from docstrings); the other subcommands are plain programs dispatched before it:
+``fit`` / ``validate`` / ``test`` / ``predict`` are a LightningCLI (model and data classes chosen with
+``class_path`` in YAML, ``--help`` from docstrings; ``predict`` writes the evaluation set's completions as
+JSONL for ``score``, :mod:`callbacks.predictions`); the other subcommands are plain programs dispatched
+before it:
 
 * ``score``     score existing generation files with a task's evaluation or reward rules;
 * ``rollouts``  external rollout pools (``build``, ``stats``, ``scripted``);
@@ -35,7 +37,7 @@ def _set_threads() -> None:
 
 
 def run_lightning_cli(args: list[str] | None = None, run: bool = True):
-    """Build the LightningCLI (``fit``, ``validate``, ``test``); see :mod:`lit_rl.lightning_cli`."""
+    """Build the LightningCLI (``fit``, ``validate``, ``test``, ``predict``); see :mod:`lit_rl.lightning_cli`."""
     from lit_rl.lightning_cli import build_cli
 
     extra = "\n".join(f"  {name:<10} {desc}" for name, (_, desc) in EXTRA_COMMANDS.items())
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(EXTRA_COMMANDS[argv[0]][0])
         entry: Callable[[list[str]], int] = module.main
         return int(entry(argv[1:]) or 0)
-    if argv and argv[0] in ("fit", "validate", "test"):
+    if argv and argv[0] in ("fit", "validate", "test", "predict"):
         # fail fast, before anything is built, with one line naming the field, file and line
         from lit_rl.reliability import ConfigError, preflight
 

@@ -53,6 +53,21 @@ class LitRLCLI(LightningCLI):
         threads = sub.get("threads") if sub else None
         if threads:
             torch.set_num_threads(int(threads))
+        if self.subcommand == "predict" and sub is not None:
+            sub.trainer.logger = False  # predict reads a run (its config, a checkpoint): no new tracking run
+
+    def instantiate_trainer(self, **kwargs):
+        """``predict`` writes the completions (:class:`callbacks.predictions.PredictionWriter`) unless the
+        config already has a prediction writer."""
+        trainer = super().instantiate_trainer(**kwargs)
+        if self.subcommand == "predict":
+            from lightning.pytorch.callbacks import BasePredictionWriter
+
+            from callbacks.predictions import PredictionWriter
+
+            if not any(isinstance(cb, BasePredictionWriter) for cb in trainer.callbacks):
+                trainer.callbacks.append(PredictionWriter())
+        return trainer
 
 
 class SaveConfigToRun(SaveConfigCallback):
@@ -63,6 +78,8 @@ class SaveConfigToRun(SaveConfigCallback):
         super().__init__(*args, **kwargs)
 
     def setup(self, trainer, pl_module, stage) -> None:
+        if stage != "fit":  # validate / test / predict read a run's config: never overwrite it
+            return
         # every rank computes the folder (trainer.log_dir would broadcast from rank-0-only code)
         self._run_dir = str(run_dir(trainer))
         super().setup(trainer, pl_module, stage)
@@ -107,6 +124,8 @@ BENIGN_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
      "lit_rl's modules optimise manually and checkpoint the state after the update on purpose"),
     ("Your `IterableDataset` has `__len__` defined", UserWarning,
      "the prompt streams define __len__ for the progress bar and load in the main process (num_workers 0)"),
+    ("Couldn't infer the batch indices fetched from your dataloader", UserWarning,
+     "predict's writer (callbacks.predictions) writes the returned records in order and needs no batch indices"),
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", Warning,
      "raised inside Lightning's own pytree helper against newer torch, nothing a user can change"),
 )

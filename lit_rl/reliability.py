@@ -334,7 +334,9 @@ def _type_problem(hint: Any, value: Any) -> str | None:
 
 
 # -- the checks ---------------------------------------------------------------------------------------
-_TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_path", "optimizer", "lr_scheduler", "config"}
+_TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_path", "optimizer", "lr_scheduler", "config",
+             # the Trainer.fit/validate/test/predict arguments LightningCLI exposes (a saved fit config has them)
+             "weights_only", "verbose", "return_predictions"}
 #: init args that name an input file that must exist
 _INPUT_PATHS = {"pool_path", "train_path", "eval_path", "test_csv", "data_path"}
 

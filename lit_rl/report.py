@@ -7,19 +7,18 @@ Select runs by experiment, tags, a raw MLflow filter, or a sweep (``--study``), 
 * ``per_source.png``       ``train/<source>/{reward_mean, advantage_mean, length_mean}`` (one panel per
   statistic; colour = run, line style = rollout source: on-policy vs external; ERILS Fig. 12);
 * ``pareto.png``           accuracy vs tokens per problem, one point per run, the Pareto front joined
-  (double-rollout Fig. 3; ``--pareto-x/--pareto-y`` name the metrics);
+  (double-rollout Fig. 3; ``--pareto_x/--pareto_y`` name the metrics);
 * ``sweep_<study>.png``    per sweep: the objective vs each searched parameter, marker by trial state;
 * ``report.md``            a table of the final and best value (and its step) of every table metric per
   run, the sweeps' best trials, and the figures.
 
 Everything is also logged as artifacts (``report/``) of a run tagged ``lit_rl.role=report`` (or of
-``--log-run-id``). Metric names may be written as logged by Lightning (``pass@1``): MLflow stores them as
+``--log_run_id``). Metric names may be written as logged by Lightning (``pass@1``): MLflow stores them as
 ``pass_at_1``. "Best" is the maximum, or the minimum for metrics matching ``--minimize`` (default ``loss``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
+from lit_rl.cli_args import LitArgumentParser
 
 __all__ = ["RunData", "ReportSpec", "build_report", "draw_pareto", "load_runs", "main", "pareto_front"]
 
@@ -412,25 +412,24 @@ def log_report(tracking_uri: str, out: Path, experiment: str | None = None, run_
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lit_rl report", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--tracking-uri", default="sqlite:///runs/mlflow.db", help="the MLflow store (default %(default)s)")
+    p = LitArgumentParser(prog="python -m lit_rl report", description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--tracking_uri", default="sqlite:///runs/mlflow.db", help="the MLflow store (default %(default)s)")
     p.add_argument("--experiment", action="append", default=None, help="experiment name (repeatable; default all)")
     p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag (repeatable)")
     p.add_argument("--study", default=None, help="only the trials of this sweep")
     p.add_argument("--filter", default=None, help="a raw MLflow filter string, e.g. \"attributes.run_name LIKE 'erils%%'\"")
-    p.add_argument("--run-id", action="append", default=None, help="explicit runs (repeatable)")
+    p.add_argument("--run_id", action="append", default=None, help="explicit runs (repeatable)")
     p.add_argument("--label", default="name", help="run label: name, tag:<key> or param:<key> (default %(default)s)")
     p.add_argument("--curves", nargs="+", default=list(DEFAULT_CURVES), help="learning-curve metrics")
-    p.add_argument("--table-metrics", nargs="+", default=None, help="metrics of the Markdown table")
-    p.add_argument("--pareto-x", default=ReportSpec.pareto_x, help="tokens-per-problem metric (default %(default)s)")
-    p.add_argument("--pareto-y", default=ReportSpec.pareto_y, help="accuracy metric (default %(default)s)")
+    p.add_argument("--table_metrics", nargs="+", default=None, help="metrics of the Markdown table")
+    p.add_argument("--pareto_x", default=ReportSpec.pareto_x, help="tokens-per-problem metric (default %(default)s)")
+    p.add_argument("--pareto_y", default=ReportSpec.pareto_y, help="accuracy metric (default %(default)s)")
     p.add_argument("--minimize", nargs="+", default=["loss"], help="regexes of lower-is-better metrics")
     p.add_argument("--out", default="runs/report", help="output folder (default %(default)s)")
     p.add_argument("--title", default="lit_rl report")
-    p.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
-    p.add_argument("--log-run-id", default=None, help="log the report to this run instead of a new report run")
-    p.add_argument("--log-experiment", default=None, help="experiment of the new report run (default: the first --experiment)")
+    p.add_argument("--no_log", action="store_true", help="do not log the report to MLflow")
+    p.add_argument("--log_run_id", default=None, help="log the report to this run instead of a new report run")
+    p.add_argument("--log_experiment", default=None, help="experiment of the new report run (default: the first --experiment)")
     a = p.parse_args(argv)
     tags = {}
     for kv in a.tag:

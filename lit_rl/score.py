@@ -43,10 +43,11 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from lit_rl.tasks import get_task
-from lit_rl.tasks.base import PARSERS, Task
+from lit_rl.tasks import TASKS, get_task
+from lit_rl.tasks.base import PARSERS, Example, Task
+from lit_rl.cli_args import LitArgumentParser
 
-TASK_CHOICES = ("sudoku", "countdown", "math500", "prompts")  # prompts: PromptTask, exact <answer> match
+TASK_CHOICES = tuple(sorted(TASKS))  # prompts: PromptTask, exact <answer> match
 
 
 class InputError(ValueError):
@@ -96,6 +97,24 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
         if not isinstance(completion, str):
             raise InputError(f"{where}: 'completion' must be a string")
         yield where, rec, completion
+
+
+def prediction_record(example: Example, completion: str, correct: float | None = None, total: float | None = None) -> dict[str, Any]:
+    """One JSONL line of this module's input format for ``completion`` of ``example`` (``predict`` writes
+    them): ``prompt_id``, ``question``, ``completion``, ``ground_truth`` (``Example.answer``), the puzzle
+    where the task has one, and the evaluation's ``correct`` / ``total`` when given."""
+    answer = example.answer
+    rec: dict[str, Any] = {
+        "prompt_id": example.id,
+        "question": example.question,
+        "completion": completion,
+        "ground_truth": list(answer) if isinstance(answer, tuple) else answer,
+    }
+    if "puzzle" in example.meta:
+        rec["puzzle"] = example.meta["puzzle"]
+    if correct is not None:
+        rec["correct"], rec["total"] = correct, total
+    return rec
 
 
 def score_files(
@@ -150,7 +169,7 @@ def score_files(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = LitArgumentParser(
         prog="lit-rl score",
         description="Score saved generations (d1 JSON or our JSONL) with a task's evaluation or reward parser.",
     )

@@ -42,7 +42,6 @@ trials, one completed and one pruned by the children's rank 0. Every rank needs 
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import difflib
@@ -65,6 +64,7 @@ import yaml
 
 from lit_rl.atomic import atomic_write_text
 from lit_rl.reliability import ConfigError, load_yaml_with_lines
+from lit_rl.cli_args import LitArgumentParser
 
 __all__ = [
     "DerivedRule",
@@ -1205,18 +1205,18 @@ def summarize(study) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lit_rl sweep", description=__doc__.split("\n\n")[0])
+    parser = LitArgumentParser(prog="python -m lit_rl sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="a sweep YAML (conf/sweeps/<name>.yaml)")
-    parser.add_argument("--n-trials", type=int, default=None, help="total trials of the study (tops up a resumed study)")
-    parser.add_argument("--max-trials", type=int, default=None, help="this worker runs at most this many trials, then exits")
-    parser.add_argument("--study-name", default=None, help="override study_name")
+    parser.add_argument("--n_trials", type=int, default=None, help="total trials of the study (tops up a resumed study)")
+    parser.add_argument("--max_trials", type=int, default=None, help="this worker runs at most this many trials, then exits")
+    parser.add_argument("--study_name", default=None, help="override study_name")
     parser.add_argument("--storage", default=None, help="override storage (any SQLAlchemy URL)")
-    parser.add_argument("--tracking-uri", default=None, help="override the MLflow tracking URI")
+    parser.add_argument("--tracking_uri", default=None, help="override the MLflow tracking URI")
     parser.add_argument("--sampler", default=None, help="override sampler.name (tpe, random, grid, class path)")
-    parser.add_argument("--output-dir", default=None, help="override output_dir")
+    parser.add_argument("--output_dir", default=None, help="override output_dir")
     args = parser.parse_args(argv)
     if args.max_trials is not None and args.max_trials < 1:
-        parser.error(f"--max-trials must be >= 1, got {args.max_trials}")
+        parser.error(f"--max_trials must be >= 1, got {args.max_trials}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     overrides: dict[tuple, tuple[Any, str]] = {}
     for key in ("study_name", "storage", "tracking_uri", "output_dir", "n_trials"):

@@ -95,8 +95,8 @@ def _assert_png(path: Path):
 def test_pareto_and_sweep_figures_and_mlflow_artifacts(store, tmp_path, capsys):
     uri, client = store
     out = tmp_path / "rep"
-    assert main(["--tracking-uri", uri, "--experiment", "double-rollout", "--experiment", "lit_rl-sweeps", "--out", str(out),
-                 "--pareto-y", "val/countdown/greedy/accuracy"]) == 0  # metric names are configurable
+    assert main(["--tracking_uri", uri, "--experiment", "double-rollout", "--experiment", "lit_rl-sweeps", "--out", str(out),
+                 "--pareto_y", "val/countdown/greedy/accuracy"]) == 0  # metric names are configurable
     printed = capsys.readouterr().out
     # Pareto points: mean tokens over the history; a = 100 (0.5), b = 200 (0.4) dominated by a, c = 300 (0.7)
     assert "('dr-a', 100.0, 0.5, True)" in printed and "('dr-b', 200.0, 0.4, False)" in printed and "('dr-c', 300.0, 0.7, True)" in printed
@@ -115,7 +115,7 @@ def test_pareto_and_sweep_figures_and_mlflow_artifacts(store, tmp_path, capsys):
     names = {Path(a.path).name for a in client.list_artifacts(reports[0].info.run_id, "report")}
     assert names == {"report.md", "pareto.png", "sweep_s.png"}
     # a second report does not pick up the first one's run
-    assert main(["--tracking-uri", uri, "--experiment", "double-rollout", "--out", str(tmp_path / "again"), "--no-log"]) == 0
+    assert main(["--tracking_uri", uri, "--experiment", "double-rollout", "--out", str(tmp_path / "again"), "--no_log"]) == 0
     assert "report-" not in (tmp_path / "again/report.md").read_text()
 
 
@@ -123,4 +123,4 @@ def test_selection_by_tag_and_study(store, tmp_path):
     uri, _ = store
     assert [r.name for r in load_runs(uri, tags={"variant": "spg"})] == ["spg"]
     assert [r.name for r in load_runs(uri, study="s")] == ["s-trial-0", "s-trial-1", "s-trial-2"]
-    assert main(["--tracking-uri", uri, "--tag", "variant=nothing", "--no-log", "--out", str(tmp_path / "x")]) == 1
+    assert main(["--tracking_uri", uri, "--tag", "variant=nothing", "--no_log", "--out", str(tmp_path / "x")]) == 1

@@ -419,11 +419,11 @@ def _worker(config: Path, log: Path, *extra: str) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_two_workers_share_one_sqlite_study(tmp_path):
-    """Two worker processes on one SQLite study. Each is capped at 2 trials (``--max-trials``), so the
+    """Two worker processes on one SQLite study. Each is capped at 2 trials (``--max_trials``), so the
     4 grid points need both: without the cap, a worker that starts late on a loaded machine can find the
     other one done with all four (CI saw that once)."""
     config = _worker_config(tmp_path, "shared")
-    procs = [_worker(config, tmp_path / f"worker{i}.log", "--max-trials", "2") for i in range(2)]
+    procs = [_worker(config, tmp_path / f"worker{i}.log", "--max_trials", "2") for i in range(2)]
     for i, p in enumerate(procs):
         assert p.wait(timeout=480) == 0, (tmp_path / f"worker{i}.log").read_text()[-3000:]
     study = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path}/optuna.db")

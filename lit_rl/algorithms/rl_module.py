@@ -224,3 +224,17 @@ class RLModule(L.LightningModule):
     test_step = validation_step
     on_test_epoch_start = on_validation_epoch_start
     on_test_epoch_end = on_validation_epoch_end
+
+    # -- predict: the evaluation set's completions (callbacks.predictions writes them) ------------------
+    def predict_step(self, batch: PromptBatch, batch_idx: int) -> list[dict[str, Any]]:
+        """One record per evaluation completion, in the JSONL layout ``lit_rl score`` reads
+        (:func:`lit_rl.score.prediction_record`), with the evaluation's correct / total."""
+        from lit_rl.score import prediction_record
+
+        ro = batch.rollouts
+        n = len(ro) // max(len(batch.examples), 1)  # completions per prompt (prompt-major rows)
+        total = ro.eval_total.tolist() if ro.eval_total is not None else [1.0] * len(ro)
+        return [
+            prediction_record(batch.examples[i // n], text, correct, t)
+            for i, (text, correct, t) in enumerate(zip(ro.texts, ro.rewards.tolist(), total))
+        ]

@@ -15,6 +15,10 @@ Training keeps the base weights 4-bit (NF4) and trains LoRA adapters only. An ex
    tokenizer, loadable by ``AutoModel.from_pretrained(..., trust_remote_code=True)``.
 
 A policy trained without LoRA is written to ``<out>/merged`` only. ``<out>/export.json`` records the sources.
+
+Both kinds of policy export: dLLMs (:class:`~lit_rl.models.policy.DiffusionPolicy`; the merged folder
+loads with ``AutoModel``) and causal LMs (:class:`~lit_rl.models.ar.CausalPolicy`, double-rollout GRPO; the
+merged folder is a plain ``*ForCausalLM`` directory that ``AutoModelForCausalLM`` and vLLM load).
 """
 
 from __future__ import annotations
@@ -51,16 +55,21 @@ def policy_config(config_path: Path) -> dict[str, Any]:
     return policy
 
 
-def build_full_precision_policy(policy: dict[str, Any], dtype: str = "bfloat16") -> DiffusionPolicy:
+def build_full_precision_policy(policy: dict[str, Any], dtype: str = "bfloat16") -> torch.nn.Module:
     """Instantiate the policy of a run config with quantisation and checkpointing off (``dtype`` weights)."""
     from jsonargparse import ArgumentParser
 
+    from lit_rl.models.ar import CausalPolicy, PretrainedCausalLM
+
     policy = {"class_path": policy["class_path"], "init_args": dict(policy.get("init_args") or {})}
     args = policy["init_args"]
-    if issubclass(policy_class(policy["class_path"]), PretrainedDiffusionLM):
+    cls = policy_class(policy["class_path"])
+    if issubclass(cls, (PretrainedDiffusionLM, PretrainedCausalLM)):
         args.update(quantization=None, gradient_checkpointing=False, dtype=dtype)
+    if not issubclass(cls, (DiffusionPolicy, CausalPolicy)):
+        raise ValueError(f"policy.class_path {policy['class_path']!r}: not a DiffusionPolicy or CausalPolicy")
     parser = ArgumentParser(exit_on_error=False)
-    parser.add_subclass_arguments(DiffusionPolicy, "policy")
+    parser.add_subclass_arguments(DiffusionPolicy if issubclass(cls, DiffusionPolicy) else CausalPolicy, "policy")
     cfg = parser.parse_object({"policy": policy})
     return parser.instantiate_classes(cfg).policy
 

@@ -15,18 +15,18 @@ The last line printed is a JSON summary.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+from lit_rl.cli_args import LitArgumentParser
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = LitArgumentParser(
         prog="python -m lit_rl reproduce", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  python -m lit_rl reproduce erils --workers 2\n"
                "  python -m lit_rl reproduce double-rollout --workers 2\n"
                "  python -m lit_rl reproduce double-rollout --quick --out /tmp/dr_quick",
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds of the main comparison (default 0 1 2; quick: 0)")
     parser.add_argument("--workers", type=int, default=2, help="jobs run at once (default 2)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per job (default: 2 // workers, at least 1)")
-    parser.add_argument("--report-only", action="store_true", help="only (re)write the report from finished jobs")
+    parser.add_argument("--report_only", action="store_true", help="only (re)write the report from finished jobs")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")

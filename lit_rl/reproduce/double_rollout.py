@@ -162,6 +162,7 @@ def _sweep_jobs(
         return f"trials {bad} of {cfg['study_name']} failed (see {folder}/trial_*)" if bad else None
 
     return [
+        # "--n-trials" (accepted alias of --n_trials) kept: it is part of finished jobs' command-line digest
         Job(f"sweep-{study}-w{w}", ["sweep", "--config", str(path), "--n-trials", str(n)], folder / f"worker{w}",
             {"lit_rl.reproduce": "double-rollout", "sweep": study}, check=check)
         for w in range(max(1, min(workers, n)))

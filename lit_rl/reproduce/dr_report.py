@@ -189,7 +189,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     from lit_rl.reproduce.double_rollout import EXPERIMENT, GREEDY, METHODS, METRIC
 
     if not (out / "mlflow.db").exists():
-        raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report-only first)")
+        raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report_only first)")
     uri = f"sqlite:///{(out / 'mlflow.db').resolve()}"
     all_runs = load_runs(uri, experiments=[EXPERIMENT])
     jobs = latest_finished([r for r in all_runs if r.tags.get("lit_rl.reproduce") == "double-rollout"], "lit_rl.job")

@@ -125,7 +125,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     from lit_rl.reproduce.erils import EXPERIMENT, METHODS, METRIC
 
     if not (out / "mlflow.db").exists():
-        raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report-only first)")
+        raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report_only first)")
     runs = load_runs(f"sqlite:///{(out / 'mlflow.db').resolve()}", experiments=[EXPERIMENT])
     jobs = latest_finished([r for r in runs if r.tags.get("lit_rl.reproduce") == "erils"], "lit_rl.job")
     main = {m: [jobs[f"{m}_s{s}"] for s in seeds if f"{m}_s{s}" in jobs] for m in METHODS}

@@ -1,20 +1,19 @@
 """``python -m lit_rl rollouts``: external rollout pools (ERILS §IV-A, App. B).
 
 * ``rollouts build --config conf/external/<task>.yaml [--out POOL] [--limit N] [--overwrite]
-  [--no-progress] [--no-stats] [--mlflow-uri URI|none]`` builds (or resumes) a pool with a real external policy, length control,
+  [--no_progress] [--no_stats] [--mlflow_uri URI|none]`` builds (or resumes) a pool with a real external policy, length control,
   filtering and usable-first ordering (:mod:`lit_rl.rollouts.build`), then writes its statistics.
-* ``rollouts stats POOL [--g-ext 2] [--max-tokens 500] [--mlflow-uri sqlite:///runs/mlflow.db]
-  [--experiment NAME] [--json] [--no-write]`` prints ERILS Tables IV and V (and the generation wall time
+* ``rollouts stats POOL [--g_ext 2] [--max_tokens 500] [--mlflow_uri sqlite:///runs/mlflow.db]
+  [--experiment NAME] [--json] [--no_write]`` prints ERILS Tables IV and V (and the generation wall time
   of Table XII) for any pool, writes them next to the pool as ``<stem>.stats.md`` and
   ``<stem>.stats.json`` with a length histogram ``<stem>.lengths.png``, and logs all three to MLflow.
-* ``rollouts scripted --task sudoku --out POOL [--n 6] [--error-rate 0.1] [--seed 42] [--limit N] [--trace grid]``
+* ``rollouts scripted --task sudoku --out POOL [--n 6] [--error_rate 0.1] [--seed 42] [--limit N] [--trace grid]``
   writes a pool from the scripted solver (:mod:`lit_rl.rollouts.scripted`) in one go (the committed
   demo pool; ``build`` with ``conf/external/sudoku_embedded.yaml`` is the resumable equivalent).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.rollouts.pool import MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem, reorder_usable_first, write_pool_atomic
+from lit_rl.cli_args import LitArgumentParser
 
 
 def build_scripted_pool(
@@ -375,40 +375,40 @@ def run_stats(pool: str | Path, g_ext: int | None = None, max_tokens: int | None
     files = write_stats(stats, pool) if write else {}
     if tracking_uri:
         if not files:
-            raise ValueError("--mlflow-uri needs the files: drop --no-write")
+            raise ValueError("--mlflow_uri needs the files: drop --no_write")
         stats["mlflow_run_id"] = log_stats_mlflow(stats, files, tracking_uri, experiment_name, run_name)
     return stats, files
 
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lit_rl rollouts", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = LitArgumentParser(prog="python -m lit_rl rollouts", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build or resume a pool from a config (conf/external/*.yaml)")
     b.add_argument("--config", required=True, help="build config YAML (see lit_rl/rollouts/build.py)")
     b.add_argument("--out", default=None, help="pool path (overrides the config's out)")
     b.add_argument("--limit", type=int, default=None, help="only the first N training prompts (overrides the config)")
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming an existing pool")
-    b.add_argument("--no-progress", action="store_true", help="no progress bar")
-    b.add_argument("--no-stats", action="store_true", help="skip the statistics at the end")
-    b.add_argument("--mlflow-uri", default=None, help="log the statistics here instead of the config's mlflow.tracking_uri ('none': do not log)")
+    b.add_argument("--no_progress", action="store_true", help="no progress bar")
+    b.add_argument("--no_stats", action="store_true", help="skip the statistics at the end")
+    b.add_argument("--mlflow_uri", default=None, help="log the statistics here instead of the config's mlflow.tracking_uri ('none': do not log)")
     s = sub.add_parser("scripted", help="write a pool from the scripted solver (one shot)")
     s.add_argument("--task", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--n", type=int, default=6, help="candidates per prompt (paper: 6)")
-    s.add_argument("--error-rate", type=float, default=0.1, help="share of deliberately wrong answers")
+    s.add_argument("--error_rate", type=float, default=0.1, help="share of deliberately wrong answers")
     s.add_argument("--seed", type=int, default=42)
     s.add_argument("--limit", type=int, default=None, help="only the first N training prompts")
     s.add_argument("--trace", default=None, help="trace style (Sudoku: deduction (default), grid (fixed length, 37 tokens) or grid_verbose (uncontrolled length: restated puzzle, grid, column check; 69 tokens))")
     st = sub.add_parser("stats", help="ERILS Tables IV/V of a pool: print, write next to it, log to MLflow")
     st.add_argument("pool")
-    st.add_argument("--g-ext", type=int, default=None, help="G_ext of 'default usable' (default: the header's, else 2)")
-    st.add_argument("--max-tokens", type=int, default=None, help="usability limit (default: the header's, else 500)")
-    st.add_argument("--mlflow-uri", default=None, help="log to MLflow, e.g. sqlite:///runs/mlflow.db")
+    st.add_argument("--g_ext", type=int, default=None, help="G_ext of 'default usable' (default: the header's, else 2)")
+    st.add_argument("--max_tokens", type=int, default=None, help="usability limit (default: the header's, else 500)")
+    st.add_argument("--mlflow_uri", default=None, help="log to MLflow, e.g. sqlite:///runs/mlflow.db")
     st.add_argument("--experiment", default="lit_rl-external-pools", help="MLflow experiment name")
-    st.add_argument("--run-name", default=None)
+    st.add_argument("--run_name", default=None)
     st.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
-    st.add_argument("--no-write", action="store_true", help="do not write the .stats.md/.stats.json/.lengths.png files")
+    st.add_argument("--no_write", action="store_true", help="do not write the .stats.md/.stats.json/.lengths.png files")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":

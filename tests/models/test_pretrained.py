@@ -190,7 +190,7 @@ def test_export_adapters_in_peft_format_and_merge(fitted, tmp_path):
 
     cli, run = fitted
     out = tmp_path / "export"
-    assert main(["--ckpt", str(run / "checkpoints/last.ckpt"), "--out", str(out), "--merge", "--dtype", "float32"]) == 0
+    assert main(["--ckpt_path", str(run / "checkpoints/last.ckpt"), "--out", str(out), "--merge", "--dtype", "float32"]) == 0
     adapter_cfg = json.loads((out / "adapter/adapter_config.json").read_text())
     assert adapter_cfg["r"] == 8 and adapter_cfg["lora_alpha"] == 16
     assert (out / "adapter/adapter_model.safetensors").exists()

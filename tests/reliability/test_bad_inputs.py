@@ -275,7 +275,7 @@ def test_unknown_backend_in_pool_build(tmp_path):
         "task: {class_path: lit_rl.tasks.SudokuTask, init_args: {num_train: 4}}\n"
         f"out: {tmp_path}/pool.jsonl\nn: 2\ng_ext: 1\nbackend:\n  type: vllmm\n"
     )
-    rc, stderr, dt = _run(["rollouts", "build", "--config", str(cfg), "--no-progress", "--no-stats"])
+    rc, stderr, dt = _run(["rollouts", "build", "--config", str(cfg), "--no_progress", "--no_stats"])
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert rc == 2 and len(errors) == 1, stderr[-1500:]
     assert "backend.type='vllmm'" in errors[0] and "expected one of" in errors[0], errors[0]

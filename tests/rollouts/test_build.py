@@ -155,7 +155,7 @@ def test_kill_and_resume_subprocess(reference, tmp_path):
         cfg_path = _config(tmp_path, srv.url, backend={"concurrency": 2}, prompts_per_wave=2)
         out = tmp_path / "pool.jsonl"
         env = {**os.environ, "LIT_RL_TEST_URL": srv.url, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([sys.executable, "-m", "lit_rl", "rollouts", "build", "--config", str(cfg_path), "--no-progress", "--no-stats"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen([sys.executable, "-m", "lit_rl", "rollouts", "build", "--config", str(cfg_path), "--no_progress", "--no_stats"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.time() + 120
         lines = 0
         while time.time() < deadline and proc.poll() is None:

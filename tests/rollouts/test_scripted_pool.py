@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_committed_pool_matches_a_fresh_build(tmp_path):
     out = tmp_path / "pool.jsonl"
-    # the committed file: --task sudoku --limit 1000 --n 6 --error-rate 0.1 --seed 42
+    # the committed file: --task sudoku --limit 1000 --n 6 --error_rate 0.1 --seed 42
     build_scripted_pool("sudoku", out, n=6, error_rate=0.1, seed=42, limit=20)
     fresh = [json.loads(line) for line in out.read_text().splitlines()[1:]]
     with gzip.open(ROOT / "data/pools/sudoku_scripted.jsonl.gz", "rt") as fh:
@@ -23,7 +23,7 @@ def test_committed_pool_matches_a_fresh_build(tmp_path):
 
 
 def test_committed_grid_pool_matches_a_fresh_build(tmp_path):
-    # data/pools/sudoku_grid.jsonl.gz: --task sudoku --trace grid --limit 1000 --n 6 --error-rate 0.1 --seed 42
+    # data/pools/sudoku_grid.jsonl.gz: --task sudoku --trace grid --limit 1000 --n 6 --error_rate 0.1 --seed 42
     out = tmp_path / "pool.jsonl"
     build_scripted_pool("sudoku", out, n=6, error_rate=0.1, seed=42, limit=20, trace="grid")
     lines = out.read_text().splitlines()

@@ -89,7 +89,7 @@ def test_files_next_to_the_pool_and_cli(tmp_path, capsys):
     md, js, png = (tmp_path / f"sudoku_qwen3.{x}" for x in ("stats.md", "stats.json", "lengths.png"))
     assert md.read_text().startswith("## External rollout pool") and png.read_bytes()[:4] == b"\x89PNG"
     assert json.loads(js.read_text())["table_iv"]["default_usable"] == 2
-    assert main(["stats", str(path), "--json", "--no-write", "--g-ext", "3"]) == 0
+    assert main(["stats", str(path), "--json", "--no_write", "--g_ext", "3"]) == 0
     assert json.loads(capsys.readouterr().out)["table_iv"]["default_usable"] == 1
     assert main(["stats", str(tmp_path / "missing.jsonl")]) == 2
     assert "pool file not found" in capsys.readouterr().err
@@ -108,7 +108,7 @@ def test_build_cli_writes_stats_and_logs_to_mlflow(tmp_path, capsys):
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     out = tmp_path / "emb.jsonl"
-    rc = main(["build", "--config", str(ROOT / "conf/external/sudoku_embedded.yaml"), "--out", str(out), "--limit", "5", "--no-progress", "--mlflow-uri", uri])
+    rc = main(["build", "--config", str(ROOT / "conf/external/sudoku_embedded.yaml"), "--out", str(out), "--limit", "5", "--no_progress", "--mlflow_uri", uri])
     assert rc == 0
     printed = capsys.readouterr().out
     summary = json.loads(printed.splitlines()[0])
@@ -122,7 +122,7 @@ def test_build_cli_writes_stats_and_logs_to_mlflow(tmp_path, capsys):
     assert "pool/generation_wall_time_s" in run.data.metrics
     assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == ["emb.lengths.png", "emb.stats.json", "emb.stats.md"]
     # rerunning resumes: nothing to generate
-    assert main(["build", "--config", str(ROOT / "conf/external/sudoku_embedded.yaml"), "--out", str(out), "--limit", "5", "--no-progress", "--no-stats"]) == 0
+    assert main(["build", "--config", str(ROOT / "conf/external/sudoku_embedded.yaml"), "--out", str(out), "--limit", "5", "--no_progress", "--no_stats"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[0])["prompts_generated"] == 0
 
 
