@@ -42,7 +42,7 @@ def _merged(path: Path, base: str | None) -> dict:
 
 
 # eval set sizes of configs with ``eval_size: null`` (the whole set): MATH500, Sudoku
-FULL_EVAL_SIZES = {"lit_rl.tasks.MathTask": 500, "lit_rl.tasks.SudokuTask": 256}  # SPG's Sudoku test split
+FULL_EVAL_SIZES = {"lit_rl.tasks.MathTask": 500, "lit_rl.tasks.SudokuTask": 256, "lit_rl.tasks.CountdownTask": 256}  # SPG's Sudoku test split; d1's Countdown set
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))

@@ -109,9 +109,10 @@ from lit_rl.algorithms.double_rollout_math import (
 )
 from lit_rl.algorithms.grpo import AGGREGATIONS, clipped_pg_loss, group_advantages, truncation_mask
 from lit_rl.algorithms.advantages import frac_reward_zero_std
+from lit_rl.algorithms.entropy import masked_entropy_mean, token_entropy
 from lit_rl.algorithms.rl_module import RLModule
 from lit_rl.generation.ar import ARBackend, HFBackend
-from lit_rl.models.ar import CausalPolicy
+from lit_rl.models.ar import CausalPolicy, logprobs_of
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
 
 __all__ = [
@@ -602,13 +603,14 @@ class DoubleRolloutGRPO(RLModule):
         self.log("train/rows_trained", keep.float().sum(), on_step=True, batch_size=1)
         ro, adv, mask = ro.select(keep), adv[keep], mask[keep]  # (B',...)
         # 4. π_old (and π_ref) log-probs of the rows, before any update
-        old_logp, ref_logp = self._fixed_logprobs(ro)  # (B', L), (B', L) | None
+        old_logp, ref_logp = self._fixed_logprobs(ro, mask)  # (B', L), (B', L) | None
         # 5. μ optimizer updates on this rollout batch
         loss = torch.zeros((), device=self.device)
         for _ in range(self.updates_per_batch):
             loss = self._update(ro, adv, mask, old_logp, ref_logp)
         # 6. the next rollouts come from the updated weights
         self.backend.push_weights(self.policy)
+        self.log_step_axis(batch)
         return loss
 
     def estimate(self, ro: RolloutBatch, batch: PromptBatch) -> Estimate:
@@ -654,19 +656,25 @@ class DoubleRolloutGRPO(RLModule):
         return float(getattr(getattr(dm, "task", None), "correct_reward", 1.0))
 
     @torch.no_grad()
-    def _fixed_logprobs(self, ro: RolloutBatch) -> tuple[Tensor, Tensor | None]:
-        """π_old log-probs ``(B, L)`` and, when ``kl_beta > 0``, π_ref log-probs, in micro-batches."""
+    def _fixed_logprobs(self, ro: RolloutBatch, mask: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """π_old log-probs ``(B, L)`` and, when ``kl_beta > 0``, π_ref log-probs, in micro-batches; logs
+        ``train/entropy``, π_old's mean token entropy over ``mask`` (TRL's ``entropy``), from the same logits."""
         size = self.micro_batch_size or len(ro)
         was_training = self.policy.training
         self.policy.eval()
-        olds, refs = [], []
+        olds, refs, ents = [], [], []
         try:
             for mb in ro.micro_batches(size):
-                olds.append(self.policy.token_logprobs(mb.input_ids, mb.attention_mask, mb.prompt_len))
+                logits = self.policy.completion_logits(mb.input_ids, mb.attention_mask, mb.prompt_len)  # (b, L, V)
+                olds.append(logprobs_of(logits, mb.completion_ids))
+                ents.append(token_entropy(logits))  # (b, L)
+                del logits
                 if self.loss_settings.kl_beta > 0:
                     refs.append(self._ref_logprobs(mb))
         finally:
             self.policy.train(was_training)
+        if mask is not None:
+            self.log("train/entropy", masked_entropy_mean(torch.cat(ents), mask), on_step=True, batch_size=1)
         return torch.cat(olds), (torch.cat(refs) if refs else None)
 
     def _ref_logprobs(self, mb: RolloutBatch) -> Tensor:

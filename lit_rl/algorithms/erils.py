@@ -95,6 +95,7 @@ class ERILSModule(RLModule):
         loss = torch.zeros((), device=self.device)
         for _ in range(self.updates_per_batch):
             loss = self._update(ro, adv)
+        self.log_step_axis(batch)
         return loss
 
     def _update(self, ro: RolloutBatch, adv: torch.Tensor) -> torch.Tensor:

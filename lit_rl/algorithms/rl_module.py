@@ -182,6 +182,16 @@ class RLModule(L.LightningModule):
             self.log(f"{stats_prefix}/{k}", v.float(), on_step=True, batch_size=1)
         return loss_sum
 
+    def log_step_axis(self, batch: PromptBatch) -> None:
+        """One x-axis for every metric: ``global_step`` (optimizer updates), as the callbacks, TRL and Lightning's
+        automatic optimisation use. With μ manual updates per batch Lightning would log a batch's metrics at
+        the number of batches so far, unless a metric named ``step`` is logged (``LoggerConnector.log_metrics``
+        takes it as the step); so each ``training_step`` ends with this. The batch's metrics then sit at the
+        update after its last one (per-update values: the last update's); the rollout batch is a metric of its
+        own, ``train/rollout_batch`` (batches trained so far)."""
+        self.log("step", float(self.global_step), on_step=True, batch_size=1)
+        self.log("train/rollout_batch", float(batch.step + 1), on_step=True, batch_size=1)
+
     def mask_seeds(self, ro: RolloutBatch, step: int | None = None) -> list[int]:
         """One mask seed per rollout: ``seed_for(seed, MASKS, rank, step, row)``, ``step`` = the optimizer
         update (default ``global_step``), so a row's masks depend on neither its batch-mates nor the split."""
@@ -220,6 +230,7 @@ class RLModule(L.LightningModule):
         # sync_dist=True only says so to Lightning, which otherwise warns that epoch metrics are unsynced
         for k, v in metrics.items():
             self.log(k, v, prog_bar=k.endswith("accuracy"), rank_zero_only=True, sync_dist=True)
+        self.log("step", float(self.global_step), rank_zero_only=True, sync_dist=True)  # the x-axis (log_step_axis)
 
     test_step = validation_step
     on_test_epoch_start = on_validation_epoch_start

@@ -86,6 +86,7 @@ class DenoisingSFT(RLModule):
         loss = torch.zeros((), device=self.device)
         for _ in range(self.updates_per_batch):
             loss = self.optimizer_update(lambda: self.accumulate_gradients(ro), "train/sft")
+        self.log_step_axis(batch)
         return loss
 
     def target_mask(self, ro: RolloutBatch) -> torch.Tensor:

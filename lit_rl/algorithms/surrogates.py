@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 import torch
 
 from lit_rl import rng
+from lit_rl.algorithms.entropy import masked_entropy_mean, token_entropy
 from lit_rl.algorithms.masks import (
     BLOCK_CHOICES,
     BlockChoice,
@@ -297,17 +298,30 @@ class SPGSurrogate:
 
         Shapes: ``input_ids (B, T)`` -> ``(num_t, B, L)`` float32.
         """
+        return self.logprobs_and_entropy(logits_fn, input_ids, attention_mask, prompt_len, masks)[0]
+
+    def logprobs_and_entropy(
+        self,
+        logits_fn: LogitsFn,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        prompt_len: int,
+        masks: DiffusionMasks,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`token_logprobs` and, from the same logits, the denoiser's entropy at every completion
+        position (detached, a diagnostic). Shapes: both ``(num_t, B, L)`` float32."""
         num_t, B, L = masks.completion.shape
         T = input_ids.shape[1]
         noisy = apply_masks(input_ids, masks, prompt_len, self.mask_id).reshape(num_t * B, T)  # (N, T)
         attn = attention_mask[None].expand(num_t, -1, -1).reshape(num_t * B, T)  # (N, T)
         targets = input_ids[None, :, prompt_len:].expand(num_t, -1, -1).reshape(num_t * B, L)  # (N, L)
         mb = self.micro_batch_size or num_t * B
-        out = []
+        out, ent = [], []
         for s in range(0, num_t * B, mb):
             logits = logits_fn(noisy[s : s + mb], attn[s : s + mb])  # (n, T, V)
             out.append(token_logprobs_from_logits(logits[:, prompt_len:], targets[s : s + mb]))  # (n, L)
-        return torch.cat(out, 0).reshape(num_t, B, L)  # (num_t, B, L)
+            ent.append(token_entropy(logits[:, prompt_len:].detach()))  # (n, L), a diagnostic
+        return torch.cat(out, 0).reshape(num_t, B, L), torch.cat(ent, 0).reshape(num_t, B, L)
 
     def surrogate(
         self, token_logprobs: torch.Tensor, loss_mask: torch.Tensor, lengths: torch.Tensor, advantages: torch.Tensor
@@ -349,7 +363,7 @@ class SPGSurrogate:
         masks = self.build_masks(
             completion_mask, attention_mask[:, :prompt_len], source, generator, seeds=seeds, gen_width=gen_width
         )
-        logp = self.token_logprobs(logits_fn, input_ids, attention_mask, prompt_len, masks)  # (num_t, B, L)
+        logp, entropy = self.logprobs_and_entropy(logits_fn, input_ids, attention_mask, prompt_len, masks)  # (num_t, B, L)
         lengths = completion_mask.sum(-1)  # (B,)
         s, lo, neg = self.surrogate(logp, masks.loss, lengths, advantages)
         loss, stats = spg_loss(advantages, s, self.loss_weights(lengths))
@@ -363,6 +377,8 @@ class SPGSurrogate:
         stats["masked_frac"] = (
             masks.loss.sum((0, 2)).float() / (lengths.clamp(min=1) * self.num_t)
         ).mean().detach()
+        # the denoiser's entropy at the positions the loss scores (masked completion tokens, every draw)
+        stats["entropy"] = masked_entropy_mean(entropy, masks.loss.bool())
         return loss, stats
 
 

@@ -121,15 +121,19 @@ class CausalPolicy(TextPolicy, nn.Module):
         temperature so pi_old and pi_theta describe the same distribution). Computed in float32.
         Positions after a row's first EOS are scored too; mask them with ``completion_mask``.
         """
+        logits = self.completion_logits(input_ids, attention_mask, prompt_len, temperature)  # (B, L, V)
+        return logprobs_of(logits, input_ids[:, prompt_len:])  # (B, L)
+
+    def completion_logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, temperature: float = 1.0
+    ) -> torch.Tensor:
+        """The float32 logits that score the completion tokens, ``(B, L, V)`` (position t-1 scores token t),
+        divided by ``temperature``: what :meth:`token_logprobs` reads, for callers that also want their
+        entropy (:func:`lit_rl.algorithms.entropy.token_entropy`)."""
         if not 0 < prompt_len < input_ids.shape[1]:
             raise ValueError(f"prompt_len must be in (0, {input_ids.shape[1]}), got {prompt_len}")
-        logits = self.forward(input_ids, attention_mask)[:, prompt_len - 1 : -1]  # (B, L, V)
-        logits = logits.float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        targets = input_ids[:, prompt_len:]  # (B, L)
-        picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
-        return picked - torch.logsumexp(logits, dim=-1)  # (B, L)
+        logits = self.forward(input_ids, attention_mask)[:, prompt_len - 1 : -1].float()  # (B, L, V)
+        return logits / temperature if temperature != 1.0 else logits
 
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, settings: Any, seed: int) -> torch.Tensor:
@@ -216,6 +220,12 @@ class TinyCausalLM(CausalPolicy):
             self.load_init_checkpoint(init_checkpoint)
         if lora is not None:
             self.model = apply_lora(self.model, lora)
+
+
+def logprobs_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``log softmax(logits)[targets]``: ``logits (B, L, V)``, ``targets (B, L)`` -> ``(B, L)``."""
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
+    return picked - torch.logsumexp(logits, dim=-1)
 
 
 def _dtype_kwarg() -> str:

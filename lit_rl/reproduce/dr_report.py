@@ -34,7 +34,8 @@ def latest_finished(runs: Sequence[RunData], key: str) -> dict[str, RunData]:
 
 
 def cumulative_tokens(run: RunData, prompts_per_batch: int) -> list[tuple[int, float]]:
-    """``(rollout batch, generated tokens so far)`` from the per-problem stage-1 and stage-2 token costs."""
+    """``(step, generated tokens so far)`` from the per-problem stage-1 and stage-2 token costs (the step as
+    logged: the optimizer step, or the rollout batch in runs before the one-step-axis change, :func:`_cost_key`)."""
     s1 = dict(run.series("train/cost/tokens_stage1"))
     s2 = dict(run.series("train/cost/tokens_stage2"))
     total, out = 0.0, []
@@ -66,12 +67,21 @@ def _at(series: list[tuple[int, float]], step: float) -> float | None:
     return best
 
 
+def _cost_key(run: RunData, step: float, updates_per_batch: int) -> float:
+    """Where the token costs of ``run`` stand at optimizer step ``step``. Runs since the one-step-axis change
+    log ``train/cost/*`` at the optimizer step (they have a ``train/rollout_batch`` metric): ``step`` itself;
+    older runs logged them at the rollout batch: the last batch trained before ``step``."""
+    if run.series("train/rollout_batch"):
+        return step
+    return step / max(updates_per_batch, 1) - 1
+
+
 def _accuracy_at_tokens(run: RunData, metric: str, budget: float, updates_per_batch: int, prompts_per_batch: int) -> float | None:
     """The last evaluation made before the run had generated ``budget`` rollout tokens (equal compute)."""
     tok = cumulative_tokens(run, prompts_per_batch)
     best = None
     for step, value in run.series(metric):
-        spent = _at(tok, step / max(updates_per_batch, 1) - 1) or 0.0
+        spent = _at(tok, _cost_key(run, step, updates_per_batch)) or 0.0
         if spent <= budget * 1.0001:
             best = value
     return best
@@ -111,11 +121,11 @@ def _plot_curves(runs, metric, methods, seeds, updates_per_batch, ppb, path: Pat
         axes[0].plot(xs, mean, marker="o", ms=3, color=f"C{i}", label=f"{LABELS.get(m, m)} ({len(pts[0][1])} seeds)")
         axes[0].fill_between(xs, [min(v) for _, v in pts], [max(v) for _, v in pts], color=f"C{i}", alpha=0.2)
         # equal compute: x = generated rollout tokens up to that optimizer step (mean over seeds)
-        tok = [cumulative_tokens(runs[f"{m}_s{s}"], ppb) for s in seeds if f"{m}_s{s}" in runs]
+        seed_runs = [runs[f"{m}_s{s}"] for s in seeds if f"{m}_s{s}" in runs]
+        tok = [(r, cumulative_tokens(r, ppb)) for r in seed_runs]
         tx = []
         for s, _ in pts:
-            batch = s / max(updates_per_batch, 1) - 1  # the last rollout batch trained before step s
-            vals = [(_at(t, batch) or 0.0) for t in tok]
+            vals = [(_at(t, _cost_key(r, s, updates_per_batch)) or 0.0) for r, t in tok]
             tx.append(statistics.fmean(vals) / 1e3)
         axes[1].plot(tx, mean, marker="o", ms=3, color=f"C{i}", label=LABELS.get(m, m))
         axes[1].fill_between(tx, [min(v) for _, v in pts], [max(v) for _, v in pts], color=f"C{i}", alpha=0.2)

@@ -1,6 +1,6 @@
 """The report of ``python -m lit_rl reproduce erils``: figures and tables from its MLflow store.
 
-* ``curves.png``: greedy cell accuracy on all 256 test puzzles of every variant against rollout batches
+* ``curves.png``: greedy cell accuracy on all 256 test puzzles of every variant against optimizer updates
   (mean and min-max band over seeds; chance, 0.25, as a line);
 * ``diagnostics.png``: per-source curves (mean over seeds): on-policy and external reward, the on-policy
   advantages' sign balance, on-policy completion length, format rate, the external rows' ELBO, the share
@@ -27,7 +27,7 @@ LABELS = {
     "erils": "ERILS (source-specific, Eq. 9)", "spg": "SPG (on-policy only)", "joint": "joint processing (Eq. 11)",
     "external_only": "external rollouts only", "sft": "SFT on the external rollouts",
 }
-#: (metric, panel title) of diagnostics.png, all logged once per rollout batch
+#: (metric, panel title) of diagnostics.png, all logged once per rollout batch (at the optimizer step after it)
 DIAGNOSTICS = (
     ("train/on_policy/reward_mean", "on-policy reward"),
     ("train/external/reward_mean", "external reward"),
@@ -64,7 +64,7 @@ def _plot_curves(groups: dict[str, list[RunData]], metric: str, path: Path, extr
         if len(pts[0][1]) > 1:
             ax.fill_between(xs, [min(v) for _, v in pts], [max(v) for _, v in pts], color=f"C{i}", alpha=0.2)
     ax.axhline(CHANCE, color="grey", ls=":", lw=1, label="chance (0.25)")
-    ax.set_xlabel("rollout batch")
+    ax.set_xlabel("optimizer updates")
     ax.set_ylabel("greedy cell accuracy (256 test puzzles)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
@@ -85,7 +85,7 @@ def _plot_diagnostics(groups: dict[str, list[RunData]], path: Path) -> None:
                 ax.plot([s for s, _ in pts], [statistics.fmean(v) for _, v in pts], color=f"C{i}", lw=1.2,
                         label=LABELS.get(name, name))
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("rollout batch", fontsize=8)
+        ax.set_xlabel("optimizer updates", fontsize=8)
         ax.grid(alpha=0.3)
     ax = axes.flat[len(DIAGNOSTICS)]  # Pass@k at the end of training (mean over seeds)
     for i, (name, runs) in enumerate(groups.items()):

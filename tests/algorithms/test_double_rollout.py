@@ -293,7 +293,7 @@ def test_tiny_double_rollout_fit_updates_weights_and_logs_metrics(tmp_path, monk
         "train/loss", "train/lr", "train/on_policy/reward_mean", "train/dr/reward_original", "train/dr/reward_revised",
         "train/dr/reward_final", "train/dr/replaced", "train/dr/cont_reward_std", "train/tokens_per_problem",
         "train/cost/tokens_stage1", "train/cost/tokens_stage2", "time/stage1_s", "time/stage2_s",
-        "time/stage2_over_stage1", "train/grpo/clip_frac", "val/sudoku/greedy/accuracy",
+        "time/stage2_over_stage1", "train/grpo/clip_frac", "val/sudoku/greedy/accuracy", "train/entropy", "train/rollout_batch",
     }
     assert expected <= keys, expected - keys
 

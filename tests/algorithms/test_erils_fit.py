@@ -1,5 +1,6 @@
 """End to end: the real CLI trains a tiny ERILS run; weights change and MLflow holds per-source metrics."""
 
+import math
 from pathlib import Path
 
 import mlflow
@@ -47,6 +48,9 @@ def test_tiny_erils_fit_updates_weights_and_logs_per_source_metrics(tmp_path):
     assert run.data.metrics["train/grad_norm"] > 0.0
     assert 0.0 <= run.data.metrics["train/on_policy/frac_reward_zero_std"] <= 1.0
     assert {"rewards/sudoku_reward/mean", "rewards/sudoku_reward/std"} <= keys
+    # the denoiser's entropy at the scored (masked) positions: between 0 and log V (nats)
+    vocab = len(cli.model.policy.tokenizer)
+    assert 0.0 < run.data.metrics["train/spg/entropy"] <= math.log(vocab) + 1e-4
     # the stall diagnostics (#16): format rate, the advantages' sign balance, per-source ELBO
     assert {"train/on_policy/format_rate", "train/on_policy/advantage_pos_frac", "train/on_policy/advantage_neg_frac",
             "train/spg/elbo_on_policy", "train/spg/elbo_external"} <= keys

@@ -166,6 +166,12 @@ def test_tiny_fit_logs_rollout_curves_passk_and_reports_to_mlflow(tmp_path):
     assert hist("rollouts/on_policy/length_mean") == [2, 4] and hist("rollouts/external/reward_std") == [2, 4]
     assert hist("rollouts/on_policy/hit_limit_frac") == [2, 4] and hist("rollouts/external/advantage_std") == [2, 4]
     assert hist("val/sudoku/multi/pass_at_2") == [2, 4] and hist("val/sudoku/det32/pass_at_1") == [2, 4]
+    # one step axis: the module's own metrics sit at the optimizer step too (2 batches x 2 updates), the
+    # rollout batch is a metric of its own; nothing is logged under a metric named "step"
+    assert hist("train/loss") == [2, 4] and hist("train/on_policy/reward_mean") == [2, 4] and hist("train/grad_norm") == [2, 4]
+    assert hist("val/sudoku/greedy/accuracy") == [4]  # val_check_interval 2 batches: after the 2nd, update 4
+    assert [(h.step, h.value) for h in client.get_metric_history(rid, "train/rollout_batch")] == [(2, 1.0), (4, 2.0)]
+    assert "step" not in run.data.metrics and "epoch" not in run.data.metrics
     arts = {a.path for a in client.list_artifacts(rid)} | {a.path for a in client.list_artifacts(rid, "eval")}
     assert {"rollout_samples.json", "eval/passk_report.md", "eval/passk_report.json", "eval/passk_table.csv"} <= arts
     rep = json.loads((tmp_path / "eval" / "passk_report.json").read_text())

@@ -1,0 +1,191 @@
+"""GPU memory of a training run estimated from parameter counts (``python -m lit_rl.memory``).
+
+No model hub is reachable from every machine, so the one-GPU recipes (README "One GPU") size themselves
+from the architecture numbers of each model's ``config.json`` (:data:`MODELS`), with this arithmetic:
+
+* **weights**: bf16 = 2 bytes per parameter; NF4 = 0.5 bytes per quantised parameter (+ one fp32 absmax
+  per 64-weight block, 1/16 byte, with double quantisation ~1/32 byte), the embeddings and the output head
+  stay bf16 (bitsandbytes quantises ``nn.Linear`` layers only; the LM head is kept);
+* **trainable state**: fp32 master weights are not kept (the trainable weights are bf16 under
+  ``bf16-mixed`` or fp32 LoRA adapters): trainable parameters x (weight + gradient + AdamW's two moments)
+  = 2 + 2 + 4 + 4 = 12 bytes (bf16 full fine-tuning) or 4 + 4 + 4 + 4 = 16 bytes (fp32 LoRA);
+* **activations** with gradient checkpointing: each layer's input, ``tokens x hidden x 2`` bytes per
+  layer, plus one layer recomputed in full (~``tokens x (10 hidden + 2 intermediate) x 2`` bytes), plus the
+  float32 logits and their gradient, ``tokens x vocab x 4 x 2`` bytes (the largest term at 126k-152k
+  vocabularies), for one micro-batch of ``tokens = rows x sequence length``;
+* **dLLM rollouts** (no vLLM for diffusion decoding): the bf16 logits of every decoding step,
+  ``rows x sequence x vocab x 2`` bytes, plus the still-masked block positions' float32 copy and float64
+  Gumbel noise and log, ``rows x block x vocab x 20`` bytes; generation runs before the loss, so the peak
+  is the larger of this and the loss's activations;
+* **frozen copies**: a reference policy (KL) or π_old held as a second set of weights, when asked;
+* **vLLM** (colocated): its ``gpu_memory_utilization`` share of the card, which it takes whole.
+
+Not counted: CUDA context and allocator fragmentation (budget ~1-2 GB), NCCL buffers. The estimate is an
+upper bound for the recipes, not a measurement: ``benchmarks/gpu_smoke.py`` prints measured peaks.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+GB = 1024**3
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The numbers of a decoder's ``config.json`` the estimate needs.
+
+    Attributes:
+        name: the hub name.
+        params: total parameters.
+        layers, hidden, intermediate: ``num_hidden_layers``, ``hidden_size``, ``intermediate_size``.
+        kv_dim: key/value projection width (``num_key_value_heads x head_dim``).
+        vocab: vocabulary size.
+        tied: input and output embeddings share one matrix.
+    """
+
+    name: str
+    params: float
+    layers: int
+    hidden: int
+    intermediate: int
+    kv_dim: int
+    vocab: int
+    tied: bool
+
+    @property
+    def embedding_params(self) -> float:
+        """Input embedding plus (untied) output head: the parameters 4-bit loading keeps in bf16."""
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+
+#: config.json numbers of the recipes' models (Qwen2.5-0.5B/1.5B-Instruct, LLaDA-8B-Instruct)
+MODELS = {
+    "qwen2.5-0.5b": ModelShape("Qwen/Qwen2.5-0.5B-Instruct", 494.0e6, 24, 896, 4864, 128, 151936, True),
+    "qwen2.5-1.5b": ModelShape("Qwen/Qwen2.5-1.5B-Instruct", 1.544e9, 28, 1536, 8960, 256, 151936, True),
+    "llada-8b": ModelShape("GSAI-ML/LLaDA-8B-Instruct", 8.02e9, 32, 4096, 12288, 4096, 126464, False),
+}
+
+
+def lora_params(shape: ModelShape, r: int, attention: bool = True, mlp: bool = True) -> int:
+    """LoRA parameters, ``r x (d_in + d_out)`` per adapted matrix: q/o (hidden->hidden), k/v (hidden->kv_dim)
+    and the MLP's gate/up (hidden->intermediate) and down (intermediate->hidden), in every layer."""
+    h, kv, m = shape.hidden, shape.kv_dim, shape.intermediate
+    per_layer = 0
+    if attention:
+        per_layer += r * (h + h) * 2 + r * (h + kv) * 2
+    if mlp:
+        per_layer += r * (h + m) * 2 + r * (m + h)
+    return per_layer * shape.layers
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes of each part (GiB in :meth:`as_gib`)."""
+
+    weights: float
+    trainable_state: float
+    activations: float
+    generation: float
+    frozen_copies: float
+    vllm: float
+
+    @property
+    def total(self) -> float:
+        """Resident parts plus the larger of the two passes (rollout generation, then the loss)."""
+        return self.weights + self.trainable_state + self.frozen_copies + self.vllm + max(self.activations, self.generation)
+
+    def as_gib(self) -> dict[str, float]:
+        return {k: round(v / GB, 2) for k, v in (*asdict(self).items(), ("total", self.total))}
+
+
+def estimate(
+    shape: ModelShape,
+    *,
+    four_bit: bool = False,
+    lora_r: int | None = None,
+    micro_batch_rows: int = 1,
+    seq_len: int = 1024,
+    gradient_checkpointing: bool = True,
+    frozen_copies: int = 0,
+    vllm_fraction: float = 0.0,
+    gpu_gib: float = 80.0,
+    gen_rows: int = 0,
+    gen_block: int = 32,
+) -> MemoryEstimate:
+    """The estimate of the module docstring for one GPU.
+
+    Args:
+        shape: the model.
+        four_bit: NF4 base (bitsandbytes, double quantisation) instead of bf16.
+        lora_r: LoRA rank on attention + MLP (``None``: full fine-tuning of every weight).
+        micro_batch_rows, seq_len: one micro-batch of the loss (prompt + completion tokens per row).
+        gradient_checkpointing: recompute layer activations in the backward pass.
+        frozen_copies: extra frozen weight copies (a reference model for KL: 1).
+        vllm_fraction: ``gpu_memory_utilization`` of a colocated vLLM engine.
+        gpu_gib: the card's memory (for the vLLM share).
+        gen_rows, gen_block: dLLM rollouts decoded in one batch (``seq_len`` tokens each) and the decoding
+            block (0 rows: generation elsewhere, e.g. vLLM).
+    """
+    quantised = shape.params - shape.embedding_params
+    if four_bit:
+        weights = quantised * (0.5 + 1 / 32) + shape.embedding_params * 2
+    else:
+        weights = shape.params * 2
+    if lora_r is None:
+        trainable = shape.params * 12.0
+    else:
+        trainable = lora_params(shape, lora_r) * 16.0
+    tokens = micro_batch_rows * seq_len
+    logits = tokens * shape.vocab * 4 * 2
+    if gradient_checkpointing:
+        acts = tokens * shape.hidden * 2 * shape.layers + tokens * (10 * shape.hidden + 2 * shape.intermediate) * 2
+    else:
+        acts = tokens * (10 * shape.hidden + 2 * shape.intermediate) * 2 * shape.layers
+    generation = gen_rows * seq_len * shape.vocab * 2 + gen_rows * gen_block * shape.vocab * 20
+    return MemoryEstimate(
+        weights=weights,
+        trainable_state=trainable,
+        activations=acts + logits,
+        generation=float(generation),
+        frozen_copies=frozen_copies * weights,
+        vllm=vllm_fraction * gpu_gib * GB,
+    )
+
+
+#: the one-GPU recipes (conf/gpu/*.yaml) and the settings each one's estimate uses
+RECIPES = {
+    "conf/gpu/grpo_qwen2.5_0.5b_countdown.yaml": dict(model="qwen2.5-0.5b", micro_batch_rows=4, seq_len=1280, vllm_fraction=0.3),
+    "conf/gpu/double_rollout_qwen2.5_1.5b_countdown.yaml": dict(model="qwen2.5-1.5b", micro_batch_rows=2, seq_len=1280, vllm_fraction=0.3),
+    # 8 prompt groups per update as the paper's 8 GPUs (gradient accumulation over micro-batches of 6 rows; SPG's
+    # num_t 2 noisy copies make 12 rows per forward); 8 x G_on 4 = 32 rollouts decoded at once
+    "conf/gpu/erils_llada8b_sudoku.yaml": dict(model="llada-8b", four_bit=True, lora_r=128, micro_batch_rows=12, seq_len=456, gen_rows=32),
+}
+
+
+def recipe_table() -> list[dict[str, object]]:
+    """One row per recipe: its settings and the estimate in GiB."""
+    rows = []
+    for config, kw in RECIPES.items():
+        kw = dict(kw)
+        shape = MODELS[kw.pop("model")]
+        rows.append({"config": config, "model": shape.name, **kw, **estimate(shape, **kw).as_gib()})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the recipes' estimates as a Markdown table, then one JSON line."""
+    rows = recipe_table()
+    print("| recipe | model | weights | trainable state | loss activations + logits | dLLM rollouts | vLLM share | total (GiB) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| `{r['config']}` | {r['model']} | {r['weights']} | {r['trainable_state']} | {r['activations']} | "
+              f"{r['generation']} | {r['vllm']} | **{r['total']}** |")
+    print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
