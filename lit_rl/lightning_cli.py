@@ -131,12 +131,38 @@ BENIGN_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
 )
 
 
+#: (logger name, message start, why it is benign for lit_rl): log records dropped in lit_rl's CLI process only
+BENIGN_LOG_RECORDS: tuple[tuple[str, str, str], ...] = (
+    ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging",
+     "an advertisement for another logger, printed at every start whatever the logger configured"),
+    ("bitsandbytes.backends.cpu.ops", "Failed to load CPU gemm_4bit_forward from kernels-community",
+     "bitsandbytes falls back to its own CPU 4-bit kernel (the one the 4-bit tests run); printed on import "
+     "even by runs that use no 4-bit layer"),
+)
+
+
+class _DropRecords:
+    """A ``logging`` filter that drops the records of one logger whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def filter(self, record) -> bool:
+        return not str(record.getMessage()).startswith(self.prefix)
+
+
 def silence_benign_warnings() -> None:
-    """Hide the known-benign warnings of :data:`BENIGN_WARNINGS` (exact messages; every other warning stays)."""
+    """Hide the known-benign warnings of :data:`BENIGN_WARNINGS` and log records of :data:`BENIGN_LOG_RECORDS`
+    (exact messages; every other warning and record stays)."""
+    import logging
     import warnings
 
     for message, category, _why in BENIGN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
+    for name, prefix, _why in BENIGN_LOG_RECORDS:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _DropRecords) and f.prefix == prefix for f in log.filters):
+            log.addFilter(_DropRecords(prefix))
 
 
 def build_cli(args: list[str] | None, run: bool, extra_commands_help: str) -> LitRLCLI:
