@@ -39,7 +39,7 @@ from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
 from lit_rl.generation.cached import DecodeStats, cached_diffusion_generate
 from lit_rl.generation.diffusion import diffusion_generate
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.reliability import atomic_torch_save
+from lit_rl.checkpoint_io import atomic_torch_save
 from lit_rl.rng import cpu_generator
 from lit_rl.tasks import SudokuTask
 

@@ -29,7 +29,7 @@ import time
 import torch
 from torch import nn
 
-from lit_rl.algorithms.double_rollout_math import continuation_budget, cut_index
+from lit_rl.core.double_rollout import continuation_budget, cut_index
 from lit_rl.generation.ar import HFBackend
 from lit_rl.models.ar import TinyCausalLM
 

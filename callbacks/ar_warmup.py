@@ -30,7 +30,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks.warmup import _weights_digest
 from lit_rl.algorithms.ar_sft import scripted_sft
-from lit_rl.reliability import atomic_torch_save
+from lit_rl.checkpoint_io import atomic_torch_save
 from lit_rl.rollouts.scripted import TRACE_STYLES
 
 __all__ = ["ScriptedSFTWarmup"]

@@ -29,7 +29,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.reliability import capture_rng_state, restore_rng_state
+from lit_rl.checkpoint_io import capture_rng_state, restore_rng_state
 from lit_rl.runs import run_dir
 
 __all__ = ["CheckpointOnSigterm", "ExactResume", "PromptLedger"]

@@ -24,7 +24,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
-from lit_rl.reliability import atomic_torch_save
+from lit_rl.checkpoint_io import atomic_torch_save
 from lit_rl.rng import cpu_generator
 from lit_rl.rollouts.scripted import format_warmup_text
 

@@ -11,7 +11,7 @@ start (first stage of GRPO / double-rollout GRPO), plus data profiling.
 3. **Data profiling** (DR §3: "data profiling is done for all experiments to remove prompts with zero or
    100% pass rates"): before the first training batch, ``profiling.num_samples`` completions per training
    prompt are drawn from the *initial* policy (after any warm-up) and prompts whose pass rate is 0 or 1 are
-   dropped (:func:`~lit_rl.algorithms.double_rollout_math.pass_rate_filter`). The pass rates are cached in
+   dropped (:func:`~lit_rl.core.double_rollout.pass_rate_filter`). The pass rates are cached in
    a JSON file keyed by the policy (a digest of its weights, or its checkpoint path for pretrained
    models), the task, the prompt set and the profiling settings, so repeated runs skip it; the kept ids
    are saved in checkpoints, so a resumed run (whose policy is no longer the initial one) keeps the same
@@ -34,7 +34,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from datamodules.stream import PromptStreamDataModule, step_seed
-from lit_rl.algorithms.double_rollout_math import pass_rate_filter
+from lit_rl.core.double_rollout import pass_rate_filter
 from lit_rl.atomic import atomic_write_text
 from lit_rl.generation.ar import ARBackend, HFBackend
 from lit_rl.models.ar import SamplingSettings

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(entry(argv[1:]) or 0)
     if argv and argv[0] in ("fit", "validate", "test", "predict"):
         # fail fast, before anything is built, with one line naming the field, file and line
-        from lit_rl.reliability import ConfigError, preflight
+        from lit_rl.config import ConfigError, preflight
 
         try:
             preflight(argv)
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     from lit_rl.models.remote_compat import RemoteCodeError
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     try:
         run_lightning_cli(None if from_command_line else argv)

@@ -21,7 +21,7 @@ def user_facing_cause(err: BaseException) -> BaseException | None:
     """The first error in ``err``'s cause/context chain that lit_rl raised for the user to read
     (jsonargparse wraps a class's constructor error in "Does not validate against any of the Union subtypes")."""
     from lit_rl.models.remote_compat import RemoteCodeError
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     seen = set()
     while err is not None and id(err) not in seen:

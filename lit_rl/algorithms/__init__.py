@@ -1,4 +1,5 @@
-"""RL algorithms: pure math (advantages, masks, surrogates) and the LightningModules built on it."""
+"""RL algorithms: the parts modules are built from (advantage processors, the SPG surrogate) and the
+LightningModules; the pure math they call is :mod:`lit_rl.core` (re-exported here for existing imports)."""
 
 from lit_rl.algorithms.advantages import (
     AdvantageProcessor,
@@ -10,7 +11,7 @@ from lit_rl.algorithms.advantages import (
     joint_advantages,
     source_specific_advantages,
 )
-from lit_rl.algorithms.masks import (
+from lit_rl.core.masks import (
     BLOCK_CHOICES,
     DiffusionMasks,
     apply_masks,
@@ -22,8 +23,6 @@ from lit_rl.algorithms.masks import (
     uniform_random_masks,
 )
 from lit_rl.algorithms.surrogates import (
-    SOURCE_EXTERNAL,
-    SOURCE_ON_POLICY,
     SPGSurrogate,
     d1_loss,
     elbo,
@@ -57,8 +56,6 @@ __all__ = [
     "uniform_block_choice",
     "uniform_random_masks",
     # surrogates
-    "SOURCE_EXTERNAL",
-    "SOURCE_ON_POLICY",
     "SPGSurrogate",
     "d1_loss",
     "elbo",

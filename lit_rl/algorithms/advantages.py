@@ -1,22 +1,10 @@
-"""Reward -> advantage processing for mixed on-policy / external rollout groups (ERILS §IV-B).
+"""Advantage processors for mixed on-policy / external rollout groups (ERILS §IV-B): the injectable classes
+``SourceSpecific`` (ERILS Eq. 9), ``Joint`` (Eq. 11), ``OnPolicyOnly`` (SPG), ``ExternalOnly``.
 
-Spec: docs/erils.md. Every rollout has a reward ``r (B,)``, a ``source (B,)`` (0 = on-policy
-from the current dLLM, 1 = external from the fixed pool) and a ``group (B,)`` id (its prompt).
-
-* Source-specific (ERILS Eq. 9, the ERILS default): ``A_on = r_on − mean(r_on of the group)``;
-  ``A_ext = r_ext`` (no centring).
-* Joint (ERILS Eq. 11–12, the ablation that collapses): ``A = r − mean(r of the whole group)``.
-* On-policy only (SPG): Eq. 9's on-policy part; external rollouts are dropped.
-* External only: Eq. 9's external part (``A = r``, optionally centred); on-policy rollouts are dropped.
-
-No std division by default (SPG, ERILS); ``scale_std=True`` divides the centred on-policy / joint
-advantages by the group's (unbiased) std + ``eps``, as GRPO. A group whose (member) rewards are all equal
-gets exactly zero centred advantages, with no division by zero.
-
-NaN rewards (e.g. a TRL reward function returned None): the pure functions raise ``ValueError`` unless the
-caller passes ``valid`` to exclude those rows. The processor classes, with ``nan_policy="drop"``
-(default), exclude NaN rows from every group mean/std, give them advantage 0 and ``keep = False`` and warn;
-with ``nan_policy="raise"`` they raise.
+The math is :mod:`lit_rl.core.advantages` (re-exported here). No std division by default (SPG, ERILS);
+``scale_std=True`` divides the centred on-policy / joint advantages by the group's (unbiased) std + ``eps``.
+NaN rewards: with ``nan_policy="drop"`` (default) those rows are excluded from every group mean/std, get
+advantage 0 and ``keep = False``, with a warning; with ``nan_policy="raise"`` they raise.
 """
 
 from __future__ import annotations
@@ -25,128 +13,26 @@ import warnings
 
 import torch
 
+from lit_rl.core.advantages import (  # noqa: F401  (re-exported)
+    EXTERNAL,
+    ON_POLICY,
+    frac_reward_zero_std,
+    group_centered,
+    joint_advantages,
+    source_specific_advantages,
+)
+
 __all__ = [
     "group_centered",
     "source_specific_advantages",
     "joint_advantages",
+    "frac_reward_zero_std",
     "AdvantageProcessor",
     "SourceSpecific",
     "Joint",
     "OnPolicyOnly",
     "ExternalOnly",
 ]
-
-ON_POLICY, EXTERNAL = 0, 1
-
-
-def frac_reward_zero_std(rewards: torch.Tensor, group: torch.Tensor) -> float:
-    """Share of groups whose rewards are all equal (TRL's ``frac_reward_zero_std``): those rows get zero
-    group-centred advantage, so the share says how much of a batch carries no learning signal.
-
-    Shapes: ``rewards (B,)``, ``group (B,)`` ids -> a float in [0, 1] (0 for an empty batch).
-    """
-    if rewards.numel() == 0:
-        return 0.0
-    ids, inv = torch.unique(group, return_inverse=True)  # (K,), (B,)
-    r = rewards.float()
-    hi = torch.full((len(ids),), float("-inf"), device=r.device).scatter_reduce(0, inv, r, "amax")  # (K,)
-    lo = torch.full((len(ids),), float("inf"), device=r.device).scatter_reduce(0, inv, r, "amin")  # (K,)
-    return float((hi == lo).float().mean())
-
-
-def _check(rewards: torch.Tensor, source: torch.Tensor, group: torch.Tensor, valid: torch.Tensor | None):
-    if rewards.dim() != 1 or source.shape != rewards.shape or group.shape != rewards.shape:
-        raise ValueError(
-            f"rewards, source and group must all be (B,), got {tuple(rewards.shape)}, "
-            f"{tuple(source.shape)}, {tuple(group.shape)}"
-        )
-    bad = (source != ON_POLICY) & (source != EXTERNAL)
-    if bad.any():
-        raise ValueError(f"source must hold 0 (on-policy) or 1 (external), got {source[bad].unique().tolist()}")
-    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
-    if torch.isnan(rewards[valid]).any():
-        raise ValueError("rewards contain NaN; pass valid= to exclude those rollouts (or use nan_policy='drop')")
-    return valid
-
-
-def group_centered(
-    rewards: torch.Tensor,
-    group: torch.Tensor,
-    members: torch.Tensor,
-    *,
-    scale_std: bool = False,
-    eps: float = 1e-4,
-) -> torch.Tensor:
-    """``r − mean`` (optionally ``/ (std + eps)``) where mean/std run over the ``members`` of each row's group.
-
-    Rows that are not members still get ``r − (their group's member mean)``; a group without members has
-    mean 0. A group whose member rewards are all equal gives exactly 0 to its members. Statistics run in
-    float64. Shapes: ``rewards, group, members (B,)`` -> ``(B,)``.
-    """
-    members = members.bool()
-    r = torch.where(members, rewards.double(), 0.0)  # (B,) NaN-free on non-members
-    _, g = torch.unique(group, return_inverse=True)  # (B,) dense ids
-    G = int(g.max()) + 1 if g.numel() else 0
-    count = torch.zeros(G, dtype=torch.float64, device=r.device).index_add_(0, g, members.double())  # (G,)
-    total = torch.zeros(G, dtype=torch.float64, device=r.device).index_add_(0, g, r)  # (G,)
-    mean = total / count.clamp(min=1)  # (G,)
-    adv = rewards.double() - mean[g]  # (B,)
-
-    big = torch.finfo(torch.float64).max
-    hi = torch.full((G,), -big, dtype=torch.float64, device=r.device).scatter_reduce(
-        0, g, torch.where(members, r, -big), reduce="amax"
-    )
-    lo = torch.full((G,), big, dtype=torch.float64, device=r.device).scatter_reduce(
-        0, g, torch.where(members, r, big), reduce="amin"
-    )
-    constant = (hi <= lo)[g] & members  # (B,) all member rewards equal (exact zero, no rounding residue)
-    if scale_std:
-        sq = torch.zeros(G, dtype=torch.float64, device=r.device).index_add_(
-            0, g, torch.where(members, (r - mean[g]) ** 2, 0.0)
-        )
-        std = (sq / (count - 1).clamp(min=1)).sqrt()  # (G,) unbiased, as torch.std / TRL
-        adv = adv / (std[g] + eps)
-    adv = torch.where(constant, 0.0, adv)
-    return adv.to(rewards.dtype)
-
-
-def source_specific_advantages(
-    rewards: torch.Tensor,
-    source: torch.Tensor,
-    group: torch.Tensor,
-    *,
-    scale_std: bool = False,
-    eps: float = 1e-4,
-    valid: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """ERILS Eq. 9: on-policy rows centred by the mean of their group's on-policy rows only; external rows
-    keep ``A = r``. Rows with ``valid == False`` get 0 and are excluded from the means.
-
-    Shapes: ``rewards, source, group, valid (B,)`` -> ``(B,)``.
-    """
-    valid = _check(rewards, source, group, valid)
-    on = (source == ON_POLICY) & valid
-    a_on = group_centered(rewards, group, on, scale_std=scale_std, eps=eps)
-    adv = torch.where(on, a_on, rewards)
-    return torch.where(valid, adv, torch.zeros_like(adv))
-
-
-def joint_advantages(
-    rewards: torch.Tensor,
-    source: torch.Tensor,
-    group: torch.Tensor,
-    *,
-    scale_std: bool = False,
-    eps: float = 1e-4,
-    valid: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """ERILS Eq. 11: every row centred by the mean over all (valid) members of its group, both sources.
-
-    Shapes: ``rewards, source, group, valid (B,)`` -> ``(B,)``.
-    """
-    valid = _check(rewards, source, group, valid)
-    adv = group_centered(rewards, group, valid, scale_std=scale_std, eps=eps)
-    return torch.where(valid, adv, torch.zeros_like(adv))
 
 
 class AdvantageProcessor:

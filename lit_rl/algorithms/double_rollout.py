@@ -5,7 +5,7 @@ One training step consumes one rollout batch: ``G`` first-stage rollouts per pro
 :class:`datamodules.ar_rollouts.ARRolloutDataModule` at batch start and scored by the task verifier. Then::
 
     1. double-rollout reward estimation (:func:`estimate_rewards`, calling the pure math of
-       :mod:`lit_rl.algorithms.double_rollout_math`):
+       :mod:`lit_rl.core.double_rollout`):
          T_i = thinking-trace tokens of y_i; keep t_i[:floor(ρ·T_i)]; N continuations from x ⊕ t_i[:cut]
          with max_new_tokens = ceil((1-ρ)·T_i) + buffer; r̂_i = mean_j R(x, t_i[:cut] ⊕ c_ij);
          A = GRPO group advantage of r̂; one-sided replacement (A_i > 0 and y_i wrong → t_i[:cut] ⊕ c_ij
@@ -14,7 +14,7 @@ One training step consumes one rollout batch: ``G`` first-stage rollouts per pro
        (DAPO overlong filtering, ``loss.mask_truncated``);
     3. π_old (and π_ref when ``kl_beta > 0``) log-probs of the final rows, once, before any update;
     4. μ optimizer updates (``updates_per_batch``) of the token-level clipped policy-gradient loss
-       (:func:`lit_rl.algorithms.grpo.clipped_pg_loss`, ε_low / ε_high clip-higher, optional k3 KL);
+       (:func:`lit_rl.core.pg.clipped_pg_loss`, ε_low / ε_high clip-higher, optional k3 KL);
     5. the updated weights are pushed to the generation backend (a no-op for the HF backend, which shares
        the policy's modules; vLLM loads them, LoRA merged).
 
@@ -36,7 +36,7 @@ Paper details this implementation had to decide (the paper is silent or ambiguou
   completion as the trace, so every rollout of a group gets a continuation-based reward and truncated but
   on-track rollouts can earn credit; ``"skip"`` samples no continuations and keeps the verifier reward.
 * **ρ cut rounding.** ``cut = floor(ρ·T)`` (never more than ρ·T kept, no one-token minimum; see
-  :func:`~lit_rl.algorithms.double_rollout_math.cut_index`), and the continuation budget is
+  :func:`~lit_rl.core.double_rollout.cut_index`), and the continuation budget is
   ``T - cut + buffer = ceil((1-ρ)·T) + buffer`` exactly. With ``double_rollout.cap_to_generation_limit``
   (default) the budget is also capped at ``max_new_tokens - cut`` so a replacement row (kept prefix +
   continuation) never exceeds the first-stage length limit — a replacement is then comparable to the
@@ -97,8 +97,9 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 
+from lit_rl.core.advantages import group_centered
 from lit_rl import rng
-from lit_rl.algorithms.double_rollout_math import (
+from lit_rl.core.double_rollout import (
     continuation_budget,
     cut_index,
     length_bonus,
@@ -107,9 +108,9 @@ from lit_rl.algorithms.double_rollout_math import (
     revised_rewards,
     split_thinking,
 )
-from lit_rl.algorithms.grpo import AGGREGATIONS, clipped_pg_loss, group_advantages, truncation_mask
+from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
 from lit_rl.algorithms.advantages import frac_reward_zero_std
-from lit_rl.algorithms.entropy import masked_entropy_mean, token_entropy
+from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 from lit_rl.algorithms.rl_module import RLModule
 from lit_rl.generation.ar import ARBackend, HFBackend
 from lit_rl.models.ar import CausalPolicy, logprobs_of
@@ -200,7 +201,7 @@ class DoubleRolloutSettings:
 
 @dataclass
 class GRPOLossSettings:
-    """GRPO advantages and the token-level clipped policy-gradient loss (:mod:`lit_rl.algorithms.grpo`).
+    """GRPO advantages and the token-level clipped policy-gradient loss (:mod:`lit_rl.core.pg`).
 
     Attributes:
         eps_low: lower clip, ratio >= 1 - eps_low (PPO/DAPO 0.2).
@@ -213,6 +214,7 @@ class GRPOLossSettings:
             filtering); their rewards still enter the group baseline.
         scale_std: divide advantages by the group's reward std (DeepSeekMath GRPO); ``false``: Dr. GRPO.
         leave_one_out: RLOO baseline (mean of the group's other rewards).
+        std_eps: added to the group std before dividing (``scale_std``; TRL's 1e-4).
         skip_zero_advantage: drop rows with advantage exactly 0 from the loss (only when ``kl_beta = 0``).
     """
 
@@ -224,6 +226,7 @@ class GRPOLossSettings:
     mask_truncated: bool = True
     scale_std: bool = False
     leave_one_out: bool = False
+    std_eps: float = 1e-4
     skip_zero_advantage: bool = True
 
     def __post_init__(self) -> None:
@@ -240,7 +243,7 @@ class GRPOLossSettings:
 
     def advantages(self, rewards: Tensor, group: Tensor) -> Tensor:
         """GRPO group advantages ``(B,)`` of ``rewards (B,)`` under these settings."""
-        return group_advantages(rewards, group, scale_std=self.scale_std, leave_one_out=self.leave_one_out)
+        return group_centered(rewards, group, scale_std=self.scale_std, leave_one_out=self.leave_one_out, eps=self.std_eps)
 
 
 # -- double-rollout reward estimation -------------------------------------------------------------------

@@ -1,37 +1,20 @@
-"""Diffusion-compatible surrogates S_θ(p, o) and their policy-gradient losses.
+"""The SPG surrogate as an injectable loss part: masks -> forward passes -> the pure math of
+:mod:`lit_rl.core.spg` (spec: docs/erils.md; the formulas are in that module's docstring).
 
-Spec: docs/erils.md; ERILS Eq. 5 and Eq. 10 (the surrogate replaces log π(o|p) in the group
-policy gradient); SPG (Wang et al. 2025, "Sandwiched Policy Gradient"), following the SPG reference code
-(facebookresearch/SPG, ``SPGTrainer._get_per_seq_logps`` and ``compute_loss``) where it is more specific
-than the paper text. Per rollout ``i`` with completion length ``L_i`` and ``num_t`` noise draws ``j``::
-
-    ELBO_i = mean_j [ (1/|M_j|) Σ_{t∈M_j} log p(o_t | x̃_j) ]
-    t_j    = |M_j| / L_i
-    a_t    = mean_j [ 1[t∈M_j] · p(o_t | x̃_j)^β / t_j ]          (mean over all num_t draws)
-    EUBO_i = (1/β) · mean_{t: a_t>0} log a_t
-    MIX_i  = w · EUBO_i + (1-w) · ELBO_i
-    S_i    = ELBO_i if A_i > 0 else (EUBO_i | MIX_i | ELBO_i)
-    loss   = Σ_i (-A_i · S_i · L_i) / Σ_i L_i
-
-The math is pure functions over per-token log-probs of the ORIGINAL tokens, ``token_logprobs
-(num_t, B, L)``, and the scored positions ``loss_mask (num_t, B, L)`` (see :mod:`lit_rl.algorithms.masks`);
-values of ``token_logprobs`` outside ``loss_mask`` are ignored (and receive no gradient), even NaN.
-:class:`SPGSurrogate` only orchestrates masks -> forward passes -> these functions.
-
-Baselines (ERILS compares against them): the d1 one-step estimator with d1's token-level PPO-clip loss
-and k3 KL (:func:`d1_loss`), and wd1's weighted-likelihood loss (:func:`wd1_loss`).
+:class:`SPGSurrogate` draws each rollout's noise masks (:mod:`lit_rl.core.masks`, block-wise for on-policy
+rows and uniformly random for external rows, as the SPG reference code), scores the original tokens under
+each noisy input and returns ``(loss, stats)``. The pure functions are re-exported here for existing imports.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Sequence
 
 import torch
 
 from lit_rl import rng
-from lit_rl.algorithms.entropy import masked_entropy_mean, token_entropy
-from lit_rl.algorithms.masks import (
+from lit_rl.core.entropy import masked_entropy_mean, token_entropy
+from lit_rl.core.masks import (
     BLOCK_CHOICES,
     BlockChoice,
     DiffusionMasks,
@@ -40,131 +23,32 @@ from lit_rl.algorithms.masks import (
     spg_block_masks,
     uniform_random_masks,
 )
+from lit_rl.core.sources import Source
+from lit_rl.core.spg import (  # noqa: F401  (re-exported)
+    d1_loss,
+    elbo,
+    eubo,
+    mix,
+    sequence_logprob_sum,
+    spg_loss,
+    spg_select,
+    token_logprobs_from_logits,
+    wd1_loss,
+)
 
-__all__ = [
-    "token_logprobs_from_logits",
-    "elbo",
-    "eubo",
-    "mix",
-    "spg_select",
-    "spg_loss",
-    "SPGSurrogate",
-    "sequence_logprob_sum",
-    "d1_loss",
-    "wd1_loss",
-    "SOURCE_ON_POLICY",
-    "SOURCE_EXTERNAL",
-]
-
-SOURCE_ON_POLICY = 0
-SOURCE_EXTERNAL = 1
+__all__ = ["SPGSurrogate", "LogitsFn"]
 
 LogitsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``logits_fn(noisy_ids (N, T), attention_mask (N, T)) -> logits (N, T, V)``."""
-
-
-def token_logprobs_from_logits(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``log softmax(logits)[targets]`` in float32 without materialising the log-softmax.
-
-    Shapes: ``logits (..., V)``, ``targets (...)`` -> ``(...)``.
-    """
-    logits = logits.float()
-    picked = logits.gather(-1, targets[..., None]).squeeze(-1)  # (...)
-    return picked - torch.logsumexp(logits, dim=-1)
-
-
-def elbo(token_logprobs: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-    """SPG's ELBO estimate: per draw the mean log-prob over its scored positions, then the mean over draws.
-
-    A draw with no scored position contributes 0 (SPG clamps the denominator; it still counts in the mean).
-
-    Shapes: ``token_logprobs (num_t, B, L)``, ``loss_mask (num_t, B, L)`` -> ``(B,)``.
-    """
-    m = loss_mask.bool()
-    summed = torch.where(m, token_logprobs, 0.0).sum(-1)  # (num_t, B)
-    count = m.sum(-1).clamp(min=1)  # (num_t, B)
-    return (summed / count).mean(0)  # (B,)
-
-
-def eubo(
-    token_logprobs: torch.Tensor, loss_mask: torch.Tensor, lengths: torch.Tensor, beta: float = 1.0
-) -> torch.Tensor:
-    """SPG's EUBO estimate (Rényi-style upper bound), computed in log space.
-
-    ``log a_t = logsumexp_j [β·log p_jt − log t_j  over draws j with t ∈ M_j] − log num_t`` with
-    ``log t_j = log|M_j| − log L_i``; identical to SPG's ``mean_j(p^β · 1[t∈M_j] / t_j)`` followed by a log,
-    without under/overflow of ``p^β``. ``EUBO = mean over positions scored in any draw of log a_t, / β``;
-    0 for a row with no scored position.
-
-    Shapes: ``token_logprobs (num_t, B, L)``, ``loss_mask (num_t, B, L)``, ``lengths (B,)`` -> ``(B,)``.
-    """
-    if beta <= 0:
-        raise ValueError(f"beta must be > 0, got {beta}")
-    m = loss_mask.bool()
-    num_t = m.shape[0]
-    count = m.sum(-1)  # (num_t, B) |M_j|
-    log_t = torch.log(count.clamp(min=1).to(token_logprobs.dtype)) - torch.log(
-        lengths.clamp(min=1).to(token_logprobs.dtype)
-    )  # (num_t, B)
-    terms = beta * token_logprobs - log_t[..., None]  # (num_t, B, L)
-    terms = torch.where(m, terms, float("-inf"))
-    scored = m.any(0)  # (B, L) a_t > 0
-    terms = torch.where(scored[None], terms, 0.0)  # keep logsumexp (and its gradient) finite off-support
-    log_a = torch.logsumexp(terms, dim=0) - math.log(num_t)  # (B, L)
-    n_scored = scored.sum(-1)  # (B,)
-    return torch.where(scored, log_a, 0.0).sum(-1) / n_scored.clamp(min=1) / beta  # (B,)
-
-
-def mix(elbo_value: torch.Tensor, eubo_value: torch.Tensor, w: float = 0.5) -> torch.Tensor:
-    """SPG's mixture ``w · EUBO + (1 − w) · ELBO``. Shapes: ``(B,), (B,) -> (B,)``."""
-    return w * eubo_value + (1.0 - w) * elbo_value
-
-
-def spg_select(elbo_value: torch.Tensor, negative_value: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-    """Sandwich: the lower bound (ELBO) for ``A > 0``, the upper bound / mix otherwise.
-
-    ``A == 0`` takes the negative branch, as SPG's code (``reward_mask = advantages > 0``); its loss term is
-    ``0 · S`` either way. Shapes: ``(B,), (B,), (B,) -> (B,)``.
-    """
-    return torch.where(advantages > 0, elbo_value, negative_value)
-
-
-def spg_loss(
-    advantages: torch.Tensor, surrogate: torch.Tensor, lengths: torch.Tensor
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Length-weighted policy-gradient loss ``Σ_i(−A_i·S_i·L_i) / Σ_i L_i`` (SPG ``compute_loss``).
-
-    Each rollout's term is weighted by its completion length, so the gradient matches SPG's token-sum
-    normalisation; ``Σ L`` is clamped to 1 for an all-empty batch.
-
-    Paper vs code: ERILS Eq. 10 writes the group objective as ``1/(G_on+G_ext) Σ_i A_i ∇S_i`` (every rollout
-    weighted equally); this follows the reference SPG code (spec §2), where a rollout of length L weighs L.
-    With A = [1, 1], L = [10, 100]: Eq. 10 gives ``(∇S_1 + ∇S_2)/2``, this ``(10∇S_1 + 100∇S_2)/110``.
-    ``lengths = ones`` gives the paper's equal weighting (``SPGSurrogate(weighting="rollout")``).
-
-    Shapes: ``advantages (B,)``, ``surrogate (B,)``, ``lengths (B,)`` -> scalar loss; stats are detached
-    scalars.
-    """
-    L = lengths.to(surrogate.dtype)
-    adv = advantages.to(surrogate.dtype)
-    loss = (-adv * surrogate * L).sum() / L.sum().clamp(min=1)
-    stats = {
-        "loss": loss.detach(),
-        "surrogate_mean": surrogate.detach().mean(),
-        "advantage_mean": adv.detach().mean(),
-        "frac_positive_advantage": (adv.detach() > 0).float().mean(),
-        "completion_length_mean": L.detach().mean(),
-    }
-    return loss, stats
 
 
 class SPGSurrogate:
     """SPG surrogate + loss for a mixed batch of on-policy (``source == 0``) and external (``source == 1``)
     rollouts (ERILS §IV-B, Eq. 10).
 
-    On-policy rollouts get SPG's block masks (:func:`~lit_rl.algorithms.masks.spg_block_masks`, block
+    On-policy rollouts get SPG's block masks (:func:`~lit_rl.core.masks.spg_block_masks`, block
     choice pluggable); external rollouts get uniformly random masks
-    (:func:`~lit_rl.algorithms.masks.uniform_random_masks`) because their generation confidences do not
+    (:func:`~lit_rl.core.masks.uniform_random_masks`) because their generation confidences do not
     exist. Prompt tokens are masked w.p. ``p_mask_prompt`` in every draw; clean completion tokens before the
     chosen block w.p. ``p_mask_clean`` (on-policy only, as SPG's block code). All ``num_t`` draws run as one
     ``(num_t·B, T)`` forward, or in micro-batches of ``micro_batch_size`` rows.
@@ -176,7 +60,7 @@ class SPGSurrogate:
         mode: surrogate for ``A <= 0``: ``"mix"`` | ``"eubo"`` | ``"elbo"``.
         w: EUBO weight in ``"mix"``.
         block_length: SPG masking block (the decoding block, 32 in ERILS).
-        block_choice: ``"spg"`` | ``"uniform"`` | callable, see :mod:`lit_rl.algorithms.masks`.
+        block_choice: ``"spg"`` | ``"uniform"`` | callable, see :mod:`lit_rl.core.masks`.
         p_mask_prompt: prompt-token masking probability (d1/SPG ``train.yaml``: 0.15).
         p_mask_clean: clean-completion masking probability for block masks (SPG uses ``p_mask_prompt``).
         external_rule: ``"count"`` (SPG ``random``) | ``"bernoulli"`` (ERILS App. A) for external rollouts.
@@ -250,13 +134,13 @@ class SPGSurrogate:
         (:func:`lit_rl.rng.cpu_generator`), so a row's masks do not depend on which rows share its batch
         or micro-batch (micro-batching changes memory, never the update). Without ``seeds`` the rows draw
         from ``generator`` in turn (grouped by source and width). ``gen_width (B,)``: each row's own
-        generation width (``None``: ``L``), see :func:`~lit_rl.algorithms.masks.spg_block_masks`.
+        generation width (``None``: ``L``), see :func:`~lit_rl.core.masks.spg_block_masks`.
 
         Shapes: ``completion_mask (B, L)``, ``prompt_mask (B, P)``, ``source (B,)`` -> masks ``(num_t, B, ·)``.
         """
         completion_mask = completion_mask.bool()
         B, L = completion_mask.shape
-        bad = (source != SOURCE_ON_POLICY) & (source != SOURCE_EXTERNAL)
+        bad = (source != int(Source.ON_POLICY)) & (source != int(Source.EXTERNAL))
         if bad.any():
             raise ValueError(f"source must hold 0 (on-policy) or 1 (external), got {source[bad].unique().tolist()}")
         if seeds is not None and len(seeds) != B:
@@ -275,7 +159,7 @@ class SPGSurrogate:
         prompt = torch.zeros(self.num_t, *prompt_mask.shape, dtype=torch.bool, device=device)
         for rows, src, width, g in groups:
             idx = torch.tensor(rows, device=device)
-            if src == SOURCE_ON_POLICY:
+            if src == int(Source.ON_POLICY):
                 m = spg_block_masks(
                     completion_mask[idx], self.block_length, self.num_t, g,
                     block_choice=self.block_choice, p_mask_clean=self.p_mask_clean, gen_width=width,
@@ -369,7 +253,7 @@ class SPGSurrogate:
         loss, stats = spg_loss(advantages, s, self.loss_weights(lengths))
         stats["completion_length_mean"] = lengths.float().mean().detach()
         stats["elbo_mean"] = lo.detach().mean()
-        for src, name in ((SOURCE_ON_POLICY, "on_policy"), (SOURCE_EXTERNAL, "external")):
+        for src, name in ((int(Source.ON_POLICY), "on_policy"), (int(Source.EXTERNAL), "external")):
             sel = source == src  # (B,) per-source ELBO: does the policy learn the external rows? (#16)
             if bool(sel.any()):
                 stats[f"elbo_{name}"] = lo.detach()[sel].mean()
@@ -380,80 +264,3 @@ class SPGSurrogate:
         # the denoiser's entropy at the positions the loss scores (masked completion tokens, every draw)
         stats["entropy"] = masked_entropy_mean(entropy, masks.loss.bool())
         return loss, stats
-
-
-# --------------------------------------------------------------------------------------------- baselines
-
-
-def sequence_logprob_sum(token_logprobs: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-    """Σ of token log-probs over scored positions (wd1's sequence score under the d1 estimator).
-
-    Shapes: ``(..., L), (..., L) -> (...)``.
-    """
-    return torch.where(loss_mask.bool(), token_logprobs, 0.0).sum(-1)
-
-
-def d1_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    completion_mask: torch.Tensor,
-    *,
-    epsilon: float = 0.5,
-    beta: float = 0.04,
-    ref_logp: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """d1 (diffu-GRPO) loss over one-step-estimator token log-probs
-    (:func:`~lit_rl.algorithms.masks.full_completion_masks`: completion fully masked, prompt masked w.p.
-    0.15): token-level PPO clip ``−min(ρA, clip(ρ, 1−ε, 1+ε)A)`` plus ``β·k3``, with
-    ``k3 = exp(ref − logp) − (ref − logp) − 1``, averaged over all completion tokens of the batch
-    (d1 ``compute_loss``).
-
-    Shapes: ``logp, old_logp, ref_logp, completion_mask (B, L)``, ``advantages (B,)`` -> scalar.
-    """
-    m = completion_mask.bool()
-    ratio = torch.exp(torch.where(m, logp - old_logp, 0.0))  # (B, L)
-    adv = advantages[:, None].to(logp.dtype)  # (B, 1)
-    per_token = -torch.minimum(ratio * adv, ratio.clamp(1 - epsilon, 1 + epsilon) * adv)  # (B, L)
-    stats: dict[str, torch.Tensor] = {}
-    if beta != 0.0:
-        if ref_logp is None:
-            raise ValueError("ref_logp is required when beta != 0")
-        d = torch.where(m, ref_logp - logp, 0.0)
-        kl = torch.exp(d) - d - 1  # (B, L)
-        per_token = per_token + beta * kl
-        stats["kl"] = (kl.detach() * m).sum() / m.sum().clamp(min=1)
-    n = m.sum().clamp(min=1)
-    loss = torch.where(m, per_token, 0.0).sum() / n
-    clipped = ((ratio < 1 - epsilon) | (ratio > 1 + epsilon)) & m
-    stats.update(loss=loss.detach(), clip_frac=clipped.sum() / n, ratio_mean=(ratio.detach() * m).sum() / n)
-    return loss, stats
-
-
-def wd1_loss(
-    seq_logp: torch.Tensor, advantages: torch.Tensor, group: torch.Tensor | None = None
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """wd1 (Tang et al. 2025) weighted-likelihood loss ``−Σ softmax(A)_i S_i + Σ softmax(−A)_i S_i``.
-
-    ``S_i`` is :func:`sequence_logprob_sum` under the d1 estimator (wd1 code). The reference takes the
-    softmax over the per-device batch, which is one prompt group in its configs; ``group (B,)`` makes that
-    explicit (softmax within each group, summed over groups); ``None`` = the whole batch is one group.
-
-    Shapes: ``seq_logp (B,)``, ``advantages (B,)``, ``group (B,)`` -> scalar.
-    """
-    adv = advantages.to(seq_logp.dtype)
-    if adv.numel() == 0:  # an empty batch: a zero still connected to the graph
-        loss = seq_logp.sum() * 0.0
-        return loss, {"loss": loss.detach(), "seq_logp_mean": loss.detach()}
-    if group is None:
-        group = torch.zeros_like(advantages, dtype=torch.long)
-    _, g = torch.unique(group, return_inverse=True)  # (B,) dense group ids
-    onehot = g[None, :] == torch.arange(int(g.max()) + 1, device=g.device)[:, None]  # (G, B)
-
-    def group_softmax(x: torch.Tensor) -> torch.Tensor:
-        z = torch.where(onehot, x[None, :], float("-inf"))  # (G, B)
-        return torch.softmax(z, dim=-1).nan_to_num(0.0).sum(0)  # (B,)
-
-    w_pos, w_neg = group_softmax(adv), group_softmax(-adv)
-    loss = -(w_pos * seq_logp).sum() + (w_neg * seq_logp).sum()
-    return loss, {"loss": loss.detach(), "seq_logp_mean": seq_logp.detach().mean()}

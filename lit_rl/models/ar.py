@@ -129,7 +129,7 @@ class CausalPolicy(TextPolicy, nn.Module):
     ) -> torch.Tensor:
         """The float32 logits that score the completion tokens, ``(B, L, V)`` (position t-1 scores token t),
         divided by ``temperature``: what :meth:`token_logprobs` reads, for callers that also want their
-        entropy (:func:`lit_rl.algorithms.entropy.token_entropy`)."""
+        entropy (:func:`lit_rl.core.entropy.token_entropy`)."""
         if not 0 < prompt_len < input_ids.shape[1]:
             raise ValueError(f"prompt_len must be in (0, {input_ids.shape[1]}), got {prompt_len}")
         logits = self.forward(input_ids, attention_mask)[:, prompt_len - 1 : -1].float()  # (B, L, V)

@@ -42,7 +42,7 @@ def qwen2_config_from_dream(path: str | Path, **overrides: Any) -> Qwen2Config:
     from lit_rl.models.llada import config_file
 
     file = config_file(path)
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     try:
         raw = json.loads(file.read_text())

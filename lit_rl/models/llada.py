@@ -96,7 +96,7 @@ def config_file(path: str | Path) -> Path:
     try:
         return Path(cached_file(str(path), "config.json"))
     except OSError as err:
-        from lit_rl.reliability import ConfigError
+        from lit_rl.errors import ConfigError
 
         raise ConfigError(f"policy.path {str(path)!r}: no local folder and no hub config.json ({err})") from None
 
@@ -161,7 +161,7 @@ class NativeLLaDAConfig(PretrainedConfig):
     def from_llada_json(cls, path: str | Path, **overrides: Any) -> "NativeLLaDAConfig":
         """Read an official LLaDA ``config.json`` (a file, its folder, or a hub name such as
         ``GSAI-ML/LLaDA-8B-Instruct``: downloaded to the hub cache); unsupported options raise."""
-        from lit_rl.reliability import ConfigError
+        from lit_rl.errors import ConfigError
 
         file = config_file(path)
         try:

@@ -18,7 +18,7 @@ from lit_rl.models.policy import LoraSettings, PretrainedDiffusionLM, Quantizati
 def load_strict(cls: type, path: str, config: Any, attn_implementation: str, kwargs: dict[str, Any]) -> nn.Module:
     """``cls.from_pretrained`` that refuses a checkpoint whose weight names do not match the architecture
     (transformers only warns, and would leave the missing weights randomly initialised)."""
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     model, info = cls.from_pretrained(
         path, config=config, attn_implementation=attn_implementation, output_loading_info=True, **kwargs

@@ -189,7 +189,7 @@ class DiffusionPolicy(TextPolicy, nn.Module):
     def kv_stack(self) -> "KVStack":
         """The model's layer-by-layer forward with a KV cache (``generation.cache: prefix | dual``)."""
         from lit_rl.generation.kv_stack import kv_stack_for
-        from lit_rl.reliability import ConfigError
+        from lit_rl.errors import ConfigError
 
         stack = kv_stack_for(self.model)
         if stack is None:

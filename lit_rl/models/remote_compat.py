@@ -199,7 +199,7 @@ def mask_token_id(tokenizer: Any, config: Any, path: str) -> int:
     cfg = getattr(config, "mask_token_id", None)
     if cfg is not None:
         return check_token_id("policy.mask_id (config.json's mask_token_id)", int(cfg), config, path)
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     raise ConfigError(
         f"policy.mask_id: null, but neither the tokenizer of {path} (mask_token) nor its config.json "
@@ -228,7 +228,7 @@ def check_token_id(field: str, token_id: int, config: Any, path: str) -> int:
     """``token_id`` if it indexes the model's vocabulary, else a ``ValueError`` naming ``field``.
 
     (LLaDA's config class defaults ``mask_token_id`` to 50256 when ``config.json`` lacks it.)"""
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     vocab = getattr(config, "embedding_size", None) or getattr(config, "vocab_size", None)
     if vocab is not None and not 0 <= token_id < int(vocab):

@@ -210,7 +210,7 @@ def load_build_config(path: str | Path, overrides: dict[str, Any] | None = None)
     if mlflow_cfg is not None and not (isinstance(mlflow_cfg, dict) and mlflow_cfg.get("tracking_uri")):
         raise BuildConfigError(f"{path}: mlflow: expected {{tracking_uri: sqlite:///runs/mlflow.db, experiment_name: ...}} or null")
     if mlflow_cfg is not None:
-        from lit_rl.rollouts.cli import check_tracking_uri
+        from lit_rl.tracking import check_tracking_uri
 
         try:  # fail before hours of generation, not after
             check_tracking_uri(str(mlflow_cfg["tracking_uri"]))

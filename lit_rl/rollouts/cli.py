@@ -25,6 +25,7 @@ from pathlib import Path
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.rollouts.pool import MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem, reorder_usable_first, write_pool_atomic
 from lit_rl.cli_args import LitArgumentParser
+from lit_rl.tracking import check_tracking_uri  # noqa: F401  (re-exported for existing imports)
 
 
 def build_scripted_pool(
@@ -328,13 +329,6 @@ def write_stats(stats: dict, pool: str | Path) -> dict[str, Path]:
     atomic_write_text(paths["json"], json.dumps({k: v for k, v in stats.items() if k != "lengths"}, indent=2) + "\n")
     plot_length_histogram(stats, paths["histogram"])
     return paths
-
-
-def check_tracking_uri(uri: str) -> str:
-    """Accept ``sqlite:///...`` (and a tracking server ``http(s)://...``); MLflow 3's file store raises."""
-    if uri.startswith("sqlite:///") or uri.startswith(("http://", "https://")):
-        return uri
-    raise ValueError(f"MLflow tracking URI {uri!r}: use a sqlite:/// URI (e.g. sqlite:///runs/mlflow.db) or a tracking server; MLflow 3's file store is not supported")
 
 
 def log_stats_mlflow(stats: dict, files: dict[str, Path], tracking_uri: str, experiment_name: str = "lit_rl-external-pools", run_name: str | None = None) -> str:

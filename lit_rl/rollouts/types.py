@@ -7,24 +7,12 @@ occupies the last ``L`` positions, so ``input_ids[:, P:]`` is the completion of 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from enum import IntEnum
 from typing import Any
 
 import torch
 
+from lit_rl.core.sources import Source  # noqa: F401  (the rollout containers' source tag)
 from lit_rl.tasks.base import Example
-
-
-class Source(IntEnum):
-    """Where a rollout came from (stored as a long tensor ``source (N,)``)."""
-
-    ON_POLICY = 0
-    EXTERNAL = 1
-    CONTINUATION = 2
-
-    @property
-    def label(self) -> str:
-        return {0: "on_policy", 1: "external", 2: "continuation"}[int(self)]
 
 
 @dataclass

@@ -10,13 +10,13 @@ import mlflow
 import pytest
 import torch
 
+from lit_rl.core.advantages import group_centered
 from lit_rl.algorithms.double_rollout import (
     DoubleRolloutGRPO,
     DoubleRolloutSettings,
     GRPOLossSettings,
     estimate_rewards,
 )
-from lit_rl.algorithms.grpo import group_advantages
 from lit_rl.generation.ar import ARBackend
 from lit_rl.rollouts.types import RolloutBatch, Source
 
@@ -93,7 +93,7 @@ def batch_of(prompts: list[list[int]], completions: list[list[int]], groups: lis
 
 def run(ro, backend, settings, max_new_tokens=16):
     return estimate_rewards(
-        ro, backend, score, decode, [D], EOS, settings, group_advantages,
+        ro, backend, score, decode, [D], EOS, settings, group_centered,
         correct_threshold=1.0, max_new_tokens=max_new_tokens, seed=0,
     )
 
@@ -192,7 +192,7 @@ def test_length_bonus_on_positive_advantage_rows_then_advantages_recomputed():
     final = torch.tensor([1.0, 1.0, 1.0, 0.0]) + torch.tensor(expected_bonus)
     assert torch.allclose(est.rollouts.rewards, final.float())
     # advantages recomputed from the bonus-revised rewards (the whole group, r3 included)
-    assert torch.allclose(est.advantages, group_advantages(final.float(), torch.zeros(4, dtype=torch.long)))
+    assert torch.allclose(est.advantages, group_centered(final.float(), torch.zeros(4, dtype=torch.long)))
 
 
 def test_off_and_n1_are_vanilla_grpo_without_a_second_stage():
@@ -200,7 +200,7 @@ def test_off_and_n1_are_vanilla_grpo_without_a_second_stage():
     for settings in (DoubleRolloutSettings(enabled=False), DoubleRolloutSettings(num_continuations=1)):
         est = run(ro, StubBackend({}), settings)
         assert est.revised.tolist() == ORIGINAL and est.replaced.tolist() == [-1] * 5
-        assert torch.equal(est.advantages, group_advantages(torch.tensor(ORIGINAL), torch.tensor(GROUPS)))
+        assert torch.equal(est.advantages, group_centered(torch.tensor(ORIGINAL), torch.tensor(GROUPS)))
         assert est.rollouts is ro
 
 
@@ -215,7 +215,7 @@ def test_grpo_with_the_arora_zanette_penalty_scales_correct_rewards_by_length():
     assert est.rollouts.rewards.tolist() == pytest.approx(expected, rel=1e-5)
     assert est.original.tolist() == ORIGINAL + [1.0]  # the verifier rewards are kept for the metrics
     assert est.bonus.tolist() == pytest.approx([e - o for e, o in zip(expected, ORIGINAL + [1.0])], abs=1e-6)
-    assert torch.allclose(est.advantages, group_advantages(torch.tensor(expected), torch.tensor(GROUPS + [0])))
+    assert torch.allclose(est.advantages, group_centered(torch.tensor(expected), torch.tensor(GROUPS + [0])))
     # the shorter correct rollout now has the larger advantage
     assert est.advantages[1] > est.advantages[5] > 0
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lit_rl.algorithms.masks import apply_masks
+from lit_rl.core.masks import apply_masks
 from lit_rl.algorithms.surrogates import (
     SPGSurrogate,
     d1_loss,
@@ -139,7 +139,9 @@ def test_d1_loss_by_hand():
     one = torch.ones(2, 2)
     loss, stats = d1_loss(one, z, torch.tensor([1.0, -1.0]), m, beta=0.0)
     torch.testing.assert_close(loss, torch.tensor((-1.5 - 1.5 + math.e) / 3))
-    assert stats["clip_frac"].item() == 1.0
+    # the clipped term is the one used on the two A = 1 tokens, not on the A = -1 token (its ratio e is
+    # outside the range, but -min(-e, -1.5) takes the unclipped e): 2 of 3, as d1's and TRL's clip_ratio
+    assert stats["clip_frac"].item() == pytest.approx(2 / 3)
     # k3 with ref - logp = ln2: 2 - ln2 - 1 = 1 - ln2 per token; β = 0.04, A = 0
     loss, stats = d1_loss(z, z, torch.zeros(2), m, beta=0.04, ref_logp=torch.full((2, 2), LN2))
     torch.testing.assert_close(loss, torch.tensor(0.04 * (1 - LN2)))
@@ -281,7 +283,7 @@ def test_external_rows_get_uniform_masks_and_on_policy_rows_block_masks():
     # structure, external rows' often do not (a uniform subset); and each row's masks are the pure function's
     # from that row's own seed (so swapping the routing, or sharing one stream, fails)
     from lit_rl import rng
-    from lit_rl.algorithms.masks import spg_block_masks, uniform_random_masks
+    from lit_rl.core.masks import spg_block_masks, uniform_random_masks
 
     L, bl = 12, 4
     cm = torch.arange(L)[None, :] < torch.tensor([12, 10, 12, 11])[:, None]

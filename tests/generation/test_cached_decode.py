@@ -200,7 +200,7 @@ def test_policy_generate_uses_the_cache_and_names_the_field_when_it_cannot():
     every = DecodeSettings(gen_length=16, block_length=8, steps=8, temperature=0.0, cache="dual", refresh_every=1)
     assert torch.equal(policy.generate(ids, mask, exact, 0), policy.generate(ids, mask, every, 0))  # through peft
     policy.model = torch.nn.Linear(2, 2)  # an architecture without an adapter
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="generation.cache"):
         policy.generate(ids, mask, every, 0)

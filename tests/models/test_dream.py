@@ -16,7 +16,7 @@ import torch
 
 bnb = pytest.importorskip("bitsandbytes")
 
-from lit_rl.algorithms.masks import DiffusionMasks  # noqa: E402
+from lit_rl.core.masks import DiffusionMasks  # noqa: E402
 from lit_rl.algorithms.surrogates import SPGSurrogate, elbo  # noqa: E402
 from lit_rl.generation.diffusion import diffusion_generate  # noqa: E402
 from lit_rl.generation.settings import DecodeSettings  # noqa: E402

@@ -99,7 +99,7 @@ def test_native_dream_rows_under_left_padding_equal_each_prompt_alone(official):
 def test_native_dream_reads_the_dream_config_and_refuses_other_folders(official, tmp_path):
     import json
 
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     cfg = qwen2_config_from_dream(official)
     assert cfg.rope_parameters["rope_theta"] == DREAM_ROPE_THETA and cfg.rms_norm_eps == 1e-5 and cfg.num_key_value_heads == 2

@@ -150,7 +150,7 @@ def test_native_loads_a_sharded_checkpoint_by_its_index(official, tmp_path):
 
 
 def test_unsupported_official_option_is_named(official, tmp_path):
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     cfg = json.loads((official / "config.json").read_text()) | {"alibi": True}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
@@ -178,7 +178,7 @@ def test_absent_fields_take_the_official_defaults_not_the_8b_values(official, tm
 def test_a_checkpoint_whose_weights_do_not_match_is_refused(official, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from lit_rl.reliability import ConfigError
+    from lit_rl.errors import ConfigError
 
     copy = shutil.copytree(official, tmp_path / "renamed")
     state = load_file(copy / "model.safetensors")

@@ -1,9 +1,8 @@
 """Malformed configs and data fail fast, before any training, with one clear message naming field, file, line.
 
 Every case runs the real command line (``python -m lit_rl fit --config conf/erils.yaml --config
-tests/tiny_overlay.yaml --config <bad overlay>``) in-process through ``lit_rl.cli.main`` once it runs the
-preflight (see the report), else through ``lit_rl.reliability.checked_main`` (the same preflight, then
-``lit_rl.cli.main``). Each must: exit with status 2, print exactly one ``error:`` line that names the config
+tests/tiny_overlay.yaml --config <bad overlay>``) in-process through ``lit_rl.cli.main``, which runs the
+preflight (:mod:`lit_rl.config`) before LightningCLI. Each must: exit with status 2, print exactly one ``error:`` line that names the config
 file and line (or the command-line option) and the field, and for data files the data file and line; take
 seconds; and leave no trace of a run (no MLflow store, no checkpoint).
 """
@@ -26,7 +25,7 @@ from lit_rl.rollouts import pool as pool_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"
-MAIN = cli.main if "preflight" in inspect.getsource(cli.main) else reliability.checked_main
+MAIN = cli.main
 
 
 def _pool_lines() -> list[str]:

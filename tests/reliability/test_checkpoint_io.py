@@ -12,7 +12,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_rl.reliability import AtomicCheckpointIO, atomic_torch_save, capture_rng_state, restore_rng_state
+from lit_rl.checkpoint_io import AtomicCheckpointIO, atomic_torch_save, capture_rng_state, restore_rng_state
 
 
 def test_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):

@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lit_rl.algorithms.double_rollout_math import split_thinking, split_thinking_text
+from lit_rl.core.double_rollout import split_thinking, split_thinking_text
 from lit_rl.rollouts.pool import PoolFormatError, PoolRecord
 from lit_rl.tasks import CountdownTask, MathTask, SudokuTask, arith, countdown, math_normalize, math_task, parsing, sudoku
 

@@ -23,7 +23,6 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rl.algorithms.advantages import SourceSpecific, group_centered, source_specific_advantages
 from lit_rl.algorithms.erils import ERILSModule, NonFiniteUpdateError
-from lit_rl.algorithms.grpo import group_advantages
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.models import TinyDiffusionLM
 from lit_rl.optim import ConstantWithWarmup
@@ -295,13 +294,13 @@ def test_all_equal_reward_groups_give_zero_advantages_without_division_by_zero()
             assert torch.isfinite(adv).all(), (scale_std, eps, adv)
             assert adv[source == 0].eq(0).all(), adv  # every on-policy group is constant
             assert adv[3] == 0.5 and adv[7] == 1.0  # external A = r
-            ga = group_advantages(rewards, group, scale_std=scale_std, eps=eps)
+            ga = group_centered(rewards, group, scale_std=scale_std, eps=eps)
             assert torch.isfinite(ga).all()
             assert ga[8:].eq(0).all()
             gc = group_centered(rewards, group, torch.ones_like(group, dtype=torch.bool), scale_std=scale_std, eps=eps)
             assert torch.isfinite(gc).all() and gc[8:].eq(0).all()
     # groups of one
-    assert group_advantages(torch.tensor([3.0]), torch.tensor([0]), scale_std=True, eps=0.0).item() == 0.0
+    assert group_centered(torch.tensor([3.0]), torch.tensor([0]), scale_std=True, eps=0.0).item() == 0.0
 
 
 def test_all_equal_rewards_train_without_a_skip():

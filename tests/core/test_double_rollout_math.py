@@ -1,4 +1,4 @@
-"""Hand-computed tests for lit_rl.algorithms.double_rollout_math (DR §2)."""
+"""Hand-computed tests for lit_rl.core.double_rollout (DR §2)."""
 
 import math
 from fractions import Fraction
@@ -6,7 +6,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from lit_rl.algorithms.double_rollout_math import (
+from lit_rl.core.advantages import group_centered
+from lit_rl.core.double_rollout import (
     continuation_budget,
     cut_index,
     length_bonus,
@@ -17,7 +18,6 @@ from lit_rl.algorithms.double_rollout_math import (
     split_thinking,
     split_thinking_text,
 )
-from lit_rl.algorithms.grpo import group_advantages
 
 THINK_END = [98, 99]  # a two-token delimiter, like "</reasoning>" split by a BPE tokenizer
 
@@ -216,12 +216,12 @@ def test_double_rollout_step_by_hand():
     q = torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
     r_hat = revised_rewards(q)
     torch.testing.assert_close(r_hat, torch.tensor([0.0, 1.0, 0.5]))
-    adv = group_advantages(r_hat, group)
+    adv = group_centered(r_hat, group)
     torch.testing.assert_close(adv, torch.tensor([-0.5, 0.5, 0.0]))
     assert one_sided_replacement(adv, own_correct, q > 0).tolist() == [-1, 0, -1]
     # length bonus with |S| = 1 changes nothing; advantages recomputed equal the old ones
     out = length_bonus(r_hat, adv, torch.tensor([50, 40, 60]), group, lam=3.0)
-    torch.testing.assert_close(group_advantages(out, group), adv)
+    torch.testing.assert_close(group_centered(out, group), adv)
 
 
 class TestLengthPenaltyAZ:

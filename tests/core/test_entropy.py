@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from lit_rl.algorithms.entropy import masked_entropy_mean, token_entropy
+from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 
 
 def test_entropy_by_hand():

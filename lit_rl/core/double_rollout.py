@@ -8,7 +8,7 @@ The algorithm, per prompt x with G rollouts y_i and rewards r_i::
     prefix   = x ⊕ t_i[:cut_i]; sample N continuations c_ij with
                max_new_tokens = T_i - cut_i + buffer              -> continuation_budget
     q_ij     = R(x, t_i[:cut_i] ⊕ c_ij);  r̂_i = mean_j q_ij      -> revised_rewards
-    A_i      = GRPO group advantage of r̂                         (grpo.group_advantages)
+    A_i      = GRPO group advantage of r̂                         (advantages.group_centered)
     if A_i > 0 and y_i's own answer is wrong: y_i <- t_i[:cut_i] ⊕ c_ij for a correct j
                                                                   -> one_sided_replacement
     optional: r̂_i += λ·max(0, -z_i) on S = {A_i > 0}, z from lengths within S, then recompute A

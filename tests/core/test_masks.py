@@ -1,9 +1,9 @@
-"""Tests for lit_rl.algorithms.masks (SPG block masks, uniform masks, prompt masking, noisy inputs)."""
+"""Tests for lit_rl.core.masks (SPG block masks, uniform masks, prompt masking, noisy inputs)."""
 
 import pytest
 import torch
 
-from lit_rl.algorithms.masks import (
+from lit_rl.core.masks import (
     DiffusionMasks,
     apply_masks,
     full_completion_masks,

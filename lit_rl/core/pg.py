@@ -1,4 +1,5 @@
-"""GRPO core math: group-relative advantages and the token-level clipped policy-gradient loss.
+"""Policy-gradient math: the token-level clipped policy-gradient loss (GRPO / DAPO / DR), k3 KL, aggregation
+and truncation masks (group-relative advantages: :func:`lit_rl.core.advantages.group_centered`).
 
 Pure functions over tensors; no module state. They follow:
 
@@ -40,82 +41,11 @@ __all__ = [
     "AGGREGATIONS",
     "aggregate",
     "clipped_pg_loss",
-    "group_advantages",
     "is_truncated",
     "k3_kl",
     "masked_mean",
     "truncation_mask",
 ]
-
-
-def _group_index(group: Tensor) -> tuple[Tensor, int]:
-    """Map arbitrary group ids to ``0..G-1``. Returns the index ``(B,)`` and the number of groups G."""
-    uniq, inverse = torch.unique(group, return_inverse=True)
-    return inverse, int(uniq.numel())
-
-
-def group_advantages(
-    rewards: Tensor,
-    group: Tensor,
-    scale_std: bool = False,
-    leave_one_out: bool = False,
-    eps: float = 1e-6,
-) -> Tensor:
-    """Group-relative advantages (GRPO / RLOO / Dr. GRPO).
-
-    ``A_i = r_i - b_i`` with ``b_i`` the mean reward of the group of ``i`` (GRPO), or with
-    ``leave_one_out=True`` the mean of the group's *other* rewards (RLOO), which equals
-    ``n/(n-1) · (r_i - mean)``. With ``scale_std=True`` the result is divided by ``std + eps`` where std is
-    the group's **sample** standard deviation (Bessel-corrected, ``n-1``; what ``torch.std`` and TRL's GRPO
-    use). ``scale_std=False`` is Dr. GRPO / SPG / the DR paper's baseline without std division.
-
-    Groups whose rewards are all equal (incl. groups of one) get exactly ``0`` — set explicitly, so no
-    division by zero and no float round-off residue from ``r - mean(r)``.
-
-    A NaN reward (a reward function that returned ``None``) is dropped, as ERILS's ``nan_policy="drop"``:
-    the row gets advantage ``0`` and is left out of its group's mean, std and size, so one bad score does
-    not blank its whole group. TRL instead sums ``None`` as 0 over reward functions; here a row's reward is
-    already one number.
-
-    Args:
-        rewards: ``(B,)`` float rewards (NaN = no reward).
-        group: ``(B,)`` integer prompt/group ids (any values; rows need not be contiguous or sorted).
-        scale_std: divide by the group's sample std (+ ``eps``).
-        leave_one_out: RLOO baseline instead of the full group mean.
-        eps: added to the std before dividing.
-
-    Returns:
-        ``(B,)`` advantages, same dtype as ``rewards``.
-    """
-    if rewards.ndim != 1 or group.shape != rewards.shape:
-        raise ValueError(f"rewards and group must both be (B,), got {tuple(rewards.shape)} and {tuple(group.shape)}")
-    r = rewards.to(torch.float64)  # (B,) accumulate in float64 so all-equal detection and means are exact
-    valid = ~torch.isnan(r)  # (B,)
-    r = torch.where(valid, r, torch.zeros_like(r))
-    idx, G = _group_index(group)  # (B,), G
-    zeros = torch.zeros(G, dtype=torch.float64, device=r.device)
-    count = zeros.clone().index_add_(0, idx, valid.to(r.dtype))  # (G,) valid rows per group
-    total = zeros.clone().index_add_(0, idx, r)  # (G,)
-    mean = total / count.clamp(min=1)  # (G,)
-    n = count[idx]  # (B,)
-    centred = torch.where(valid, r - mean[idx], torch.zeros_like(r))  # (B,)
-    if leave_one_out:
-        # mean of the others = (total - r_i)/(n-1); r_i - that = n/(n-1)·(r_i - mean). Groups of one → 0.
-        adv = torch.where(n > 1, centred * n / (n - 1).clamp(min=1), torch.zeros_like(centred))
-    else:
-        adv = centred
-    if scale_std:
-        sq = zeros.clone().index_add_(0, idx, centred**2)  # (G,)
-        std = (sq / (count - 1).clamp(min=1)).sqrt()  # (G,) sample std; 0 for groups of one
-        adv = adv / (std[idx] + eps)
-    # Exact zeros for constant groups: max == min over the group's valid rows.
-    gmax = torch.full((G,), -torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(
-        0, idx, torch.where(valid, r, torch.full_like(r, -torch.inf)), "amax")
-    gmin = torch.full((G,), torch.inf, dtype=torch.float64, device=r.device).scatter_reduce(
-        0, idx, torch.where(valid, r, torch.full_like(r, torch.inf)), "amin")
-    constant = (gmax <= gmin)[idx]  # (B,) also a group with no valid row (-inf <= inf)
-    adv = torch.where(constant | ~valid, torch.zeros_like(adv), adv)
-    return adv.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
 
 
 def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:

@@ -1,34 +1,34 @@
-"""Hand-computed tests for lit_rl.algorithms.grpo (expected values derived in the comments)."""
+"""Hand-computed tests for lit_rl.core.pg (expected values derived in the comments)."""
 
 import math
 
 import pytest
 import torch
 
-from lit_rl.algorithms.grpo import (
+from lit_rl.core.advantages import group_centered
+from lit_rl.core.pg import (
     aggregate,
     clipped_pg_loss,
-    group_advantages,
     is_truncated,
     k3_kl,
     truncation_mask,
 )
 
 
-# ----------------------------------------------------------------------------- group_advantages
+# ----------------------------------------------------------------------------- group_centered
 class TestGroupAdvantages:
     def test_mean_centred_and_constant_group_is_zero(self):
         # group 0: rewards [1, 0, 0], mean 1/3 -> [2/3, -1/3, -1/3]
         # group 1: rewards all 0.5 -> exactly 0
         rewards = torch.tensor([1.0, 0.0, 0.0, 0.5, 0.5, 0.5])
         group = torch.tensor([0, 0, 0, 1, 1, 1])
-        adv = group_advantages(rewards, group)
+        adv = group_centered(rewards, group)
         torch.testing.assert_close(adv, torch.tensor([2 / 3, -1 / 3, -1 / 3, 0.0, 0.0, 0.0]))
 
     def test_arbitrary_unsorted_group_ids(self):
         # group 7: rows 0, 2 rewards [1, 3], mean 2 -> [-1, 1]
         # group 3: rows 1, 3 rewards [2, 6], mean 4 -> [-2, 2]
-        adv = group_advantages(torch.tensor([1.0, 2.0, 3.0, 6.0]), torch.tensor([7, 3, 7, 3]))
+        adv = group_centered(torch.tensor([1.0, 2.0, 3.0, 6.0]), torch.tensor([7, 3, 7, 3]))
         torch.testing.assert_close(adv, torch.tensor([-1.0, -2.0, 1.0, 2.0]))
 
     def test_scale_std_uses_sample_std(self):
@@ -36,7 +36,7 @@ class TestGroupAdvantages:
         # std = 1/sqrt(3) -> A = dev * sqrt(3) = [2/sqrt(3), -1/sqrt(3), -1/sqrt(3)] (eps = 0)
         rewards = torch.tensor([1.0, 0.0, 0.0, 0.5, 0.5, 0.5])
         group = torch.tensor([0, 0, 0, 1, 1, 1])
-        adv = group_advantages(rewards, group, scale_std=True, eps=0.0)
+        adv = group_centered(rewards, group, scale_std=True, eps=0.0)
         s3 = math.sqrt(3)
         torch.testing.assert_close(adv, torch.tensor([2 / s3, -1 / s3, -1 / s3, 0.0, 0.0, 0.0]))
         assert torch.isfinite(adv).all()
@@ -48,7 +48,7 @@ class TestGroupAdvantages:
         # rewards [1, 0, 0, 0]: row 0 baseline mean(0, 0, 0) = 0 -> 1
         # rows 1..3 baseline mean(1, 0, 0) = 1/3 -> -1/3
         rewards, group = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.zeros(4, dtype=torch.long)
-        adv = group_advantages(rewards, group, leave_one_out=True)
+        adv = group_centered(rewards, group, leave_one_out=True)
         torch.testing.assert_close(adv, torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3]))
 
     def test_constant_group_exact_zero_despite_roundoff(self):
@@ -57,28 +57,28 @@ class TestGroupAdvantages:
         rewards = torch.tensor([0.1, 0.1, 0.1])
         group = torch.zeros(3, dtype=torch.long)
         for kwargs in ({}, {"scale_std": True}, {"leave_one_out": True}, {"scale_std": True, "eps": 0.0}):
-            adv = group_advantages(rewards, group, **kwargs)
+            adv = group_centered(rewards, group, **kwargs)
             assert torch.equal(adv, torch.zeros(3)), kwargs
 
     def test_singleton_group_is_zero(self):
-        adv = group_advantages(torch.tensor([3.0, 1.0, 0.0]), torch.tensor([0, 1, 1]), leave_one_out=True)
+        adv = group_centered(torch.tensor([3.0, 1.0, 0.0]), torch.tensor([0, 1, 1]), leave_one_out=True)
         # group 0 has one member -> 0; group 1: [1, 0], LOO baselines [0, 1] -> [1, -1]
         torch.testing.assert_close(adv, torch.tensor([0.0, 1.0, -1.0]))
 
     def test_shape_check(self):
         with pytest.raises(ValueError):
-            group_advantages(torch.zeros(3), torch.zeros(4, dtype=torch.long))
+            group_centered(torch.zeros(3), torch.zeros(4, dtype=torch.long))
 
     def test_nan_reward_is_dropped_not_spread_over_its_group(self):
         rewards = torch.tensor([1.0, 0.0, math.nan, 1.0, math.nan])
         group = torch.tensor([0, 0, 0, 1, 2])
         # group 0 over its valid rows [1, 0]: mean 0.5 -> [0.5, -0.5], the NaN row 0; group 1 one row -> 0;
         # group 2 has no valid row -> 0
-        torch.testing.assert_close(group_advantages(rewards, group), torch.tensor([0.5, -0.5, 0.0, 0.0, 0.0]))
+        torch.testing.assert_close(group_centered(rewards, group), torch.tensor([0.5, -0.5, 0.0, 0.0, 0.0]))
         # sample std of [1, 0] is sqrt(0.5) = 0.7071 -> +-0.5 / 0.7071 = +-0.7071 (eps 0)
-        torch.testing.assert_close(group_advantages(rewards, group, scale_std=True, eps=0.0), torch.tensor([0.7071, -0.7071, 0, 0, 0]), atol=1e-4, rtol=0)
+        torch.testing.assert_close(group_centered(rewards, group, scale_std=True, eps=0.0), torch.tensor([0.7071, -0.7071, 0, 0, 0]), atol=1e-4, rtol=0)
         # RLOO over the 2 valid rows: n/(n-1) = 2 -> [1, -1]
-        torch.testing.assert_close(group_advantages(rewards, group, leave_one_out=True), torch.tensor([1.0, -1.0, 0, 0, 0]))
+        torch.testing.assert_close(group_centered(rewards, group, leave_one_out=True), torch.tensor([1.0, -1.0, 0, 0, 0]))
 
 
 # ----------------------------------------------------------------------------- clipped_pg_loss

@@ -1,0 +1,169 @@
+"""Config files and command-line overrides read with the place of every key (``file:line`` or
+``command line (--key)``), merged as LightningCLI merges them (mappings key by key, lists replaced)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from lit_rl.errors import ConfigError
+
+__all__ = ["ConfigView", "fail", "load_yaml_with_lines", "parse_command_line"]
+
+
+Path_ = tuple  # a config key path, e.g. ("data", "init_args", "generation", "gen_length")
+
+
+@dataclass
+class ConfigView:
+    data: dict[str, Any]
+    where: dict[tuple, str]  # key path -> "file:line" or "command line (--key)"
+
+    def loc(self, path: Sequence[Any]) -> str:
+        """The most specific known location of ``path`` (its own, else its nearest ancestor's)."""
+        p = tuple(path)
+        while p:
+            if p in self.where:
+                return self.where[p]
+            p = p[:-1]
+        return "<defaults>"
+
+    def get(self, path: Sequence[Any], default: Any = None) -> Any:
+        node: Any = self.data
+        for k in path:
+            if isinstance(node, dict) and k in node:
+                node = node[k]
+            elif isinstance(node, list) and isinstance(k, int) and 0 <= k < len(node):
+                node = node[k]
+            else:
+                return default
+        return node
+
+
+def _dotted(path: Sequence[Any]) -> str:
+    out = ""
+    for k in path:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out
+
+
+def fail(cfg: ConfigView, path: Sequence[Any], problem: str) -> ConfigError:
+    return ConfigError(f"{cfg.loc(path)}: {_dotted(path)}: {problem}")
+
+
+def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, str]]:
+    """A YAML file's data and where each key sits: ``{key path tuple: "file:line"}``; a missing file or a
+    syntax error raises :class:`ConfigError` naming the file and line (the preflight and sweep configs)."""
+    import yaml
+
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found (--config)")
+    text = path.read_text(encoding="utf-8")
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else {}
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise ConfigError(f"{path}:{line}: YAML syntax error: {e.problem or e.context}") from None
+    where: dict[tuple, str] = {}
+
+    def walk(n: Any, p: tuple) -> None:
+        where[p] = f"{path}:{n.start_mark.line + 1}"
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode):
+                    where[p + (k.value,)] = f"{path}:{k.start_mark.line + 1}"
+                    walk(v, p + (k.value,))
+                    where[p + (k.value,)] = f"{path}:{k.start_mark.line + 1}"
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                walk(v, p + (i,))
+
+    if node is not None:
+        walk(node, ())
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1: expected a mapping at the top level, got {type(data).__name__}")
+    return data, where
+
+
+_CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
+
+
+def _merge(base: Any, new: Any) -> Any:
+    """jsonargparse-like merge: mappings merge key by key, a changed ``class_path`` drops the old
+    ``init_args``, anything else (lists included) is replaced."""
+    if isinstance(base, dict) and isinstance(new, dict):
+        out = dict(base)
+        if "class_path" in new and "class_path" in base and new["class_path"] != base["class_path"]:
+            out.pop("init_args", None)
+        for k, v in new.items():
+            out[k] = _merge(out[k], v) if k in out else v
+        return out
+    return new
+
+
+def _set_override(cfg: ConfigView, dotted: str, raw: str) -> None:
+    """Apply ``--a.b.c=value`` (``a.b`` of a ``class_path`` node may skip ``init_args``, as in jsonargparse)."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    keys = dotted.split(".")
+    node: Any = cfg.data
+    path: tuple = ()
+    for i, k in enumerate(keys):
+        if not isinstance(node, dict):
+            return
+        if "class_path" in node and k not in _CLASS_KEYS:
+            node = node.setdefault("init_args", {})
+            path += ("init_args",)
+        path += (k,)
+        if i == len(keys) - 1:
+            node[k] = _merge(node[k], value) if isinstance(node.get(k), dict) and isinstance(value, dict) else value
+        else:
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+    for key in [w for w in cfg.where if w[: len(path)] == path]:
+        del cfg.where[key]
+    cfg.where[path] = f"command line (--{dotted})"
+
+
+def parse_command_line(argv: Sequence[str]) -> tuple[str | None, ConfigView] | None:
+    """``(subcommand, merged config)`` of a LightningCLI command line, or ``None`` if it is not one this
+    preflight understands (``--help``, ``--print_config``, list appends ...): the CLI then checks alone."""
+    argv = list(argv)
+    sub = argv[0] if argv and not argv[0].startswith("-") else None
+    rest = argv[1:] if sub else argv
+    cfg = ConfigView({}, {})
+    i = 0
+    while i < len(rest):
+        tok = rest[i]
+        if not tok.startswith("--"):
+            return None
+        if tok in ("--help", "-h") or tok.startswith(("--print_config", "--print-config")) or "+=" in tok:
+            return None
+        key, eq, val = tok[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(rest):
+                return None
+            val = rest[i + 1]
+            i += 1
+        i += 1
+        if key == "config":
+            data, where = load_yaml_with_lines(Path(val))
+            cfg.data = _merge(cfg.data, data)
+            cfg.where.update(where)
+        else:
+            _set_override(cfg, key, val)
+    return sub, cfg

@@ -1,0 +1,159 @@
+"""Reward -> advantage math: group centring (GRPO, RLOO, Dr. GRPO, ERILS Eq. 9 and Eq. 11), one function.
+
+Every rollout has a reward ``r (B,)``, a ``group (B,)`` id (its prompt) and, for ERILS, a ``source (B,)``
+(:class:`~lit_rl.core.sources.Source`: 0 on-policy, 1 external). Spec: docs/erils.md, docs/double_rollout.md.
+
+* :func:`group_centered`: ``r − mean`` over the *members* of each row's group (every non-NaN row by default),
+  optionally the leave-one-out mean (RLOO, Ahmadian et al. 2024) and a division by the group's sample std
+  (``+ eps``; GRPO, Shao et al. 2024). ``scale_std=False`` is Dr. GRPO / SPG / ERILS / the DR paper's baseline.
+* ERILS (§IV-B) source-specific, Eq. 9: ``A_on = r_on − mean(r_on of the group)``, ``A_ext = r_ext``
+  (:func:`source_specific_advantages`); joint, Eq. 11-12: one mean over both sources (:func:`joint_advantages`).
+
+A group whose member rewards are all equal gets exactly zero centred advantages (set explicitly: no division
+by zero and no round-off residue). Statistics run in float64. NaN rewards (a TRL reward function returned
+None): :func:`group_centered` leaves them out of every mean and gives them 0; the ERILS functions raise
+unless ``valid`` excludes those rows (their processors in :mod:`lit_rl.algorithms.advantages` do that).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lit_rl.core.sources import Source
+
+__all__ = [
+    "frac_reward_zero_std",
+    "group_centered",
+    "joint_advantages",
+    "source_specific_advantages",
+]
+
+ON_POLICY, EXTERNAL = int(Source.ON_POLICY), int(Source.EXTERNAL)
+
+def frac_reward_zero_std(rewards: torch.Tensor, group: torch.Tensor) -> float:
+    """Share of groups whose rewards are all equal (TRL's ``frac_reward_zero_std``): those rows get zero
+    group-centred advantage, so the share says how much of a batch carries no learning signal.
+
+    Shapes: ``rewards (B,)``, ``group (B,)`` ids -> a float in [0, 1] (0 for an empty batch).
+    """
+    if rewards.numel() == 0:
+        return 0.0
+    ids, inv = torch.unique(group, return_inverse=True)  # (K,), (B,)
+    r = rewards.float()
+    hi = torch.full((len(ids),), float("-inf"), device=r.device).scatter_reduce(0, inv, r, "amax")  # (K,)
+    lo = torch.full((len(ids),), float("inf"), device=r.device).scatter_reduce(0, inv, r, "amin")  # (K,)
+    return float((hi == lo).float().mean())
+
+
+def _check(rewards: torch.Tensor, source: torch.Tensor, group: torch.Tensor, valid: torch.Tensor | None):
+    if rewards.dim() != 1 or source.shape != rewards.shape or group.shape != rewards.shape:
+        raise ValueError(
+            f"rewards, source and group must all be (B,), got {tuple(rewards.shape)}, "
+            f"{tuple(source.shape)}, {tuple(group.shape)}"
+        )
+    bad = (source != ON_POLICY) & (source != EXTERNAL)
+    if bad.any():
+        raise ValueError(f"source must hold 0 (on-policy) or 1 (external), got {source[bad].unique().tolist()}")
+    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
+    if torch.isnan(rewards[valid]).any():
+        raise ValueError("rewards contain NaN; pass valid= to exclude those rollouts (or use nan_policy='drop')")
+    return valid
+
+
+def group_centered(
+    rewards: torch.Tensor,
+    group: torch.Tensor,
+    members: torch.Tensor | None = None,
+    *,
+    scale_std: bool = False,
+    leave_one_out: bool = False,
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """``r − b`` where ``b`` is the mean reward over the ``members`` of the row's group; with ``scale_std`` also
+    divided by the members' sample std (Bessel-corrected, as ``torch.std`` and TRL) ``+ eps``.
+
+    Args:
+        rewards: ``(B,)`` float rewards (NaN = no reward: never a member, advantage 0).
+        group: ``(B,)`` integer group ids (any values; rows need not be contiguous or sorted).
+        members: ``(B,)`` bool, the rows whose rewards make the baseline (default: every non-NaN row).
+            Rows that are not members still get ``r − (their group's member mean)``; a group without
+            members has mean 0.
+        scale_std: divide by the members' sample std (+ ``eps``): GRPO; ``False``: Dr. GRPO / SPG / ERILS.
+        leave_one_out: for members, the mean of the group's *other* members (RLOO), i.e.
+            ``n/(n-1)·(r − mean)``; a group of one member gets 0.
+        eps: added to the std before dividing (TRL's 1e-4).
+
+    Returns:
+        ``(B,)`` advantages in ``rewards``' dtype; exactly 0 for members of a group whose member rewards are
+        all equal (and for NaN rows).
+    """
+    if rewards.ndim != 1 or group.shape != rewards.shape:
+        raise ValueError(f"rewards and group must both be (B,), got {tuple(rewards.shape)} and {tuple(group.shape)}")
+    nan = torch.isnan(rewards)  # (B,)
+    members = ~nan if members is None else members.bool() & ~nan
+    r64 = torch.where(nan, 0.0, rewards.double())  # (B,)
+    r = torch.where(members, r64, 0.0)  # (B,) member rewards
+    _, g = torch.unique(group, return_inverse=True)  # (B,) dense ids
+    G = int(g.max()) + 1 if g.numel() else 0
+    zeros = torch.zeros(G, dtype=torch.float64, device=r.device)
+    count = zeros.clone().index_add_(0, g, members.double())  # (G,)
+    total = zeros.clone().index_add_(0, g, r)  # (G,)
+    mean = total / count.clamp(min=1)  # (G,)
+    adv = r64 - mean[g]  # (B,)
+    if leave_one_out:
+        n = count[g]  # (B,)
+        loo = torch.where(n > 1, adv * n / (n - 1).clamp(min=1), torch.zeros_like(adv))
+        adv = torch.where(members, loo, adv)
+    if scale_std:
+        sq = zeros.clone().index_add_(0, g, torch.where(members, (r - mean[g]) ** 2, 0.0))  # (G,)
+        std = (sq / (count - 1).clamp(min=1)).sqrt()  # (G,) sample std; 0 for groups of one
+        adv = adv / (std[g] + eps)
+    big = torch.finfo(torch.float64).max
+    hi = torch.full((G,), -big, dtype=torch.float64, device=r.device).scatter_reduce(
+        0, g, torch.where(members, r, -big), reduce="amax"
+    )
+    lo = torch.full((G,), big, dtype=torch.float64, device=r.device).scatter_reduce(
+        0, g, torch.where(members, r, big), reduce="amin"
+    )
+    constant = (hi <= lo)[g] & members  # (B,) all member rewards equal (exact zero, no rounding residue)
+    adv = torch.where(constant | nan, 0.0, adv)
+    return adv.to(rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype())
+
+
+def source_specific_advantages(
+    rewards: torch.Tensor,
+    source: torch.Tensor,
+    group: torch.Tensor,
+    *,
+    scale_std: bool = False,
+    eps: float = 1e-4,
+    valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """ERILS Eq. 9: on-policy rows centred by the mean of their group's on-policy rows only; external rows
+    keep ``A = r``. Rows with ``valid == False`` get 0 and are excluded from the means.
+
+    Shapes: ``rewards, source, group, valid (B,)`` -> ``(B,)``.
+    """
+    valid = _check(rewards, source, group, valid)
+    on = (source == ON_POLICY) & valid
+    a_on = group_centered(rewards, group, on, scale_std=scale_std, eps=eps)
+    adv = torch.where(on, a_on, rewards)
+    return torch.where(valid, adv, torch.zeros_like(adv))
+
+
+def joint_advantages(
+    rewards: torch.Tensor,
+    source: torch.Tensor,
+    group: torch.Tensor,
+    *,
+    scale_std: bool = False,
+    eps: float = 1e-4,
+    valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """ERILS Eq. 11: every row centred by the mean over all (valid) members of its group, both sources.
+
+    Shapes: ``rewards, source, group, valid (B,)`` -> ``(B,)``.
+    """
+    valid = _check(rewards, source, group, valid)
+    adv = group_centered(rewards, group, valid, scale_std=scale_std, eps=eps)
+    return torch.where(valid, adv, torch.zeros_like(adv))

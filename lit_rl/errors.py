@@ -1,0 +1,22 @@
+"""lit_rl's user-facing errors: raised where a config, data file or setting is wrong, printed as one line."""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "FieldError"]
+
+
+class ConfigError(ValueError):
+    """A malformed configuration or data file; the message names the field, the file and the line."""
+
+
+class FieldError(ValueError):
+    """A constructor's error about one of its own arguments (``field``, the argument's name).
+
+    Settings classes raise it from ``__post_init__``; the config preflight (:mod:`lit_rl.config.preflight`)
+    builds them from the YAML and turns the error into a :class:`ConfigError` at that argument's file:line,
+    so a rule is written once, in the class, and reported with its place in the config.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field, self.problem = field, problem
