@@ -39,6 +39,7 @@ from typing import Any, Sequence
 import torch
 from torchmetrics.aggregation import MeanMetric
 
+from lit_rl.errors import FieldError
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.metrics import FirstKPassAtK, MeanAccuracy, UnbiasedPassAtK
 from lit_rl.tasks.base import PARSERS, Example, Task
@@ -112,7 +113,10 @@ class EvalConfig:
             )
         if self.parser not in PARSERS:
             raise ValueError(f"eval config {self.name!r}: parser must be one of {PARSERS}, got {self.parser!r}")
-        self.generation = _build_settings(self.generation)
+        try:
+            self.generation = _build_settings(self.generation)
+        except FieldError as e:  # the field's place in this config: generation.<field>
+            raise FieldError(f"generation.{e.field}", e.problem) from None
 
     @property
     def metric_names(self) -> list[str]:

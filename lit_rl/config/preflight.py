@@ -12,13 +12,16 @@ the field, and for data files the data file and line.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import types
+import typing
 from pathlib import Path
 from typing import Any, Sequence
 
 from lit_rl.config.lines import ConfigView, fail, parse_command_line
 import lit_rl.config.signatures as sig
-from lit_rl.errors import ConfigError
+from lit_rl.errors import ConfigError, FieldError
 from lit_rl.tracking import tracking_uri_problem
 
 __all__ = ["ConfigError", "preflight"]
@@ -96,46 +99,64 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _check_generation(cfg: ConfigView, path: tuple, gen: Any) -> None:
-    from lit_rl.generation.settings import DecodeSettings
-
-    if not isinstance(gen, dict):
-        return
-    d = DecodeSettings.__dataclass_fields__
-    vals = {k: gen.get(k, d[k].default) for k in ("gen_length", "block_length", "steps", "temperature")}
-    for k in ("gen_length", "block_length", "steps"):
-        if not _is_int(vals[k]):
-            return  # type errors are reported by the key checks
-        if vals[k] <= 0:
-            raise fail(cfg, path + (k,), f"must be a positive integer, got {vals[k]}")
-    L, B, S = vals["gen_length"], vals["block_length"], vals["steps"]
-    if L % B:
-        raise fail(cfg, path + ("gen_length",), f"L_gen = {L} is not a multiple of block_length = {B} ({cfg.loc(path + ('block_length',))})")
-    if S % (L // B):
-        raise fail(cfg, path + ("steps",), f"steps = {S} is not divisible by the number of blocks L_gen/block_length = {L}/{B} = {L // B}")
-    t = vals["temperature"]
-    if isinstance(t, (int, float)) and not isinstance(t, bool) and t < 0:
-        raise fail(cfg, path + ("temperature",), f"must be >= 0, got {t}")
-    if gen.get("cache", "none") not in ("none", "prefix", "dual"):
-        raise fail(cfg, path + ("cache",), f"must be 'none', 'prefix' or 'dual', got {gen['cache']!r}")
-    r = gen.get("refresh_every")
-    if r is not None and (not _is_int(r) or r < 1):
-        raise fail(cfg, path + ("refresh_every",), f"must be a positive integer or null, got {r!r}")
-    th = gen.get("threshold")
-    if th is not None and (isinstance(th, bool) or not isinstance(th, (int, float)) or not 0 < th <= 1):
-        raise fail(cfg, path + ("threshold",), f"must be in (0, 1] or null, got {th!r}")
+def _unwrap_optional(hint: Any) -> Any:
+    """``X | None`` / ``Optional[X]`` -> ``X``; other hints unchanged."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return hint
 
 
-def _walk_generations(cfg: ConfigView, node: Any, path: tuple) -> None:
+def _dataclass_in(hint: Any) -> type | None:
+    """The dataclass a type hint names (``X``, ``X | None``, ``Optional[X]``), else ``None``."""
+    hint = _unwrap_optional(hint)
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+
+
+def _build_settings(cfg: ConfigView, path: tuple, hint: Any, value: Any) -> Any:
+    """Build a settings dataclass (and the ones nested in it, and in lists of them) from its YAML mapping, so
+    its own ``__post_init__`` rules run here; a :class:`~lit_rl.errors.FieldError` is reported at the
+    argument's file:line. Anything that is not such a mapping is returned unchanged (the key checks, which
+    run next, report unknown keys and wrong types)."""
+    hint = _unwrap_optional(hint)
+    if typing.get_origin(hint) is list and isinstance(value, list):
+        (item,) = typing.get_args(hint) or (Any,)
+        return [_build_settings(cfg, path + (i,), item, v) for i, v in enumerate(value)]
+    dc = _dataclass_in(hint)
+    if dc is None or not isinstance(value, dict):
+        return value
+    try:
+        hints = typing.get_type_hints(dc)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation: leave the check to the run
+        return value
+    if any(k not in hints for k in value):
+        return value
+    kwargs = {k: _build_settings(cfg, path + (k,), hints[k], v) for k, v in value.items()}
+    try:
+        return dc(**kwargs)
+    except FieldError as e:
+        raise fail(cfg, path + tuple(e.field.split(".")), e.problem) from None
+    except (TypeError, ValueError) as e:
+        raise fail(cfg, path, str(e)) from None
+
+
+def _walk_settings(cfg: ConfigView, node: Any, path: tuple) -> None:
+    """Every ``class_path`` node's settings arguments through :func:`_build_settings`."""
     if isinstance(node, dict):
+        if isinstance(node.get("class_path"), str) and "." in node["class_path"]:
+            try:
+                _, hints, _ = sig.params(sig.import_class(node["class_path"]))
+            except Exception:  # noqa: BLE001 - reported by the key checks
+                hints = {}
+            args = node.get("init_args") if isinstance(node.get("init_args"), dict) else {}
+            for k, v in args.items():
+                if k in hints:
+                    _build_settings(cfg, path + ("init_args", k), hints[k], v)
         for k, v in node.items():
-            if k in ("generation", "eval_generation") and isinstance(v, dict):
-                _check_generation(cfg, path + (k,), v)
-            else:
-                _walk_generations(cfg, v, path + (k,))
+            _walk_settings(cfg, v, path + (k,))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            _walk_generations(cfg, v, path + (i,))
+            _walk_settings(cfg, v, path + (i,))
 
 
 def _init_args(cfg: ConfigView, key: str) -> tuple[tuple, dict]:
@@ -165,7 +186,7 @@ def _default(cls: Any, name: str, fallback: Any = None) -> Any:
 
 
 def _check_semantics(cfg: ConfigView) -> None:
-    _walk_generations(cfg, cfg.data, ())
+    _walk_settings(cfg, cfg.data, ())
     mpath, margs = _init_args(cfg, "model")
     dpath, dargs = _init_args(cfg, "data")
     mcls, dcls = _class_of(cfg, "model"), _class_of(cfg, "data")

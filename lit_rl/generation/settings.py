@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lit_rl.errors import FieldError
+
 
 @dataclass
 class DecodeSettings:
@@ -34,26 +36,28 @@ class DecodeSettings:
     threshold: float | None = None
 
     def __post_init__(self) -> None:
-        if self.gen_length <= 0 or self.block_length <= 0 or self.steps <= 0:
-            raise ValueError(f"generation: gen_length, block_length and steps must be positive, got {self}")
-        if self.gen_length % self.block_length:
-            raise ValueError(
-                f"generation.gen_length ({self.gen_length}) must be a multiple of generation.block_length ({self.block_length})"
+        # FieldError: the config preflight reports each at its key's file:line (lit_rl.config.preflight)
+        for name in ("gen_length", "block_length", "steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise FieldError(name, f"must be a positive integer, got {value!r}")
+        L, B, S = self.gen_length, self.block_length, self.steps
+        if L % B:
+            raise FieldError("gen_length", f"L_gen = {L} is not a multiple of block_length = {B}")
+        if S % (L // B):
+            raise FieldError(
+                "steps", f"steps = {S} is not divisible by the number of blocks L_gen/block_length = {L}/{B} = {L // B}"
             )
-        blocks = self.gen_length // self.block_length
-        if self.steps % blocks:
-            raise ValueError(
-                f"generation.steps ({self.steps}) must be divisible by the number of blocks "
-                f"(gen_length/block_length = {blocks})"
-            )
-        if self.temperature < 0:
-            raise ValueError(f"generation.temperature must be >= 0, got {self.temperature}")
+        if not self.temperature >= 0:
+            raise FieldError("temperature", f"must be >= 0, got {self.temperature}")
         if self.cache not in ("none", "prefix", "dual"):
-            raise ValueError(f"generation.cache must be 'none', 'prefix' or 'dual', got {self.cache!r}")
-        if self.refresh_every is not None and self.refresh_every < 1:
-            raise ValueError(f"generation.refresh_every must be >= 1 or null, got {self.refresh_every}")
-        if self.threshold is not None and not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"generation.threshold must be in (0, 1] or null, got {self.threshold}")
+            raise FieldError("cache", f"must be 'none', 'prefix' or 'dual', got {self.cache!r}")
+        r = self.refresh_every
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
+            raise FieldError("refresh_every", f"must be a positive integer or null, got {r!r}")
+        th = self.threshold
+        if th is not None and (isinstance(th, bool) or not isinstance(th, (int, float)) or not 0.0 < th <= 1.0):
+            raise FieldError("threshold", f"must be in (0, 1] or null, got {th!r}")
 
     @property
     def exact(self) -> bool:

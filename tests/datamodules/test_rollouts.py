@@ -96,7 +96,7 @@ def test_bad_arguments_fail_fast(kwargs, message):
 
 
 def test_decode_settings_validation_names_the_field():
-    with pytest.raises(ValueError, match="gen_length .* multiple of generation.block_length"):
+    with pytest.raises(ValueError, match="gen_length: L_gen = 60 is not a multiple of block_length = 32"):
         DecodeSettings(gen_length=60, block_length=32, steps=30)
     with pytest.raises(ValueError, match="steps .* divisible by the number of blocks"):
         DecodeSettings(gen_length=64, block_length=32, steps=5)

@@ -208,7 +208,7 @@ def test_policy_generate_uses_the_cache_and_names_the_field_when_it_cannot():
 
 @pytest.mark.parametrize(
     "kw, match",
-    [({"cache": "full"}, "generation.cache"), ({"refresh_every": 0}, "refresh_every"), ({"threshold": 0.0}, "threshold"),
+    [({"cache": "full"}, "cache: must be .none., .prefix. or .dual."), ({"refresh_every": 0}, "refresh_every"), ({"threshold": 0.0}, "threshold"),
      ({"threshold": 1.5}, "threshold")],
 )
 def test_decode_settings_refuse_bad_values(kw, match):
