@@ -60,6 +60,7 @@ class LitRLCLI(LightningCLI):
         """``predict`` writes the completions (:class:`callbacks.predictions.PredictionWriter`) unless the
         config already has a prediction writer."""
         trainer = super().instantiate_trainer(**kwargs)
+        resolve_checkpoint_dirs(trainer)
         if self.subcommand == "predict":
             from lightning.pytorch.callbacks import BasePredictionWriter
 
@@ -68,6 +69,19 @@ class LitRLCLI(LightningCLI):
             if not any(isinstance(cb, BasePredictionWriter) for cb in trainer.callbacks):
                 trainer.callbacks.append(PredictionWriter())
         return trainer
+
+
+def resolve_checkpoint_dirs(trainer) -> None:
+    """A ``ModelCheckpoint`` without ``dirpath`` saves to ``<run folder>/checkpoints`` (the run folder:
+    :func:`lit_rl.runs.run_dir`, ``trainer.default_root_dir`` for the shipped configs), decided when the
+    trainer is built so that ``--ckpt_path last`` finds the same folder. Lightning's own default would be
+    ``<default_root_dir>/<experiment id>/<run id>/checkpoints`` with MLflow, a new folder per run. So a
+    sibling config that changes only ``trainer.default_root_dir`` needs no copy of the callback list."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    for cb in trainer.callbacks:
+        if isinstance(cb, ModelCheckpoint) and cb.dirpath is None:
+            cb.dirpath = os.path.realpath(str(run_dir(trainer) / "checkpoints"))
 
 
 class SaveConfigToRun(SaveConfigCallback):
