@@ -2,7 +2,7 @@
 
 A randomly initialised tiny causal LM writes nothing parseable, so GRPO gets no signal. This callback runs
 :func:`lit_rl.algorithms.ar_sft.scripted_sft` on the scripted solver's completions for the task
-(:data:`lit_rl.rollouts.scripted.SCRIPTED_POLICIES`: Countdown search traces, Sudoku deduction traces), so
+(:mod:`lit_rl.tasks.registry`: Countdown search traces, Sudoku deduction traces), so
 the policy RL starts from writes ``<reasoning>...</reasoning>\\n<answer>...</answer>`` and solves part of
 the problems. ``error_rate`` makes the teacher wrong on purpose on that share of the traces (one operator
 of the answer changed), so the warmed-up policy also makes that mistake sometimes and RL has something to
@@ -31,7 +31,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from callbacks.warmup import _weights_digest
 from lit_rl.algorithms.ar_sft import scripted_sft
 from lit_rl.checkpoint_io import atomic_torch_save
-from lit_rl.rollouts.scripted import TRACE_STYLES
+from lit_rl.tasks.registry import known_traces
 
 __all__ = ["ScriptedSFTWarmup"]
 
@@ -46,7 +46,7 @@ class ScriptedSFTWarmup(L.Callback):
         error_rate: share of teacher traces whose answer is made wrong on purpose.
         max_completion_len: target completions are cut to this many tokens (EOS included).
         seed: seed of the prompt draws and traces.
-        trace: trace style of :data:`lit_rl.rollouts.scripted.TRACE_STYLES` (``None``: the task's first,
+        trace: trace style of the task's registry entry (:mod:`lit_rl.tasks.registry`) (``None``: the task's first,
             e.g. Sudoku ``deduction``; ``grid`` is the fixed-length trace a tiny causal LM learns quickly).
         cache_dir: where warmed-up weights are cached (``None`` disables the cache).
     """
@@ -93,9 +93,11 @@ class ScriptedSFTWarmup(L.Callback):
 
     def teacher(self, task_name: str):
         """The scripted trace function for ``task_name`` and :attr:`trace` (clear error if unknown)."""
-        styles = TRACE_STYLES.get(task_name)
-        if styles is None:
-            raise ValueError(f"ScriptedSFTWarmup: no scripted traces for task {task_name!r} (known: {sorted(TRACE_STYLES)})")
+        from lit_rl.tasks.registry import scripted_tasks
+
+        styles = known_traces(task_name)
+        if not styles:
+            raise ValueError(f"ScriptedSFTWarmup: no scripted traces for task {task_name!r} (known: {sorted(scripted_tasks())})")
         if self.trace is None:
             return next(iter(styles.values()))
         if self.trace not in styles:

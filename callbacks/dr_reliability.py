@@ -2,7 +2,7 @@
 
 :class:`ContinuationReliability` collects, after every rollout batch, each first-stage rollout's correctness,
 its continuations' accuracy, its length and its prompt's pass rate from the module's estimate
-(``DoubleRolloutGRPO.last_estimate``), and at the end of training writes ``<run dir>/reliability.json`` and
+(``batch.diagnostics["double_rollout"]``, the estimate's processor's output), and at the end of training writes ``<run dir>/reliability.json`` and
 ``reliability.md`` (continuation accuracy after correct / incorrect rollouts, by length tercile and by
 prompt difficulty), logs the ``all`` row as ``reliability/cont_acc_after_{correct,incorrect}`` and the
 files as MLflow artifacts. Rows are checkpointed, so a resumed run reports the whole run.
@@ -41,7 +41,7 @@ class ContinuationReliability(L.Callback):
         self.rows: dict[str, list[torch.Tensor]] = {k: [] for k in FIELDS}
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        est = getattr(pl_module, "last_estimate", None)
+        est = getattr(batch, "diagnostics", {}).get("double_rollout")
         if est is None or not est.correct or est.original_lengths is None or not bool(est.has_continuations.any()):
             return
         got = reliability_rows(est.correct["original"], est.correct["continuations"], est.has_continuations, est.original_lengths, est.group)

@@ -9,9 +9,8 @@ rollout batch at μ = 12) this callback logs, per source (``on_policy``, ``exter
 * ``reward_mean`` / ``reward_std`` and ``advantage_mean`` / ``advantage_std`` (population std, over the
   kept rows).
 
-Advantages are read from ``pl_module.last_advantages`` (and ``last_advantages_keep``) when the module
-exposes a ``(N,)`` tensor aligned with ``batch.rollouts``; otherwise they are recomputed with the module's
-``advantages`` processor (a pure function of rewards, sources and groups, so the recomputation is exact).
+Advantages and ``keep`` are the rows' own (``batch.rollouts.advantages``, set by the module's processors
+in its training step: the callback sees the rows that were trained on).
 The values go straight to every logger at ``step = global_step`` (so ``log_every_n_steps`` does not
 thin them out).
 
@@ -33,7 +32,6 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import MLFlowLogger
-from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_rl.evaluation import is_due
 from lit_rl.rollouts.types import RolloutBatch, Source
@@ -143,7 +141,6 @@ class RolloutTracker(Callback):
         self.output_dir = output_dir
         self.batches_seen = 0  # rollout batches seen (checkpointed)
         self.last_stats: dict[str, float] = {}
-        self._warned_adv = False
 
     def state_dict(self) -> dict[str, Any]:
         return {"batches_seen": self.batches_seen}
@@ -152,24 +149,13 @@ class RolloutTracker(Callback):
         self.batches_seen = int(state_dict.get("batches_seen", 0))
 
     # -- advantages ---------------------------------------------------------------------------------
-    def advantages_of(self, pl_module: L.LightningModule, ro: RolloutBatch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """``(advantages (N,), keep (N,))`` of the batch, or ``(None, None)`` if the module has neither a
-        ``last_advantages`` tensor nor an ``advantages`` processor that accepts these rollouts."""
-        adv = getattr(pl_module, "last_advantages", None)
-        if isinstance(adv, torch.Tensor) and adv.shape == ro.rewards.shape:
-            keep = getattr(pl_module, "last_advantages_keep", None)
-            return adv.detach(), keep if isinstance(keep, torch.Tensor) and keep.shape == adv.shape else None
-        proc = getattr(pl_module, "advantages", None)
-        if callable(proc):
-            try:
-                with torch.no_grad():
-                    a, keep = proc(ro.rewards, ro.source, ro.group)
-                return a.detach(), keep
-            except Exception as err:  # noqa: BLE001 - tracking must never stop training
-                if not self._warned_adv:
-                    rank_zero_warn(f"RolloutTracker: could not recompute advantages ({err}); logging rewards and lengths only")
-                    self._warned_adv = True
-        return None, None
+    @staticmethod
+    def advantages_of(ro: RolloutBatch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(advantages (N,), keep (N,))`` the module's processors set on the batch's rows (``(None,
+        None)`` when it has none, e.g. SFT)."""
+        if ro.advantages is None:
+            return None, None
+        return ro.advantages.detach(), ro.keep
 
     # -- hooks --------------------------------------------------------------------------------------
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -181,7 +167,7 @@ class RolloutTracker(Callback):
         want_samples = self._samples_due(trainer)
         if not (want_stats or want_samples):
             return
-        adv, keep = self.advantages_of(pl_module, ro)
+        adv, keep = self.advantages_of(ro)
         step = trainer.global_step
         if want_stats:
             stats = rollout_source_stats(ro, adv, keep)

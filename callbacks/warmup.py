@@ -2,7 +2,7 @@
 
 A randomly initialised tiny dLLM writes nothing parseable, so RL would get no signal. The warm-up teaches
 the output format only — ``<reasoning>`` with random content of random length, ``<answer>`` that copies the
-givens with random digits in the blanks (:func:`lit_rl.rollouts.scripted.format_warmup_text`) — so greedy
+givens with random digits in the blanks (:func:`lit_rl.tasks.registry.format_warmup_text`) — so greedy
 accuracy after it stays near chance and everything above comes from RL. Varying trace lengths keep the
 completion length free to move.
 
@@ -26,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
 from lit_rl.checkpoint_io import atomic_torch_save
 from lit_rl.rng import cpu_generator
-from lit_rl.rollouts.scripted import format_warmup_text
+from lit_rl.tasks.registry import format_warmup_text
 
 
 def _weights_digest(module: torch.nn.Module) -> str | None:
@@ -51,7 +51,7 @@ class FormatWarmup(L.Callback):
         lr: AdamW learning rate of the warm-up.
         batch_size: completions per step.
         seed: seed of the texts and masks.
-        trace: format style of :func:`~lit_rl.rollouts.scripted.format_warmup_text` (``None``: the task's
+        trace: format style of :func:`~lit_rl.tasks.registry.format_warmup_text` (``None``: the task's
             default; Sudoku ``grid`` is the fixed-length format of the ``grid`` external pool).
         cache_dir: where warmed-up weights are cached (``None`` disables the cache; FSDP2-sharded policies
             are never cached).

@@ -4,10 +4,12 @@ start (first stage of GRPO / double-rollout GRPO), plus data profiling.
 1. **Prompt stream** (:class:`datamodules.stream.PromptStreamDataModule`): seeded order, per-rank
    batches, ``prompt_order.jsonl``, cursor in every checkpoint.
 2. **First-stage rollouts** at the start of each training batch (``on_after_batch_transfer``):
-   ``num_generations`` (G) completions per prompt from the *current* policy through the module's
-   generation backend (``module.backend``: HF with shared prefill, or vLLM), seeded by ``(seed, step)``;
-   each completion is scored with the task's training reward (``Task.total_reward``). The second stage
-   (continuations) is the module's business: it depends on the algorithm's settings.
+   ``num_generations`` (G) completions per prompt from the *current* policy through this DataModule's
+   generator (``backend``: HF with shared prefill by default, or vLLM), which first syncs the policy's
+   weights when an optimizer step has changed them, seeded by ``(seed, step)``; each completion is scored
+   with the task's training reward (``Task.total_reward``). The generator travels with the batch
+   (``PromptBatch.generator``): the second stage (double rollout's continuations) is a processor of the
+   module and samples from the same engine.
 3. **Data profiling** (DR §3: "data profiling is done for all experiments to remove prompts with zero or
    100% pass rates"): before the first training batch, ``profiling.num_samples`` completions per training
    prompt are drawn from the *initial* policy (after any warm-up) and prompts whose pass rate is 0 or 1 are
@@ -27,7 +29,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import lightning as L
 import torch
@@ -37,6 +39,8 @@ from datamodules.stream import PromptStreamDataModule, step_seed
 from lit_rl.core.double_rollout import pass_rate_filter
 from lit_rl.atomic import atomic_write_text
 from lit_rl.generation.ar import ARBackend, HFBackend
+
+BackendFactory = Callable[[torch.nn.Module], ARBackend]
 from lit_rl.models.ar import SamplingSettings
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
 from lit_rl.tasks.rewards import completion_id_lists
@@ -134,6 +138,9 @@ class ARRolloutDataModule(PromptStreamDataModule):
         seed: seed of the prompt order and of rollout sampling.
         num_train_prompts: use only the first N training prompts (before profiling and shuffling).
         output_dir: where ``prompt_order.jsonl`` and ``profile.json`` go (default: the trainer's log dir).
+        backend: the generator, or a factory called with the policy (YAML: ``class_path`` of
+            ``lit_rl.generation.ar.HFBackend`` / ``VLLMBackend`` with their other init args); ``null``:
+            ``HFBackend(policy)``. Built when the first rollouts are due.
     """
 
     def __init__(
@@ -150,6 +157,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
         seed: int = 42,
         num_train_prompts: int | None = None,
         output_dir: str | None = None,
+        backend: ARBackend | BackendFactory | None = None,
     ) -> None:
         super().__init__(
             task, prompts_per_batch=prompts_per_batch, max_prompt_len=max_prompt_len, eval_size=eval_size,
@@ -167,6 +175,27 @@ class ARRolloutDataModule(PromptStreamDataModule):
         self._all_train: list[Example] | None = None
         self.profile_stats: dict[str, float] = {}
         self.reward_metrics: dict[str, float] = {}
+        self.backend_spec = backend
+        self._generator: ARBackend | None = backend if isinstance(backend, ARBackend) else None
+        self._synced_step: int | None = None
+
+    # -- the generator -----------------------------------------------------------------------------
+    def generator(self, policy: torch.nn.Module) -> ARBackend:
+        """The generation backend, built for ``policy`` on first use, with the policy's current weights
+        (pushed when an optimizer step has changed them since the last sync; a no-op for HF, which shares
+        the policy's modules)."""
+        if self._generator is None:
+            spec = self.backend_spec
+            self._generator = HFBackend(policy) if spec is None else spec(policy)
+        trainer = getattr(self, "trainer", None)
+        step = trainer.global_step if trainer is not None else None
+        if step is None or step != self._synced_step:
+            self._generator.push_weights(policy)
+            self._synced_step = step
+        return self._generator
+
+    def batch_generator(self) -> ARBackend | None:
+        return self._generator
 
     # -- data ----------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -190,8 +219,8 @@ class ARRolloutDataModule(PromptStreamDataModule):
         if self.profiling is not None and self.kept_ids is None:
             trainer = getattr(self, "trainer", None)
             if trainer is not None:
-                module = trainer.lightning_module
-                self.profile(module.policy, _backend(module))
+                policy = trainer.lightning_module.policy
+                self.profile(policy, self.generator(policy))
         return super().prompt_batch(step)
 
     def profile(self, policy: torch.nn.Module, backend: ARBackend) -> list[str]:
@@ -261,7 +290,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
     def produce_rollouts(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
         """G first-stage rollouts per prompt of ``batch``, scored by the task verifier."""
         policy = module.policy
-        backend = _backend(module)
+        backend = self.generator(policy)
         G, gen = self.num_generations, self.generation
         prompt_ids, prompt_mask = self._encode(policy, batch.examples)  # (B_p, P)
         t0 = time.perf_counter()
@@ -284,7 +313,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
         policy = module.policy
         prompt_ids, prompt_mask = self._encode(policy, batch.examples)
         gen = self.eval_generation
-        comp = _backend(module).generate(
+        comp = self.generator(policy).generate(
             prompt_ids, prompt_mask, max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
             top_p=gen.top_p, n=1, seed=step_seed(self.seed, 0, salt=1),
         ).to(prompt_ids.device)  # (B, L)
@@ -330,9 +359,3 @@ class ARRolloutDataModule(PromptStreamDataModule):
             hit_limit=(comp != policy.eos_id).all(-1),
             eval_total=eval_total,
         )
-
-
-def _backend(module: L.LightningModule) -> ARBackend:
-    """The module's generation backend (late binding), or an HF backend over its policy."""
-    backend = getattr(module, "backend", None)
-    return backend if isinstance(backend, ARBackend) else HFBackend(module.policy)

@@ -228,9 +228,17 @@ class PromptStreamDataModule(L.LightningDataModule):
             self._write_order_file()
             batch.rollouts = self.produce_rollouts(batch, module)
             self.cursor = batch.step + 1
+            # what later stages need travels with the batch (no stage reads the DataModule through the trainer)
+            batch.task, batch.generation, batch.rank = self.task, getattr(self, "generation", None), self._world()[0]
+            batch.stats = dict(self.last_stats)
+            batch.generator = self.batch_generator()
         else:
             batch.rollouts = self.evaluate_batch(batch, module)
         return batch
+
+    def batch_generator(self) -> Any:
+        """The generation engine later stages may reuse for this batch (AR continuations); ``None`` here."""
+        return None
 
     def produce_rollouts(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
         """Training rollouts of ``batch`` (subclasses)."""

@@ -13,6 +13,8 @@ import warnings
 
 import torch
 
+from lit_rl.algorithms.processors import Processor
+from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 from lit_rl.core.advantages import (  # noqa: F401  (re-exported)
     EXTERNAL,
     ON_POLICY,
@@ -35,11 +37,12 @@ __all__ = [
 ]
 
 
-class AdvantageProcessor:
-    """Base for the injectable processors: ``__call__(rewards, source, group) -> (advantages (B,), keep (B,))``.
+class AdvantageProcessor(Processor):
+    """Base of ERILS's processors: ``__call__(rewards, source, group) -> (advantages (B,), keep (B,))``, and as a
+    pipeline stage (:mod:`lit_rl.algorithms.processors`) ``process(rollouts, batch)``, which sets them on the rows.
 
     ``keep`` is False for rollouts the variant drops (and for NaN rewards under ``nan_policy="drop"``); their
-    advantage is 0. Callers should leave ``keep == False`` rows out of the loss.
+    advantage is 0. The loss leaves ``keep == False`` rows out.
     """
 
     def __init__(self, scale_std: bool = False, eps: float = 1e-4, nan_policy: str = "drop") -> None:
@@ -61,6 +64,10 @@ class AdvantageProcessor:
         self, rewards: torch.Tensor, source: torch.Tensor, group: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+    def process(self, rollouts: RolloutBatch, batch: PromptBatch) -> RolloutBatch:
+        adv, keep = self(rollouts.rewards, rollouts.source, rollouts.group)  # (N,), (N,)
+        return rollouts.with_advantages(adv, keep)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(scale_std={self.scale_std}, eps={self.eps}, nan_policy={self.nan_policy!r})"

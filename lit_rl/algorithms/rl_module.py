@@ -1,8 +1,16 @@
-"""The optimisation skeleton both RL modules share (ERILS and double-rollout GRPO).
+"""The training step every RL module shares (ERILS, SPG, double-rollout GRPO, GRPO, the SFT baseline).
 
-Both consume one rollout batch per training step and make ``μ`` optimizer updates on it with manual
-optimisation (``trainer.global_step`` counts updates, so ``max_steps`` is the paper's step count). What
-they share lives here and nowhere else:
+Every module consumes one rollout batch per training step and makes ``μ`` optimizer updates on it with
+manual optimisation (``trainer.global_step`` counts updates, so ``max_steps`` is the paper's step count).
+:meth:`RLModule.training_step` is the same five steps for all of them; a module is its parts::
+
+    1. rollouts   batch.rollouts, produced by the DataModule's sources at batch start
+    2. processors rewards -> advantages (and replaced rows): the chain ``self.processors``
+    3. metrics    the batch's statistics (the DataModule's, the processors', the module's own)
+    4. prepare    ``self.loss.prepare``: the rows trained on, masks, π_old / π_ref, once per batch
+    5. updates    μ x ``optimizer_update(self.loss.backward)``
+
+What else they share lives here and nowhere else:
 
 * the constructor checks and the injected optimizer / scheduler factories (LightningCLI builds them);
 * :meth:`RLModule.optimizer_update`: one update = zero grads → the subclass's loss over micro-batches
@@ -15,13 +23,15 @@ they share lives here and nowhere else:
 * :meth:`RLModule.configure_model`: FSDP2 sharding of the policy under ``ModelParallelStrategy``
   (:mod:`lit_rl.distributed`; the NaN guard then agrees over the ranks, each of which holds gradient shards).
 
-The subclasses differ only where the algorithms' math differs: how rewards become advantages and which
-surrogate / policy-gradient loss the update minimises.
+The subclasses only choose the default parts (:class:`~lit_rl.algorithms.erils.ERILSModule`: ERILS's
+advantage processor and the SPG loss; :class:`~lit_rl.algorithms.double_rollout.DoubleRolloutGRPO`: the
+double-rollout estimate and the clipped policy gradient); ``processors`` and ``loss`` in YAML replace them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+import math
+from typing import Any, Callable, Iterable, Sequence
 
 import lightning as L
 import torch
@@ -30,6 +40,8 @@ from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from lit_rl import rng
+from lit_rl.algorithms.losses import Loss
+from lit_rl.algorithms.processors import Processor, run_processors
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 
 __all__ = ["NonFiniteUpdateError", "RLModule"]
@@ -61,6 +73,8 @@ class RLModule(L.LightningModule):
         grad_clip: max gradient norm; ``None`` disables clipping.
         max_consecutive_skips: stop after this many non-finite updates in a row.
         seed: seed of the subclass's randomness (mask draws, continuation sampling).
+        processors: the advantage chain (:mod:`lit_rl.algorithms.processors`).
+        loss: the loss (:mod:`lit_rl.algorithms.losses`).
     """
 
     def __init__(
@@ -73,6 +87,8 @@ class RLModule(L.LightningModule):
         grad_clip: float | None = 1.0,
         max_consecutive_skips: int = 10,
         seed: int = 0,
+        processors: Sequence[Processor] | None = None,
+        loss: Loss | None = None,
     ) -> None:
         super().__init__()
         if updates_per_batch < 1:
@@ -92,6 +108,11 @@ class RLModule(L.LightningModule):
         self.seed = seed
         self.skipped_updates = 0
         self.consecutive_skips = 0
+        self.processors: list[Processor] = list(processors or [])
+        self.loss: Loss | None = loss
+        for part in (*self.processors, self.loss):
+            if part is not None:
+                part.bind(policy)
         self._val_correct, self._val_total = 0.0, 0.0
         self._val_len: list[Tensor] = []
 
@@ -137,6 +158,41 @@ class RLModule(L.LightningModule):
         if self.scheduler_factory is None:
             return opt
         return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
+
+    # -- the training step ------------------------------------------------------------------------------
+    def training_step(self, batch: PromptBatch, batch_idx: int) -> Tensor:
+        # 1. rollouts: produced by the DataModule's sources at the start of this batch
+        ro = batch.rollouts
+        if ro is None:
+            raise RuntimeError(f"training batch has no rollouts: {type(self).__name__} needs a rollout DataModule (datamodules)")
+        # 2. processors: rewards -> advantages (and rows kept or replaced)
+        ro = run_processors(self.processors, ro, batch)
+        batch.rollouts = ro  # callbacks (RolloutTracker, ...) see the rows that are trained on, with their advantages
+        # 3. metrics of this rollout batch: the DataModule's and the processors' (batch.stats), the module's own
+        self.log_batch_metrics(ro, batch)
+        # 4. the loss's fixed part, once per batch (rows trained on, masks, π_old / π_ref)
+        if self.loss is None:
+            raise RuntimeError(f"{type(self).__name__} has no loss")
+        prepared = self.loss.prepare(ro, self)
+        # 5. μ optimizer updates on this rollout batch
+        loss = torch.zeros((), device=self.device)
+        for _ in range(self.updates_per_batch):
+            loss = self.optimizer_update(lambda: self.loss.backward(prepared, self), self.loss.stats_prefix)
+        self.log_step_axis(batch)
+        return loss
+
+    def batch_metrics(self, ro: RolloutBatch, batch: PromptBatch) -> dict[str, float]:
+        """The module's own per-batch metrics of the processed rows (subclasses; default none)."""
+        return {}
+
+    def log_batch_metrics(self, ro: RolloutBatch, batch: PromptBatch) -> None:
+        """Step 3: ``batch.stats`` (DataModule, processors) and :meth:`batch_metrics`, once per batch; NaNs
+        (e.g. a reward function that returned None everywhere) are left out."""
+        bs = len(batch.examples) or 1
+        for k, v in {**self.batch_metrics(ro, batch), **batch.stats}.items():
+            v = float(v)
+            if not math.isnan(v):
+                self.log(k, v, on_step=True, batch_size=bs, prog_bar=k == "train/on_policy/reward_mean")
 
     def optimizer_update(self, backward: Callable[[], tuple[Tensor, dict[str, Tensor]]], stats_prefix: str) -> Tensor:
         """One optimizer update around ``backward()``, which runs the loss over micro-batches (calling

@@ -19,8 +19,8 @@ On a failure that retries cannot fix, ``generate`` raises :class:`BackendError`;
   ``concurrency`` requests in flight, the SDK's timeouts, retries and ``Retry-After``, plus retries of
   malformed 200 replies (bad JSON, no text, a lone surrogate, JSON nested too deeply or with an over-long
   integer); immediate errors for 401/403 and other 4xx;
-* ``vllm`` (:class:`VLLMBackend`): vLLM's offline engine ``vllm.LLM`` (``pip install lit-rl[vllm]``);
-* ``hf`` (:class:`HFBackend`): Hugging Face ``generate`` with any local causal LM (or a tiny random
+* ``vllm`` (:class:`VLLMPoolBackend`): vLLM's offline engine ``vllm.LLM`` (``pip install lit-rl[vllm]``);
+* ``hf`` (:class:`HFPoolBackend`): Hugging Face ``generate`` with any local causal LM (or a tiny random
   Llama built from a config, with the character tokenizer, for tests);
 * ``scripted`` (:class:`ScriptedBackend`): the scripted solver of :mod:`lit_rl.rollouts.scripted`, with a
   verbose first stage and a compact rewrite, so the embedded demo exercises two-stage length control.
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import random
-import re
 import threading
 from typing import Any, Sequence
 
@@ -51,12 +50,11 @@ from lit_rl.rollouts.backend_types import (  # noqa: F401  (re-exported: the bac
     request_seed,
 )
 from lit_rl.rollouts.openai_client import OpenAIBackend
-from lit_rl.tasks.base import Example
 
 # --------------------------------------------------------------------------------------------------------
 # vLLM offline engine
 # --------------------------------------------------------------------------------------------------------
-class VLLMBackend(Backend):
+class VLLMPoolBackend(Backend):
     """vLLM's offline engine (``vllm.LLM(...).chat``), loaded on first use; needs the ``vllm`` extra.
 
     Args:
@@ -146,7 +144,7 @@ class VLLMBackend(Backend):
 # --------------------------------------------------------------------------------------------------------
 # Hugging Face transformers generate
 # --------------------------------------------------------------------------------------------------------
-class HFBackend(Backend):
+class HFPoolBackend(Backend):
     """``transformers`` ``generate`` with a local causal LM.
 
     Requests are batched per ``group`` (one prompt and stage, left-padded) and each batch is sampled under
@@ -296,10 +294,10 @@ class ScriptedBackend(Backend):
     kind = "scripted"
 
     def __init__(self, task: str, error_rate: float = 0.1, long_rate: float = 0.05, style: str = "verbose") -> None:
-        from lit_rl.rollouts.scripted import SCRIPTED_POLICIES
+        from lit_rl.tasks.registry import scripted_tasks
 
-        if task not in SCRIPTED_POLICIES:
-            raise ValueError(f"backend 'scripted': no scripted policy for task {task!r} (known: {sorted(SCRIPTED_POLICIES)})")
+        if task not in scripted_tasks():
+            raise ValueError(f"backend 'scripted': no scripted policy for task {task!r} (known: {sorted(scripted_tasks())})")
         if style not in ("verbose", "compact"):
             raise ValueError(f"backend 'scripted': style={style!r}, expected 'verbose' or 'compact'")
         self.task, self.error_rate, self.long_rate, self.style = task, error_rate, long_rate, style
@@ -317,21 +315,23 @@ class ScriptedBackend(Backend):
         return build_char_tokenizer()
 
     def _complete(self, req: GenRequest) -> str:
-        from lit_rl.rollouts.scripted import SCRIPTED_POLICIES
+        from lit_rl.tasks.registry import task_entry
+        from lit_rl.tasks.scripted import last_answer, reasoning_of
 
         if req.example is None:
             raise BackendError("backend 'scripted' needs the task example in each request")
         rng = random.Random(req.seed)
-        compact = SCRIPTED_POLICIES[self.task](req.example, rng, 0.0 if req.stage == "rewrite" else self.error_rate)
+        entry = task_entry(self.task)
+        compact = entry.default_trace(req.example, rng, 0.0 if req.stage == "rewrite" else self.error_rate)
         if req.stage == "rewrite":
-            answer = _last_answer(req.previous or "")
-            reasoning = _reasoning(compact)
+            answer = last_answer(req.previous or "")
+            reasoning = reasoning_of(compact)
             if rng.random() < self.long_rate:
-                reasoning = _reasoning(req.previous or "") or reasoning
+                reasoning = reasoning_of(req.previous or "") or reasoning
             return f"<reasoning>{reasoning}</reasoning>\n<answer>{answer if answer is not None else ''}</answer>"
         if self.style == "compact":
             return compact
-        return _verbose(self.task, req.example, compact, rng)
+        return entry.verbose(self.task, req.example, compact, rng) if entry.verbose else compact
 
     def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None, hooks: GenHooks | None = None) -> list[GenResult]:
         hooks = hooks or GenHooks()
@@ -347,40 +347,10 @@ class ScriptedBackend(Backend):
         return [r for r in results if r is not None]
 
 
-def _last_answer(text: str) -> str | None:
-    found = re.findall(r"<answer>(.*?)</answer>", text, flags=re.S)
-    return found[-1] if found else None
-
-
-def _reasoning(text: str) -> str:
-    m = re.search(r"<reasoning>(.*?)</reasoning>", text, flags=re.S)
-    return m.group(1) if m else ""
-
-
-def _verbose(task: str, example: Example, compact: str, rng: random.Random) -> str:
-    """Expand a compact scripted trace into a wordy one with the same answer."""
-    answer = _last_answer(compact) or ""
-    if task == "sudoku":
-        steps = re.findall(r"(\d)(\d)(\d)", _reasoning(compact))
-        lines = [f"The puzzle is {example.meta['puzzle']}; zeros are empty cells. I fill one cell at a time."]
-        for r, c, d in steps:
-            why = rng.choice(["the row already holds the other digits", "the column and the 2x2 box rule out the rest", "it is the only candidate left"])
-            lines.append(f"Row {r}, column {c}: {why}, so the cell must be {d}.")
-            if rng.random() < 0.3:
-                lines.append(f"Check: row {r} and column {c} now have no repeated digit.")
-        lines.append("Every row, column and box now holds 1-4 exactly once.")
-    else:
-        lines = [f"I need to reach the target with each number used once. Trying combinations: {_reasoning(compact)}."]
-        for _ in range(rng.randint(4, 16)):
-            lines.append("Let me double-check the arithmetic of that candidate step by step before answering.")
-        lines.append(f"So the expression {answer.strip()} works.")
-    return "<reasoning>\n" + "\n".join(lines) + "\n</reasoning>\n<answer>" + answer + "</answer>"
-
-
 # --------------------------------------------------------------------------------------------------------
 # registry
 # --------------------------------------------------------------------------------------------------------
-BACKENDS: dict[str, type[Backend]] = {"openai": OpenAIBackend, "vllm": VLLMBackend, "hf": HFBackend, "scripted": ScriptedBackend}
+BACKENDS: dict[str, type[Backend]] = {"openai": OpenAIBackend, "vllm": VLLMPoolBackend, "hf": HFPoolBackend, "scripted": ScriptedBackend}
 
 
 def build_backend(spec: dict[str, Any], where: str = "backend") -> Backend:

@@ -8,7 +8,7 @@
   of Table XII) for any pool, writes them next to the pool as ``<stem>.stats.md`` and
   ``<stem>.stats.json`` with a length histogram ``<stem>.lengths.png``, and logs all three to MLflow.
 * ``rollouts scripted --task sudoku --out POOL [--n 6] [--error_rate 0.1] [--seed 42] [--limit N] [--trace grid]``
-  writes a pool from the scripted solver (:mod:`lit_rl.rollouts.scripted`) in one go (the committed
+  writes a pool from the scripted solver (:mod:`lit_rl.tasks.scripted`) in one go (the committed
   demo pool; ``build`` with ``conf/external/sudoku_embedded.yaml`` is the resumable equivalent).
 """
 
@@ -34,22 +34,22 @@ def build_scripted_pool(
 ) -> int:
     """Write a scripted pool for ``task_name``'s training prompts; returns the number of records.
 
-    ``trace``: a style of :data:`~lit_rl.rollouts.scripted.TRACE_STYLES` (``None``: the task's first, e.g.
+    ``trace``: a style of the task's registry entry (:mod:`lit_rl.tasks.registry`) (``None``: the task's first, e.g.
     Sudoku ``deduction``; ``grid`` is the fixed-length trace)."""
     from lit_rl.models.tokenizer import build_char_tokenizer
-    from lit_rl.rollouts.scripted import SCRIPTED_POLICIES, TRACE_STYLES
     from lit_rl.tasks import get_task
+    from lit_rl.tasks.registry import known_traces, scripted_tasks, task_entry
 
-    if task_name not in SCRIPTED_POLICIES:
-        raise ValueError(f"--task: no scripted policy for {task_name!r} (known: {sorted(SCRIPTED_POLICIES)})")
+    if task_name not in scripted_tasks():
+        raise ValueError(f"--task: no scripted policy for {task_name!r} (known: {sorted(scripted_tasks())})")
     if Path(out).name.endswith(".gz"):  # a gzip name over plain text would fail to load later
         raise ValueError(f"--out {str(out)!r}: the scripted writer writes plain JSONL; drop .gz (gzip the finished pool yourself)")
-    styles = TRACE_STYLES[task_name]
+    styles = known_traces(task_name)
     if trace is not None and trace not in styles:
         raise ValueError(f"--trace: no {trace!r} trace for {task_name!r} (known: {sorted(styles)})")
     task = get_task(task_name, **(task_kwargs or {}))
     tok = build_char_tokenizer()
-    write = styles[trace] if trace is not None else SCRIPTED_POLICIES[task_name]
+    write = styles[trace] if trace is not None else task_entry(task_name).default_trace
     examples = task.train_examples()[:limit] if limit else task.train_examples()
     records: list[PoolRecord] = []
     t0 = time.perf_counter()

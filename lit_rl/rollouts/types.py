@@ -1,4 +1,9 @@
-"""Typed rollout containers shared by both algorithms.
+"""Typed rollout containers shared by both algorithms: the only things that flow between the stages.
+
+The DataModule's sources fill a :class:`PromptBatch` (prompts, the task, the generation settings and
+generator, its own per-batch statistics) and its :class:`RolloutBatch`; the processors set the rows'
+``advantages`` and ``keep`` (and may replace rows) and put named results in ``diagnostics``; the loss and
+the callbacks read the same objects. No stage reaches into another through the trainer.
 
 Layout of every rollout tensor: the prompt is LEFT-padded to a common width ``P`` and the completion
 occupies the last ``L`` positions, so ``input_ids[:, P:]`` is the completion of every row.
@@ -23,13 +28,28 @@ class PromptBatch:
         examples: the ``B_p`` prompts of this batch.
         step: index of this batch in the recorded prompt stream (for exact resume and logging).
         external: for each prompt, its external completion records (``PoolRecord``), ``G_ext`` each.
-        rollouts: filled at the start of the training batch by the DataModule (on-policy generation).
+        rollouts: filled at the start of the training batch by the DataModule (on-policy generation), then
+            replaced by the processed rows (with ``advantages`` and ``keep``).
+        task: the task whose verifier scored the rows (processors that score new rows use it).
+        generation: the rollout sampling / decoding settings the rows were generated with.
+        generator: the AR generation backend that produced the rows (continuations use the same engine,
+            already holding the current weights); ``None`` for dLLM rollouts.
+        rank: the data-parallel rank that produced the batch (seeds of rank-specific draws).
+        stats: the DataModule's per-batch metrics (generation time, format rate, reward functions, ...).
+        diagnostics: what processors report beyond advantages, by name (``"double_rollout"``: the
+            :class:`~lit_rl.algorithms.double_rollout.Estimate`), for metrics and callbacks.
     """
 
     examples: list[Example]
     step: int
     external: list[list[Any]] = field(default_factory=list)
     rollouts: "RolloutBatch | None" = None
+    task: Any = None
+    generation: Any = None
+    generator: Any = None
+    rank: int = 0
+    stats: dict[str, float] = field(default_factory=dict)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -48,7 +68,6 @@ class RolloutBatch:
         texts: ``N`` decoded completions.
         prompt_ids: ``N`` prompt ids (``Example.id``).
         hit_limit: ``(N,)`` bool, the completion filled the whole generation budget without an EOS.
-        old_logp: ``(N, L)`` optional rollout-time token log-probs (GRPO's pi_old).
         eval_total: ``(N,)`` optional evaluation units per row (validation batches: ``rewards`` holds
             the evaluation score's ``correct`` and this its ``total``, e.g. Sudoku blank cells).
         row: ``(N,)`` long, the row's index in the batch as produced (kept by :meth:`select` and
@@ -57,6 +76,8 @@ class RolloutBatch:
         gen_width: ``(N,)`` long, the width of the row's own completion (on-policy rows: ``L_gen``).
             Positions at or after it are padding added to stack rows of different widths: outside
             ``completion_mask`` and ``attention_mask``, never scored. Default ``L`` for every row.
+        advantages: ``(N,)`` set by the processors (``None`` before them).
+        keep: ``(N,)`` bool, the rows the loss trains on (processors drop rows by setting it False).
     """
 
     input_ids: torch.Tensor
@@ -70,10 +91,11 @@ class RolloutBatch:
     texts: list[str]
     prompt_ids: list[str]
     hit_limit: torch.Tensor
-    old_logp: torch.Tensor | None = None
     eval_total: torch.Tensor | None = None
     row: torch.Tensor | None = None
     gen_width: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    keep: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         n, device = int(self.input_ids.shape[0]), self.input_ids.device
@@ -88,6 +110,12 @@ class RolloutBatch:
     @property
     def completion_ids(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_len:]  # (N, L)
+
+    def with_advantages(self, advantages: torch.Tensor, keep: torch.Tensor | None = None) -> "RolloutBatch":
+        """A copy of the batch (tensors shared) whose rows carry ``advantages (N,)`` and ``keep (N,)``
+        (default: every row)."""
+        keep = torch.ones_like(advantages, dtype=torch.bool) if keep is None else keep.bool()
+        return RolloutBatch(**{f.name: getattr(self, f.name) for f in fields(self)} | {"advantages": advantages, "keep": keep})
 
     def to(self, device: torch.device | str) -> "RolloutBatch":
         moved = {

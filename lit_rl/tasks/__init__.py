@@ -18,23 +18,16 @@ from lit_rl.tasks.prompt_task import PromptTask
 from lit_rl.tasks.rewards import RewardFunc, resolve_reward_funcs
 from lit_rl.tasks.sudoku import SudokuTask
 
-TASKS: dict[str, type[Task]] = {
-    "sudoku": SudokuTask,
-    "countdown": CountdownTask,
-    "math500": MathTask,
-    "math": MathTask,
-    "chainsum": ChainSumTask,
-    "prompts": PromptTask,
-}
+from lit_rl.tasks.registry import REGISTRY, TaskEntry, register_task, task_entry  # noqa: E402
+
+#: ``name -> Task class`` (the registry's classes; aliases included)
+TASKS: dict[str, type[Task]] = {name: entry.cls for name, entry in REGISTRY.items()}
 
 
 def get_task(name: str, **kwargs: Any) -> Task:
-    """Build a task by name (``"sudoku"``, ``"countdown"``, ``"math500"``/``"math"``) with its options."""
-    try:
-        cls = TASKS[name.lower()]
-    except KeyError:
-        raise ValueError(f"unknown task {name!r}: expected one of {sorted(TASKS)}") from None
-    return cls(**kwargs)
+    """Build a task by name (``"sudoku"``, ``"countdown"``, ``"math500"``/``"math"``, ``"chainsum"``,
+    ``"prompts"``, or one added with :func:`~lit_rl.tasks.registry.register_task`) with its options."""
+    return task_entry(name).cls(**kwargs)
 
 
 __all__ = [
@@ -48,6 +41,9 @@ __all__ = [
     "SudokuTask",
     "TASKS",
     "Task",
+    "TaskEntry",
     "get_task",
+    "register_task",
+    "task_entry",
     "resolve_reward_funcs",
 ]

@@ -302,11 +302,11 @@ def test_tiny_grpo_baseline_has_no_second_stage(tmp_path, monkeypatch):
     cli = _fit(
         tmp_path, "conf/grpo.yaml", monkeypatch,
         # a backend factory from the command line: the class with its other args, called with the policy
-        "--model.init_args.backend.class_path=lit_rl.generation.ar.HFBackend",
-        "--model.init_args.backend.init_args.share_prefix=false",
+        "--data.init_args.backend.class_path=lit_rl.generation.ar.HFBackend",
+        "--data.init_args.backend.init_args.share_prefix=false",
     )
     assert not cli.model.dr.active and cli.trainer.global_step == 4
-    backend = cli.model.backend
+    backend = cli.datamodule.batch_generator()  # the DataModule's generator, built for the module's policy
     assert type(backend).__name__ == "HFBackend" and backend.share_prefix is False and backend.policy is cli.model.policy
     keys = set(_metrics(tmp_path))
     assert "train/on_policy/reward_mean" in keys and "time/stage2_s" not in keys
@@ -334,13 +334,13 @@ def test_kl_reference_is_the_starting_policy(lora):
     module = DoubleRolloutGRPO(policy, loss=GRPOLossSettings(kl_beta=0.1))
     assert module._reference_mode() == ("adapter" if lora else "copy")
     ro = _policy_rows(policy)
-    old, ref = module._fixed_logprobs(ro)  # (2, 12) each
+    old, ref, _ = module.loss._fixed_logprobs(ro, module)  # (2, 12) each
     assert torch.allclose(old, ref)  # before training the reference is the policy
     with torch.no_grad():  # "train": move the trainable weights
         for p in policy.parameters():
             if p.requires_grad:
                 p.add_(0.05 * torch.randn_like(p))
-    old2, ref2 = module._fixed_logprobs(ro)
+    old2, ref2, _ = module.loss._fixed_logprobs(ro, module)
     assert not torch.allclose(old2, old, atol=1e-4)
     assert torch.allclose(ref2, ref, atol=1e-6)  # the reference did not move
     if not lora:

@@ -24,7 +24,7 @@ def _batch(policy: TinyDiffusionLM) -> tuple[RolloutBatch, torch.Tensor]:
         completion_mask=torch.arange(L)[None] < lengths[:, None], lengths=lengths, rewards=torch.zeros(B),
         source=torch.tensor([int(Source.ON_POLICY)] * 3 + [int(Source.EXTERNAL)] * 2),
         group=torch.zeros(B, dtype=torch.long), texts=[""] * B, prompt_ids=["p"] * B,
-        hit_limit=torch.zeros(B, dtype=torch.bool), old_logp=None, eval_total=None,
+        hit_limit=torch.zeros(B, dtype=torch.bool), eval_total=None,
     )
     return ro, torch.tensor([1.0, -0.5, 0.25, -1.0, 0.75])
 
@@ -38,7 +38,7 @@ def _grads(weighting: str, micro: int | None, step: int = 0, seed: int = 0) -> t
     module = ERILSModule(policy, surrogate=surrogate, micro_batch_size=micro, seed=seed)
     module.manual_backward = lambda loss: loss.backward()  # no trainer needed for the accumulation itself
     ro, adv = _batch(policy)
-    loss, _ = module.accumulate_gradients(ro, adv, step=step)
+    loss, _ = module.loss.backward(ro.with_advantages(adv), module, step=step)
     return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
 
 
@@ -84,7 +84,7 @@ def test_the_update_passes_each_rows_own_width_and_rank_specific_seeds(monkeypat
         return real(self, *args, **kw)
 
     monkeypatch.setattr(SPGSurrogate, "build_masks", spy)
-    module.accumulate_gradients(ro, adv, step=3)
+    module.loss.backward(ro.with_advantages(adv), module, step=3)
     assert seen[0][0] == [4, 4, 4, L, L]
     assert seen[0][1] == module.mask_seeds(ro, 3) and len(set(seen[0][1])) == B
     monkeypatch.setattr(type(module), "global_rank", property(lambda self: 1))

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lit_rl.algorithms.double_rollout import DoubleRolloutGRPO, GRPOLossSettings
+from lit_rl.algorithms.losses import PreparedPG
 from lit_rl.models.ar import TinyCausalLM
 from lit_rl.rollouts.types import RolloutBatch, Source
 
@@ -22,7 +23,7 @@ def _batch(policy: TinyCausalLM) -> tuple[RolloutBatch, torch.Tensor, torch.Tens
         input_ids=ids, attention_mask=torch.ones_like(ids), prompt_len=P, completion_mask=comp_mask,
         lengths=lengths, rewards=torch.zeros(B), source=torch.full((B,), int(Source.ON_POLICY)),
         group=torch.zeros(B, dtype=torch.long), texts=[""] * B, prompt_ids=["p"] * B,
-        hit_limit=torch.zeros(B, dtype=torch.bool), old_logp=None, eval_total=None,
+        hit_limit=torch.zeros(B, dtype=torch.bool), eval_total=None,
     )
     adv = torch.tensor([1.0, -0.5, 0.25, -1.0, 0.75])
     with torch.no_grad():  # π_old a little off the current policy, so ratios are not all 1 and some clip
@@ -35,7 +36,7 @@ def _grads(aggregation: str, micro: int | None) -> tuple[float, dict[str, torch.
     module = DoubleRolloutGRPO(policy, loss=GRPOLossSettings(aggregation=aggregation), micro_batch_size=micro)
     module.manual_backward = lambda loss: loss.backward()  # no trainer needed for the accumulation itself
     ro, adv, old = _batch(policy)
-    loss, _ = module.accumulate_gradients(ro, adv, ro.completion_mask, old, None)
+    loss, _ = module.loss.backward(PreparedPG(ro, adv, ro.completion_mask, old, None), module)
     return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
 
 

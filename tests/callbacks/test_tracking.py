@@ -70,18 +70,13 @@ def test_advantage_stats_skip_dropped_rows_and_continuations_are_reported():
     assert "advantage_mean" not in rollout_source_stats(ro)["on_policy"]  # no advantages given
 
 
-def test_tracker_reads_last_advantages_or_recomputes_with_the_processor():
+def test_tracker_reads_the_rows_own_advantages():
+    # the advantages the module's processors set on the rows; none (SFT) -> statistics without advantages
     tr = RolloutTracker()
-    exposed = torch.arange(6, dtype=torch.float32)
-    adv, keep = tr.advantages_of(SimpleNamespace(last_advantages=exposed, advantages=None), RO)
-    assert torch.equal(adv, exposed) and keep is None
-    adv, keep = tr.advantages_of(SimpleNamespace(advantages=SourceSpecific()), RO)
-    assert adv.tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5, 1.0, 0.5])
-    # the ERILS processors reject continuation rows: statistics go on without advantages, one warning
-    cont = batch_of([1.0], [2], [0], [3], [False])
-    with pytest.warns(UserWarning, match="could not recompute advantages"):
-        assert tr.advantages_of(SimpleNamespace(advantages=SourceSpecific()), cont) == (None, None)
-    assert tr.advantages_of(SimpleNamespace(advantages=SourceSpecific()), cont) == (None, None)
+    adv, keep = SourceSpecific()(RO.rewards, RO.source, RO.group)
+    got, got_keep = tr.advantages_of(RO.with_advantages(adv, keep))
+    assert got.tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5, 1.0, 0.5]) and got_keep.all()
+    assert tr.advantages_of(RO) == (None, None)
 
 
 class RecordingLogger(DummyLogger):
@@ -96,9 +91,10 @@ class RecordingLogger(DummyLogger):
 def test_tracker_schedule_samples_and_state(tmp_path):
     logger = RecordingLogger()
     trainer = SimpleNamespace(global_step=0, loggers=[logger], is_global_zero=True, callbacks=[], log_dir=None, default_root_dir=str(tmp_path))
-    module = SimpleNamespace(advantages=SourceSpecific())
+    module = SimpleNamespace()
     tr = RolloutTracker(every_n_batches=2, samples_every_n_batches=3, samples_per_source=1)
-    batch = SimpleNamespace(rollouts=RO, examples=[Example(id="p0", question="0310200404001043", answer="")])
+    rows = RO.with_advantages(*SourceSpecific()(RO.rewards, RO.source, RO.group))  # as the module's processors leave them
+    batch = SimpleNamespace(rollouts=rows, examples=[Example(id="p0", question="0310200404001043", answer="")])
     for b in range(1, 7):
         trainer.global_step = 12 * b
         tr.on_train_batch_end(trainer, module, None, batch, b - 1)

@@ -52,10 +52,13 @@ class ScriptedBackend(ARBackend):
 
 def dm_with(backend_good, **kw):
     policy = tiny()
-    dm = ARRolloutDataModule(task(), prompts_per_batch=2, num_generations=3, generation=SamplingSettings(96), eval_size=4, **kw)
+    made = []  # the DataModule builds its generator from the factory, with the policy, on first use
+    factory = lambda p: made.append(ScriptedBackend(p, dm, backend_good)) or made[-1]  # noqa: E731
+    dm = ARRolloutDataModule(task(), prompts_per_batch=2, num_generations=3, generation=SamplingSettings(96), eval_size=4, backend=factory, **kw)
     dm.setup("fit")
-    backend = ScriptedBackend(policy, dm, backend_good)
-    module = SimpleNamespace(policy=policy, backend=backend)
+    backend = dm.generator(policy)
+    assert made == [backend] and dm.generator(policy) is backend  # built once
+    module = SimpleNamespace(policy=policy)
     return dm, module, backend
 
 

@@ -13,11 +13,11 @@ from lit_rl.rollouts.backends import (
     BackendRequestError,
     GenHooks,
     GenRequest,
-    HFBackend,
+    HFPoolBackend,
     OpenAIBackend,
     Sampling,
     ScriptedBackend,
-    VLLMBackend,
+    VLLMPoolBackend,
     build_backend,
     request_seed,
 )
@@ -218,12 +218,12 @@ def test_vllm_backend_with_fake_module(monkeypatch):
 def test_vllm_backend_without_vllm_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import fails
     with pytest.raises(BackendError, match=r"pip install 'lit-rl\[vllm\]'"):
-        VLLMBackend("m").generate(_reqs(1), Sampling())
+        VLLMPoolBackend("m").generate(_reqs(1), Sampling())
 
 
 # -- HF generate with a tiny Llama -----------------------------------------------------------------------
 def test_hf_backend_tiny_llama_is_seeded_per_group():
-    be = HFBackend(tiny_llama={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 256}, batch_size=4)
+    be = HFPoolBackend(tiny_llama={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 256}, batch_size=4)
     reqs = [GenRequest(MESSAGES, seed=7, group="a"), GenRequest(MESSAGES, seed=8, group="a"), GenRequest(MESSAGES, seed=9, group="b")]
     s = Sampling(temperature=1.0, max_tokens=12)
     res = be.generate(reqs, s)
@@ -233,7 +233,7 @@ def test_hf_backend_tiny_llama_is_seeded_per_group():
     assert be.generate(reqs[2:], s)[0].text == res[2].text
     assert be.length_tokenizer().name_or_path == "lit_rl/char"
     with pytest.raises(ValueError, match="exactly one of model"):
-        HFBackend()
+        HFPoolBackend()
 
 
 # -- scripted -------------------------------------------------------------------------------------------

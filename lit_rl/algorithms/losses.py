@@ -1,0 +1,307 @@
+"""Losses: the last stage of the pipeline, each an injectable part with two calls.
+
+* ``prepare(rollouts, module)``: once per rollout batch, before any update and without gradients: the rows
+  it trains on (``rollouts.keep``), their masks, and whatever stays fixed over the batch's μ updates
+  (π_old / π_ref log-probs for the clipped policy gradient);
+* ``backward(prepared, module)``: one optimizer update's forward and backward passes over micro-batches of
+  ``module.micro_batch_size`` rows (through ``module.manual_backward``), returning ``(loss, stats)``; the
+  module's :meth:`~lit_rl.algorithms.rl_module.RLModule.optimizer_update` wraps it with the NaN guard,
+  clipping and the optimizer step.
+
+The module hands itself over for what only it has (the policy, ``manual_backward``, the row seeds of
+:meth:`~lit_rl.algorithms.rl_module.RLModule.mask_seeds`, ``log``). Losses here:
+
+* :class:`SPGLoss`: ERILS / SPG, the SPG surrogate of :mod:`lit_rl.algorithms.surrogates`;
+* :class:`ClippedPGLoss`: GRPO / DAPO / double rollout, the token-level clipped policy gradient of
+  :func:`lit_rl.core.pg.clipped_pg_loss` with clip-higher and optional k3 KL;
+* :class:`DenoisingSFTLoss`: masked-denoising SFT (ERILS's SFT baseline, :mod:`lit_rl.algorithms.sft`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lit_rl import rng
+from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
+from lit_rl.algorithms.surrogates import SPGSurrogate
+from lit_rl.core.entropy import masked_entropy_mean, token_entropy
+from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
+from lit_rl.core.sources import Source
+from lit_rl.rollouts.types import RolloutBatch
+
+__all__ = ["ClippedPGLoss", "DenoisingSFTLoss", "GRPOLossSettings", "Loss", "SPGLoss"]
+
+
+class Loss:
+    """Base of the losses (module docstring). ``stats_prefix``: where the loss's statistics are logged."""
+
+    stats_prefix = "train/loss"
+
+    def bind(self, policy: torch.nn.Module) -> None:
+        """Called once by the module with its policy (e.g. the mask token id)."""
+
+    def prepare(self, rollouts: RolloutBatch, module: Any) -> Any:
+        raise NotImplementedError
+
+    def backward(self, prepared: Any, module: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        raise NotImplementedError
+
+
+def _kept(rollouts: RolloutBatch) -> RolloutBatch:
+    """The rows the processors keep (all when they set no ``keep``)."""
+    if rollouts.advantages is None:
+        raise ValueError("the rollouts have no advantages: the module's processors must set them")
+    return rollouts if rollouts.keep is None else rollouts.select(rollouts.keep)
+
+
+# ------------------------------------------------------------------------------------------------- SPG
+class SPGLoss(Loss):
+    """ERILS / SPG: ``Σ(−A·S·w)/Σw`` with the SPG surrogate ``S`` (ELBO for positive, EUBO/mix for negative
+    advantages) over the kept rows. Each row's masks come from its own seed (``module.mask_seeds``), so
+    micro-batching never changes them; each micro-batch's loss is rescaled by its share of the batch's Σw,
+    so the gradients add up to the whole batch's.
+
+    Args:
+        surrogate: the SPG surrogate (its ``mask_id`` is set from the policy).
+    """
+
+    stats_prefix = "train/spg"
+
+    def __init__(self, surrogate: SPGSurrogate | None = None) -> None:
+        self.surrogate = surrogate if surrogate is not None else SPGSurrogate()
+
+    def bind(self, policy: torch.nn.Module) -> None:
+        self.surrogate.mask_id = policy.mask_id
+
+    def prepare(self, rollouts: RolloutBatch, module: Any) -> RolloutBatch:
+        return _kept(rollouts)
+
+    def backward(self, ro: RolloutBatch, module: Any, step: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        adv = ro.advantages
+        total_w = self.surrogate.loss_weights(ro.lengths).sum().clamp(min=1)
+        size = module.micro_batch_size or len(ro)
+        loss_sum = torch.zeros((), device=module.device)
+        stats: dict[str, Tensor] = {}
+        seeds = torch.tensor(module.mask_seeds(ro, step))  # (N,) on CPU, split with the rows
+        for mb, mb_adv, mb_seeds in zip(ro.micro_batches(size), adv.split(size), seeds.split(size)):
+            loss, stats = self.surrogate(
+                module.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source, mb_adv,
+                seeds=mb_seeds, gen_width=mb.gen_width,
+            )
+            loss = loss * (self.surrogate.loss_weights(mb.lengths).sum().clamp(min=1) / total_w)
+            module.manual_backward(loss)
+            loss_sum = loss_sum + loss.detach()
+        return loss_sum, stats
+
+
+# --------------------------------------------------------------------------------- clipped policy gradient
+@dataclass
+class GRPOLossSettings:
+    """GRPO advantages and the token-level clipped policy-gradient loss (:mod:`lit_rl.core.pg`).
+
+    Attributes:
+        eps_low: lower clip, ratio >= 1 - eps_low (PPO/DAPO 0.2).
+        eps_high: upper clip, ratio <= 1 + eps_high (DAPO clip-higher 0.28; ``null``: eps_low).
+        kl_beta: k3 KL coefficient to the reference policy (GRPO 0.04; DAPO / DR 0).
+        reference: the KL reference: ``"auto"`` (the policy with its LoRA adapter disabled when it has
+            one, else a frozen copy of the policy taken when training starts), ``"adapter"``, ``"copy"``.
+        aggregation: ``"token-mean"`` | ``"seq-mean-token-mean"`` | ``"seq-mean-token-sum-norm"``.
+        mask_truncated: leave completions that hit the length limit out of the loss (DAPO overlong
+            filtering); their rewards still enter the group baseline.
+        scale_std: divide advantages by the group's reward std (DeepSeekMath GRPO); ``false``: Dr. GRPO.
+        leave_one_out: RLOO baseline (mean of the group's other rewards).
+        std_eps: added to the group std before dividing (``scale_std``; TRL's 1e-4).
+        skip_zero_advantage: drop rows with advantage exactly 0 from the loss (only when ``kl_beta = 0``).
+    """
+
+    eps_low: float = 0.2
+    eps_high: float | None = 0.28
+    kl_beta: float = 0.0
+    reference: str = "auto"
+    aggregation: str = "token-mean"
+    mask_truncated: bool = True
+    scale_std: bool = False
+    leave_one_out: bool = False
+    std_eps: float = 1e-4
+    skip_zero_advantage: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.eps_low < 1:
+            raise ValueError(f"model.loss.eps_low must be in [0, 1), got {self.eps_low}")
+        if self.eps_high is not None and self.eps_high < 0:
+            raise ValueError(f"model.loss.eps_high must be >= 0 or null, got {self.eps_high}")
+        if self.kl_beta < 0:
+            raise ValueError(f"model.loss.kl_beta must be >= 0, got {self.kl_beta}")
+        if self.reference not in ("auto", "adapter", "copy"):
+            raise ValueError(f"model.loss.reference must be auto|adapter|copy, got {self.reference!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"model.loss.aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+
+
+@dataclass
+class PreparedPG:
+    """What :class:`ClippedPGLoss` fixes once per rollout batch (``B'`` rows trained)."""
+
+    rollouts: RolloutBatch  # the B' rows
+    advantages: Tensor  # (B',)
+    mask: Tensor  # (B', L) tokens in the loss
+    old_logp: Tensor  # (B', L) π_old
+    ref_logp: Tensor | None  # (B', L) π_ref (kl_beta > 0)
+
+
+class ClippedPGLoss(Loss):
+    """GRPO / DAPO / double-rollout loss: token-level clipped policy gradient over the kept rows.
+
+    ``prepare``: loss mask = completion tokens, truncated completions out (``mask_truncated``, DAPO);
+    rows with advantage exactly 0 out when ``skip_zero_advantage`` and ``kl_beta = 0`` (a batch with no
+    informative row still makes its μ zero-gradient updates, counted in ``train/uninformative_batches``, so
+    ``max_steps`` always ends the run); π_old (and π_ref) log-probs of the rows under the policy before any
+    update, in eval mode, with ``train/entropy`` (π_old's mean token entropy over the mask) from the same
+    logits. ``backward``: each micro-batch's loss weighted by its share of the aggregation's denominator,
+    so the accumulated gradient equals the full batch's for every aggregation.
+
+    Args:
+        settings: clip range, KL, aggregation, truncation and zero-advantage rules (:class:`GRPOLossSettings`).
+    """
+
+    stats_prefix = "train/grpo"
+
+    def __init__(self, settings: GRPOLossSettings | None = None) -> None:
+        self.settings = settings if settings is not None else GRPOLossSettings()
+        self.uninformative_batches = 0
+
+    def prepare(self, rollouts: RolloutBatch, module: Any) -> PreparedPG:
+        s = self.settings
+        ro = _kept(rollouts)
+        adv = ro.advantages
+        mask = truncation_mask(ro.completion_ids, ro.completion_mask, module.policy.eos_id, s.mask_truncated)
+        keep = mask.any(dim=1)  # (B,)
+        if s.skip_zero_advantage and s.kl_beta == 0:
+            informative = keep & (adv != 0)
+            if bool(informative.any()):
+                keep = informative
+            else:
+                # nothing to learn from: still make the μ (zero-gradient) updates, so that
+                # trainer.global_step advances and max_steps ends the run
+                self.uninformative_batches += 1
+        if not bool(keep.any()):
+            keep = torch.ones_like(keep)  # every row truncated: the mask zeroes the loss anyway
+        # logged every batch (not only when it grows): an on_step value logged once is re-emitted by Lightning
+        # at later steps of that process only, so a resumed run's metric stream would differ
+        module.log("train/uninformative_batches", float(self.uninformative_batches), on_step=True, batch_size=1)
+        module.log("train/rows_trained", keep.float().sum(), on_step=True, batch_size=1)
+        ro, adv, mask = ro.select(keep), adv[keep], mask[keep]  # (B',...)
+        old_logp, ref_logp, entropy = self._fixed_logprobs(ro, module)
+        module.log("train/entropy", masked_entropy_mean(entropy, mask), on_step=True, batch_size=1)
+        return PreparedPG(ro, adv, mask, old_logp, ref_logp)
+
+    @torch.no_grad()
+    def _fixed_logprobs(self, ro: RolloutBatch, module: Any) -> tuple[Tensor, Tensor | None, Tensor]:
+        """π_old log-probs ``(B, L)``, π_ref log-probs when ``kl_beta > 0``, and π_old's token entropy
+        ``(B, L)``, in micro-batches, the policy in eval mode."""
+        from lit_rl.models.ar import logprobs_of
+
+        policy = module.policy
+        size = module.micro_batch_size or len(ro)
+        was_training = policy.training
+        policy.eval()
+        olds, refs, ents = [], [], []
+        try:
+            for mb in ro.micro_batches(size):
+                logits = policy.completion_logits(mb.input_ids, mb.attention_mask, mb.prompt_len)  # (b, L, V)
+                olds.append(logprobs_of(logits, mb.completion_ids))
+                ents.append(token_entropy(logits))  # (b, L)
+                del logits
+                if self.settings.kl_beta > 0:
+                    refs.append(module.reference_logprobs(mb))
+        finally:
+            policy.train(was_training)
+        return torch.cat(olds), (torch.cat(refs) if refs else None), torch.cat(ents)
+
+    def _mb_weight(self, mask: Tensor, mb_mask: Tensor) -> float:
+        """Share of the batch's aggregation denominator held by one micro-batch (so the micro-batch losses
+        sum to the full-batch loss)."""
+        agg = self.settings.aggregation
+        if agg == "token-mean":
+            return float(mb_mask.sum()) / max(float(mask.sum()), 1.0)
+        if agg == "seq-mean-token-mean":
+            return float(mb_mask.any(1).sum()) / max(float(mask.any(1).sum()), 1.0)
+        return mb_mask.shape[0] / max(mask.shape[0], 1)
+
+    def backward(self, p: PreparedPG, module: Any) -> tuple[Tensor, dict[str, Tensor]]:
+        s = self.settings
+        ro, adv, mask = p.rollouts, p.advantages, p.mask
+        size = module.micro_batch_size or len(ro)
+        loss_sum = torch.zeros((), device=module.device)
+        stats: dict[str, Tensor] = {}
+        for start in range(0, len(ro), size):
+            sl = slice(start, start + size)
+            logp = module.policy.token_logprobs(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)  # (b, L)
+            loss, stats = clipped_pg_loss(
+                logp, p.old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low, eps_high=s.eps_high,
+                ref_logp=None if p.ref_logp is None else p.ref_logp[sl], kl_beta=s.kl_beta, aggregation=s.aggregation,
+            )
+            loss = loss * self._mb_weight(mask, mask[sl])
+            module.manual_backward(loss)
+            loss_sum = loss_sum + loss.detach()
+        return loss_sum, stats
+
+
+# --------------------------------------------------------------------------------------------------- SFT
+class DenoisingSFTLoss(Loss):
+    """Masked-denoising SFT (LLaDA's SFT objective, :mod:`lit_rl.algorithms.sft`) on the batch's external rows:
+    per row ``t ~ U(eps, 1]``, each token masked w.p. ``t``, cross-entropy on masked tokens weighted by
+    ``1/t`` and normalised by the row's length; a mean over rows. No reward is used.
+
+    Args:
+        eps: lower bound of the masking ratio ``t``.
+        train_padding: train the EOS padding of the row's own width too (LLaDA SFT); ``False``: up to the
+            first EOS only.
+    """
+
+    stats_prefix = "train/sft"
+
+    def __init__(self, eps: float = 1e-3, train_padding: bool = True) -> None:
+        if not 0.0 < eps < 1.0:
+            raise ValueError(f"model.eps must be in (0, 1), got {eps}")
+        self.eps, self.train_padding = eps, train_padding
+
+    def prepare(self, rollouts: RolloutBatch, module: Any) -> RolloutBatch:
+        ext = rollouts.source == int(Source.EXTERNAL)
+        if not bool(ext.any()):
+            raise RuntimeError("DenoisingSFT trains on external rollouts: set data.g_ext >= 1 (and data.g_on: 0)")
+        return rollouts.select(ext)
+
+    def target_mask(self, ro: RolloutBatch) -> Tensor:
+        """Trained positions ``(N, L)``: the row's own width (``train_padding``) or up to its first EOS."""
+        if not self.train_padding:
+            return ro.completion_mask.bool()
+        pos = torch.arange(ro.completion_mask.shape[1], device=ro.completion_mask.device)
+        return pos[None, :] < ro.gen_width[:, None]
+
+    def backward(self, ro: RolloutBatch, module: Any, step: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        policy = module.policy
+        target = self.target_mask(ro)  # (N, L)
+        seeds = module.mask_seeds(ro, step)
+        ts, masks = zip(*(denoising_masks(target[i : i + 1], rng.cpu_generator(s), self.eps) for i, s in enumerate(seeds)))
+        t, masked = torch.cat(ts), torch.cat(masks)  # (N,), (N, L)
+        n = len(ro)
+        size = module.micro_batch_size or n
+        P = ro.prompt_len
+        loss_sum = torch.zeros((), device=module.device)
+        for s in range(0, n, size):
+            sl = slice(s, s + size)
+            comp = ro.completion_ids[sl]  # (b, L)
+            noisy = torch.where(masked[sl], torch.full_like(comp, policy.mask_id), comp)
+            ids = torch.cat([ro.input_ids[sl, :P], noisy], 1)  # (b, P + L)
+            logits = policy(ids, ro.attention_mask[sl])[:, P:]  # (b, L, V)
+            loss = masked_denoising_loss(logits, comp, masked[sl], t[sl], target[sl].sum(-1))
+            loss = loss * (comp.shape[0] / n)  # a mean over rows: each micro-batch weighs its share
+            module.manual_backward(loss)
+            loss_sum = loss_sum + loss.detach()
+        stats = {"masked_frac": (masked.sum() / target.sum().clamp(min=1)).float(), "t_mean": t.mean()}
+        return loss_sum, stats

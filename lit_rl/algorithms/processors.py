@@ -1,0 +1,79 @@
+"""Processors: the middle stage of the pipeline, rollouts in, rollouts with advantages out.
+
+A processor turns the rows' rewards into ``advantages`` (and ``keep``: the rows the loss trains on) and
+may replace rows; a module runs its chain in order (``model.init_args.processors`` in YAML), each one
+seeing the previous one's output::
+
+    rollouts = run_processors(self.processors, rollouts, batch)
+
+* ERILS's advantage processors (:mod:`lit_rl.algorithms.advantages`): ``SourceSpecific`` (Eq. 9),
+  ``Joint`` (Eq. 11), ``OnPolicyOnly`` (SPG), ``ExternalOnly``;
+* :class:`GroupBaseline`: GRPO / RLOO / Dr. GRPO group-relative advantages over every row;
+* :class:`~lit_rl.algorithms.double_rollout.DoubleRolloutEstimate`: double rollout's reward estimation
+  (continuations from the cut trace, revised rewards, one-sided replacement, length terms) and the GRPO
+  advantages of the revised rewards.
+
+A processor reads what it needs from the rollouts and their :class:`~lit_rl.rollouts.types.PromptBatch`
+(the task to score new rows, the generator for continuations, the step and rank for seeds) and reports
+anything beyond advantages in ``batch.diagnostics``; the module gives it its policy once (:meth:`bind`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from lit_rl.core.advantages import group_centered
+from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+
+__all__ = ["GroupBaseline", "Processor", "run_processors"]
+
+
+class Processor:
+    """Base of the processors (module docstring)."""
+
+    def bind(self, policy: torch.nn.Module) -> None:
+        """Called once by the module with its policy (tokenizer, EOS id, decoding)."""
+
+    def process(self, rollouts: RolloutBatch, batch: PromptBatch) -> RolloutBatch:
+        raise NotImplementedError
+
+
+def run_processors(processors: Sequence[Processor], rollouts: RolloutBatch, batch: PromptBatch) -> RolloutBatch:
+    """The chain in order; a non-empty chain must leave advantages on the rows (an empty one: a loss that
+    needs none, e.g. SFT)."""
+    for p in processors:
+        rollouts = p.process(rollouts, batch)
+    if processors and rollouts.advantages is None:
+        raise ValueError(f"processors {[type(p).__name__ for p in processors]} set no advantages")
+    return rollouts
+
+
+class GroupBaseline(Processor):
+    """Group-relative advantages over every row of each prompt group (:func:`lit_rl.core.advantages.group_centered`):
+    GRPO (``scale_std``), RLOO (``leave_one_out``), Dr. GRPO (neither). Keeps every row.
+
+    Args:
+        scale_std: divide by the group's sample std (+ ``eps``).
+        leave_one_out: the mean of the group's other rewards as the baseline.
+        eps: added to the std before dividing.
+    """
+
+    def __init__(self, scale_std: bool = False, leave_one_out: bool = False, eps: float = 1e-4) -> None:
+        self.scale_std, self.leave_one_out, self.eps = scale_std, leave_one_out, eps
+
+    def __call__(self, rewards: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` advantages of ``rewards (B,)`` within ``group (B,)``."""
+        return group_centered(rewards, group, scale_std=self.scale_std, leave_one_out=self.leave_one_out, eps=self.eps)
+
+    def process(self, rollouts: RolloutBatch, batch: PromptBatch) -> RolloutBatch:
+        return rollouts.with_advantages(self(rollouts.rewards.float(), rollouts.group))
+
+    def __repr__(self) -> str:
+        return f"GroupBaseline(scale_std={self.scale_std}, leave_one_out={self.leave_one_out}, eps={self.eps})"
+
+
+def describe(processors: Sequence[Any]) -> str:
+    """``A -> B -> C`` (for logs and errors)."""
+    return " -> ".join(type(p).__name__ for p in processors) or "(none)"
