@@ -4,7 +4,7 @@ Reinforcement Learning with Sampling-based Reward Estimation", §2).
 One training step consumes one rollout batch: ``G`` first-stage rollouts per prompt, produced by
 :class:`datamodules.ar_rollouts.ARRolloutDataModule` at batch start (its generator holds the current
 weights) and scored by the task verifier. In the shared pipeline (:mod:`lit_rl.algorithms.rl_module`) the
-parts are ``processors: [DoubleRolloutEstimate]`` (:mod:`lit_rl.algorithms.dr_estimate`) and ``loss:
+parts are ``processors: [DoubleRolloutEstimate]`` (:mod:`lit_rl.algorithms.dr_estimate`) and ``loss_fn:
 ClippedPGLoss`` (:mod:`lit_rl.algorithms.losses`). Then::
 
     1. double-rollout reward estimation (:func:`estimate_rewards`, calling the pure math of
@@ -172,7 +172,7 @@ class DoubleRolloutGRPO(RLModule):
             policy, optimizer=optimizer, scheduler=scheduler, updates_per_batch=updates_per_batch,
             micro_batch_size=micro_batch_size, grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips,
             seed=seed, processors=processors if processors is not None else [DoubleRolloutEstimate(dr, baseline, seed=seed)],
-            loss=loss_fn if loss_fn is not None else ClippedPGLoss(settings),
+            loss_fn=loss_fn if loss_fn is not None else ClippedPGLoss(settings),
         )
         self.dr = dr
         self.loss_settings = settings
@@ -181,12 +181,12 @@ class DoubleRolloutGRPO(RLModule):
     @property
     def uninformative_batches(self) -> int:
         """Batches with no informative row (their μ updates have zero gradient); checkpointed by ExactResume."""
-        return getattr(self.loss, "uninformative_batches", 0)
+        return getattr(self.loss_fn, "uninformative_batches", 0)
 
     @uninformative_batches.setter
     def uninformative_batches(self, value: int) -> None:
-        if hasattr(self.loss, "uninformative_batches"):
-            self.loss.uninformative_batches = int(value)
+        if hasattr(self.loss_fn, "uninformative_batches"):
+            self.loss_fn.uninformative_batches = int(value)
 
     # -- setup -----------------------------------------------------------------------------------------
     def configure_model(self) -> None:

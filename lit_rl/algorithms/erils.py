@@ -7,7 +7,7 @@ so ``max_steps`` is the paper's step count. The parts are injected (LightningCLI
 the policy, the surrogate (SPG: ELBO for positive, EUBO/mix for negative advantages), the advantage
 processor (source-specific / joint / on-policy only / external only) and the optimizer/scheduler factories.
 In the shared pipeline (:mod:`lit_rl.algorithms.rl_module`) that is ``processors: [advantages]`` and
-``loss: SPGLoss(surrogate)``; :func:`source_metrics` are its per-batch metrics.
+``loss_fn: SPGLoss(surrogate)``; :func:`source_metrics` are its per-batch metrics.
 
 Mask draws: every rollout draws its masks from its own CPU stream, seeded by
 ``lit_rl.rng.seed_for(seed, Stream.MASKS, rank, global_step, row)``, so micro-batching never changes the
@@ -90,7 +90,7 @@ class ERILSModule(RLModule):
         max_consecutive_skips: stop after this many non-finite updates in a row.
         seed: seed of the surrogate's mask draws.
         processors: a whole advantage chain instead of ``advantages`` (:mod:`lit_rl.algorithms.processors`).
-        loss: another loss instead of the SPG surrogate's (:mod:`lit_rl.algorithms.losses`).
+        loss_fn: another loss instead of the SPG surrogate's (:mod:`lit_rl.algorithms.losses`).
     """
 
     def __init__(
@@ -106,7 +106,7 @@ class ERILSModule(RLModule):
         max_consecutive_skips: int = 10,
         seed: int = 0,
         processors: Sequence[Processor] | None = None,
-        loss: Loss | None = None,
+        loss_fn: Loss | None = None,
     ) -> None:
         self_advantages = advantages if advantages is not None else SourceSpecific()
         spg = SPGLoss(surrogate)
@@ -114,7 +114,7 @@ class ERILSModule(RLModule):
             policy, optimizer=optimizer, scheduler=scheduler, updates_per_batch=updates_per_batch,
             micro_batch_size=micro_batch_size, grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips,
             seed=seed, processors=processors if processors is not None else [self_advantages],
-            loss=loss if loss is not None else spg,
+            loss_fn=loss_fn if loss_fn is not None else spg,
         )
         self.advantages = self_advantages
         self.surrogate = spg.surrogate

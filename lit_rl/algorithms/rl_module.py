@@ -7,8 +7,8 @@ manual optimisation (``trainer.global_step`` counts updates, so ``max_steps`` is
     1. rollouts   batch.rollouts, produced by the DataModule's sources at batch start
     2. processors rewards -> advantages (and replaced rows): the chain ``self.processors``
     3. metrics    the batch's statistics (the DataModule's, the processors', the module's own)
-    4. prepare    ``self.loss.prepare``: the rows trained on, masks, π_old / π_ref, once per batch
-    5. updates    μ x ``optimizer_update(self.loss.backward)``
+    4. prepare    ``self.loss_fn.prepare``: the rows trained on, masks, π_old / π_ref, once per batch
+    5. updates    μ x ``optimizer_update(self.loss_fn.backward)``
 
 What else they share lives here and nowhere else:
 
@@ -25,7 +25,7 @@ What else they share lives here and nowhere else:
 
 The subclasses only choose the default parts (:class:`~lit_rl.algorithms.erils.ERILSModule`: ERILS's
 advantage processor and the SPG loss; :class:`~lit_rl.algorithms.double_rollout.DoubleRolloutGRPO`: the
-double-rollout estimate and the clipped policy gradient); ``processors`` and ``loss`` in YAML replace them.
+double-rollout estimate and the clipped policy gradient); ``processors`` and ``loss_fn`` in YAML replace them.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class RLModule(L.LightningModule):
         max_consecutive_skips: stop after this many non-finite updates in a row.
         seed: seed of the subclass's randomness (mask draws, continuation sampling).
         processors: the advantage chain (:mod:`lit_rl.algorithms.processors`).
-        loss: the loss (:mod:`lit_rl.algorithms.losses`).
+        loss_fn: the loss (:mod:`lit_rl.algorithms.losses`).
     """
 
     def __init__(
@@ -88,7 +88,7 @@ class RLModule(L.LightningModule):
         max_consecutive_skips: int = 10,
         seed: int = 0,
         processors: Sequence[Processor] | None = None,
-        loss: Loss | None = None,
+        loss_fn: Loss | None = None,
     ) -> None:
         super().__init__()
         if updates_per_batch < 1:
@@ -109,8 +109,8 @@ class RLModule(L.LightningModule):
         self.skipped_updates = 0
         self.consecutive_skips = 0
         self.processors: list[Processor] = list(processors or [])
-        self.loss: Loss | None = loss
-        for part in (*self.processors, self.loss):
+        self.loss_fn: Loss | None = loss_fn
+        for part in (*self.processors, self.loss_fn):
             if part is not None:
                 part.bind(policy)
         self._val_correct, self._val_total = 0.0, 0.0
@@ -171,13 +171,13 @@ class RLModule(L.LightningModule):
         # 3. metrics of this rollout batch: the DataModule's and the processors' (batch.stats), the module's own
         self.log_batch_metrics(ro, batch)
         # 4. the loss's fixed part, once per batch (rows trained on, masks, π_old / π_ref)
-        if self.loss is None:
+        if self.loss_fn is None:
             raise RuntimeError(f"{type(self).__name__} has no loss")
-        prepared = self.loss.prepare(ro, self)
+        prepared = self.loss_fn.prepare(ro, self)
         # 5. μ optimizer updates on this rollout batch
         loss = torch.zeros((), device=self.device)
         for _ in range(self.updates_per_batch):
-            loss = self.optimizer_update(lambda: self.loss.backward(prepared, self), self.loss.stats_prefix)
+            loss = self.optimizer_update(lambda: self.loss_fn.backward(prepared, self), self.loss_fn.stats_prefix)
         self.log_step_axis(batch)
         return loss
 

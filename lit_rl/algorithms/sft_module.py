@@ -65,7 +65,7 @@ class DenoisingSFT(RLModule):
         super().__init__(
             policy, optimizer=optimizer, scheduler=scheduler, updates_per_batch=updates_per_batch,
             micro_batch_size=micro_batch_size, grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips,
-            seed=seed, processors=[], loss=DenoisingSFTLoss(eps=eps, train_padding=train_padding),
+            seed=seed, processors=[], loss_fn=DenoisingSFTLoss(eps=eps, train_padding=train_padding),
         )
         self.eps, self.train_padding = eps, train_padding
 

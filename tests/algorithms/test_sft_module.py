@@ -34,7 +34,7 @@ def _grads(micro: int | None, train_padding: bool = True) -> tuple[float, dict[s
     policy = _policy()
     module = DenoisingSFT(policy, micro_batch_size=micro, train_padding=train_padding)
     module.manual_backward = lambda loss: loss.backward()
-    loss, _ = module.loss.backward(_batch(), module, step=0)
+    loss, _ = module.loss_fn.backward(_batch(), module, step=0)
     return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
 
 
@@ -50,10 +50,10 @@ def test_micro_batches_match_the_full_batch(micro):
 def test_train_padding_trains_the_whole_own_width():
     module = DenoisingSFT(_policy())
     ro = _batch()
-    assert module.loss.target_mask(ro).all()  # gen_width defaults to the full width
+    assert module.loss_fn.target_mask(ro).all()  # gen_width defaults to the full width
     ro.gen_width = torch.tensor([6, 4, 6, 6, 5])
-    assert module.loss.target_mask(ro).sum(-1).tolist() == [6, 4, 6, 6, 5]
-    assert DenoisingSFT(_policy(), train_padding=False).loss.target_mask(ro).sum(-1).tolist() == [6, 2, 4, 1, 5]
+    assert module.loss_fn.target_mask(ro).sum(-1).tolist() == [6, 4, 6, 6, 5]
+    assert DenoisingSFT(_policy(), train_padding=False).loss_fn.target_mask(ro).sum(-1).tolist() == [6, 2, 4, 1, 5]
     assert _grads(None)[0] != pytest.approx(_grads(None, train_padding=False)[0])
 
 
