@@ -29,12 +29,13 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
+from datamodules.sources import AROnPolicy
 from datamodules.stream import PromptStreamDataModule, step_seed
 from lit_rl.core.double_rollout import pass_rate_filter
 from lit_rl.atomic import atomic_write_text
@@ -43,7 +44,6 @@ from lit_rl.generation.ar import ARBackend, HFBackend
 BackendFactory = Callable[[torch.nn.Module], ARBackend]
 from lit_rl.models.ar import SamplingSettings
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
-from lit_rl.tasks.rewards import completion_id_lists
 from lit_rl.tasks.base import Example, Task
 
 __all__ = ["ARRolloutDataModule", "ProfilingSettings", "policy_key", "profile_pass_rates"]
@@ -141,6 +141,8 @@ class ARRolloutDataModule(PromptStreamDataModule):
         backend: the generator, or a factory called with the policy (YAML: ``class_path`` of
             ``lit_rl.generation.ar.HFBackend`` / ``VLLMBackend`` with their other init args); ``null``:
             ``HFBackend(policy)``. Built when the first rollouts are due.
+        sources: the training rows' sources (:mod:`datamodules.sources`) instead of ``num_generations``
+            first-stage rollouts (``AROnPolicy``).
     """
 
     def __init__(
@@ -158,6 +160,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
         num_train_prompts: int | None = None,
         output_dir: str | None = None,
         backend: ARBackend | BackendFactory | None = None,
+        sources: Sequence[Any] | None = None,
     ) -> None:
         super().__init__(
             task, prompts_per_batch=prompts_per_batch, max_prompt_len=max_prompt_len, eval_size=eval_size,
@@ -174,7 +177,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
         self.kept_ids: list[str] | None = None  # after profiling (checkpointed)
         self._all_train: list[Example] | None = None
         self.profile_stats: dict[str, float] = {}
-        self.reward_metrics: dict[str, float] = {}
+        self.sources = list(sources) if sources is not None else [AROnPolicy(num_generations, self.generation)]
         self.backend_spec = backend
         self._generator: ARBackend | None = backend if isinstance(backend, ARBackend) else None
         self._synced_step: int | None = None
@@ -287,26 +290,8 @@ class ARRolloutDataModule(PromptStreamDataModule):
         ids, mask = policy.encode_prompts([self.task.messages(e) for e in examples], self.max_prompt_len)
         return ids.to(device), mask.to(device)  # (B_p, P)
 
-    def produce_rollouts(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
-        """G first-stage rollouts per prompt of ``batch``, scored by the task verifier."""
-        policy = module.policy
-        backend = self.generator(policy)
-        G, gen = self.num_generations, self.generation
-        prompt_ids, prompt_mask = self._encode(policy, batch.examples)  # (B_p, P)
-        t0 = time.perf_counter()
-        comp = backend.generate(
-            prompt_ids, prompt_mask, max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
-            top_p=gen.top_p, n=G, seed=self.generation_seed(batch.step),
-        ).to(prompt_ids.device)  # (B_p*G, L) prompt-major
-        stage1 = time.perf_counter() - t0
-        rollouts = self._rows(policy, batch.examples, prompt_ids, prompt_mask, comp, G, score="reward")
-        lengths = rollouts.lengths.float()
-        self.last_stats = {
-            "time/stage1_s": stage1,
-            "train/tokens_per_problem": float(lengths.mean()),
-            "train/cost/tokens_stage1": float(lengths.sum()) / len(batch.examples),
-        } | self.profile_stats | self.reward_metrics
-        return rollouts
+    def extra_stats(self) -> dict[str, float]:
+        return dict(self.profile_stats)
 
     def evaluate_batch(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
         """``eval_generation`` completions of eval prompts; ``rewards`` = eval ``correct``, ``eval_total``."""
@@ -317,7 +302,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
             prompt_ids, prompt_mask, max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
             top_p=gen.top_p, n=1, seed=step_seed(self.seed, 0, salt=1),
         ).to(prompt_ids.device)  # (B, L)
-        return self._rows(policy, batch.examples, prompt_ids, prompt_mask, comp, 1, score="eval")
+        return self._rows(policy, batch.examples, prompt_ids, prompt_mask, comp, 1)
 
     def _rows(
         self,
@@ -327,35 +312,25 @@ class ARRolloutDataModule(PromptStreamDataModule):
         prompt_mask: torch.Tensor,
         comp: torch.Tensor,
         n: int,
-        score: str,
     ) -> RolloutBatch:
-        """Rollout rows of ``n`` completions per prompt (prompt-major), scored by reward or eval rule."""
+        """Evaluation rows of ``n`` completions per prompt (prompt-major), scored by the task's eval rule."""
         device = prompt_ids.device
         R, L = comp.shape
         grp = torch.arange(len(examples), device=device).repeat_interleave(n)  # (R,)
         texts = policy.decode_completions(comp)
         lengths = policy.completion_lengths(comp)  # (R,)
-        eval_total = None
-        if score == "reward":  # one call per reward function for the whole batch, as TRL calls them
-            ids = completion_id_lists(comp, lengths) if self.task.extra_reward_funcs else None
-            scores = self.task.total_rewards(texts, [examples[k // n] for k in range(R)], completion_ids=ids)
-            rewards = scores.totals
-            self.reward_metrics = scores.metrics()
-        else:
-            scores = [self.task.evaluate(t, examples[k // n]) for k, t in enumerate(texts)]
-            rewards = [s.correct for s in scores]
-            eval_total = torch.tensor([s.total for s in scores], dtype=torch.float32, device=device)
+        scores = [self.task.evaluate(t, examples[k // n]) for k, t in enumerate(texts)]
         return RolloutBatch(
             input_ids=torch.cat([prompt_ids[grp], comp], 1),  # (R, P+L)
             attention_mask=torch.cat([prompt_mask[grp], torch.ones_like(comp)], 1),
             prompt_len=prompt_ids.shape[1],
             completion_mask=torch.arange(L, device=device)[None, :] < lengths[:, None],  # (R, L)
             lengths=lengths,
-            rewards=torch.tensor(rewards, dtype=torch.float32, device=device),
+            rewards=torch.tensor([s.correct for s in scores], dtype=torch.float32, device=device),
             source=torch.full((R,), int(Source.ON_POLICY), dtype=torch.long, device=device),
             group=grp,
             texts=texts,
             prompt_ids=[examples[k // n].id for k in range(R)],
             hit_limit=(comp != policy.eos_id).all(-1),
-            eval_total=eval_total,
+            eval_total=torch.tensor([s.total for s in scores], dtype=torch.float32, device=device),
         )

@@ -14,24 +14,24 @@
    decoder, seeded by ``(seed, step)`` so a resumed run draws the same rollouts. Every completion, on-policy
    and external, is scored with the task's verifier, and the batch carries a source-tagged
    :class:`~lit_rl.rollouts.types.RolloutBatch`.
+
+Steps 2 and 3 are this DataModule's default sources (:mod:`datamodules.sources`: ``ExternalPool`` and
+``DiffusionOnPolicy``, built from ``g_on``, ``g_ext``, ``pool_path``, ``generation``); ``sources`` in YAML
+gives any list instead.
 4. **Validation batches** are decoded greedily (T=0) and scored with the task's evaluation rule.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import Sequence
 
 import torch
 
-from lit_rl.generation.settings import DecodeSettings
-from lit_rl.rollouts.pool import load_pool
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
-from lit_rl.tasks.base import Task
-from lit_rl.tasks.parsing import last_answer_block
-from lit_rl.tasks.rewards import completion_id_lists
-
+from datamodules.sources import DiffusionOnPolicy, ExternalPool, RolloutSource
 from datamodules.stream import PromptStreamDataModule, step_seed
+from lit_rl.generation.settings import DecodeSettings
+from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.tasks.base import Task
 
 
 class RolloutDataModule(PromptStreamDataModule):
@@ -56,6 +56,8 @@ class RolloutDataModule(PromptStreamDataModule):
         output_dir: where ``prompt_order.jsonl`` goes (default: the trainer's log dir).
         group_size: G, rollouts per prompt group; when set it must equal ``g_on + g_ext`` (a guard for
             sweeps and configs that vary one of them).
+        sources: the training rows' sources (:mod:`datamodules.sources`) instead of the ones ``g_on``,
+            ``g_ext``, ``pool_path`` and ``generation`` describe.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class RolloutDataModule(PromptStreamDataModule):
         num_train_prompts: int | None = None,
         output_dir: str | None = None,
         group_size: int | None = None,
+        sources: Sequence[RolloutSource] | None = None,
     ) -> None:
         super().__init__(
             task,
@@ -86,11 +89,16 @@ class RolloutDataModule(PromptStreamDataModule):
             num_train_prompts=num_train_prompts,
             output_dir=output_dir,
         )
+        if sources is not None:  # the list says everything: G_on / G_ext are what it holds
+            g_ext = sum(s.num for s in sources if isinstance(s, ExternalPool))
+            g_on = sum(s.num for s in sources if not isinstance(s, ExternalPool))
+            if not sources:
+                raise ValueError("data.sources is empty: a rollout batch needs at least one source")
         if g_on < 0 or g_ext < 0 or g_on + g_ext == 0:
             raise ValueError(f"data.g_on ({g_on}) and data.g_ext ({g_ext}) must be >= 0 with g_on + g_ext > 0")
         if group_size is not None and group_size != g_on + g_ext:
             raise ValueError(f"data.group_size (G = {group_size}) must equal data.g_on + data.g_ext = {g_on} + {g_ext} = {g_on + g_ext}")
-        if g_ext > 0 and not pool_path:
+        if sources is None and g_ext > 0 and not pool_path:
             raise ValueError("data.pool_path is required when data.g_ext > 0 (the external rollout pool file)")
         self.pool_path = pool_path
         self.g_on, self.g_ext = g_on, g_ext
@@ -102,122 +110,11 @@ class RolloutDataModule(PromptStreamDataModule):
             temperature=0.0,
         )
         self.max_external_len = max_external_len
-        self._pool: dict[str, list[Any]] = {}
-
-    # -- data ----------------------------------------------------------------------------------------
-    def setup(self, stage: str | None = None) -> None:
-        first = self._train is None
-        super().setup(stage)
-        if first and self.g_ext > 0:
-            valid = [e.id for e in self.task.train_examples()]
-            self._pool = load_pool(self.pool_path, self.g_ext, valid_ids=valid, task=self.task.name)
-            kept = [e for e in self.train_examples if e.id in self._pool]
-            if not kept:
-                raise ValueError(
-                    f"data: no training prompts of task {self.task.name!r} have {self.g_ext} usable external "
-                    f"rollouts in {self.pool_path}"
-                )
-            self._set_train_examples(kept)
-
-    def prompt_batch(self, step: int) -> PromptBatch:
-        """The prompts of stream batch ``step`` for this rank, each with its first ``G_ext`` external records."""
-        batch = super().prompt_batch(step)
-        batch.external = [self._pool.get(e.id, [])[: self.g_ext] if self.g_ext else [] for e in batch.examples]
-        return batch
-
-    # -- rollouts at batch start (called by the base class's on_after_batch_transfer) ---------------
-    def produce_rollouts(self, batch: PromptBatch, module: torch.nn.Module) -> RolloutBatch:
-        """On-policy generation + external rollouts of ``batch``, all scored by the task verifier.
-
-        ``module`` is the LightningModule (its ``policy`` is used) or a policy.
-        """
-        policy = getattr(module, "policy", module)
-        device = next(policy.parameters()).device
-        examples = batch.examples
-        prompt_ids, prompt_mask = policy.encode_prompts([self.task.messages(e) for e in examples], self.max_prompt_len)
-        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)  # (B_p, P)
-        P = prompt_ids.shape[1]
-        L_gen = self.generation.gen_length
-        rows_ids, rows_src, rows_grp, texts, pids, rewards, hit = [], [], [], [], [], [], []
-        lengths = []  # per part, each measured on the part's own width (never on the padding)
-        t0 = time.perf_counter()
-        # 1. on-policy: G_on samples per prompt, seeded by (seed, step)
-        if self.g_on:
-            on_prompt = prompt_ids.repeat_interleave(self.g_on, 0)  # (B_p*G_on, P)
-            on_mask = prompt_mask.repeat_interleave(self.g_on, 0)
-            comp = policy.generate(on_prompt, on_mask, self.generation, self.generation_seed(batch.step))  # (B_p*G_on, L_gen)
-            on_texts = policy.decode_completions(comp)
-            lengths.append(policy.completion_lengths(comp))  # (B_p*G_on,) at most L_gen
-            for k, text in enumerate(on_texts):
-                g = k // self.g_on
-                rows_ids.append(comp[k])
-                rows_src.append(int(Source.ON_POLICY))
-                rows_grp.append(g)
-                texts.append(text)
-                pids.append(examples[g].id)
-                hit.append(bool((comp[k] != policy.eos_id).all()))
-        gen_time = time.perf_counter() - t0
-        # 2. external: the pool's first G_ext usable records, re-scored by this run's verifier. A record
-        #    longer than the width is cut for training (no EOS in frame, like an on-policy row that hit
-        #    L_gen: hit_limit True) and rewarded on the cut text, the text that is trained on.
-        ext = [(g, r.completion) for g, recs in enumerate(batch.external) for r in recs]
-        width = L_gen
-        ext_ids = None
-        cut: list[bool] = []
-        if ext:
-            n_tok = [policy.count_tokens(t) for _, t in ext]
-            width = max(L_gen, min(max(n_tok) + 1, self.max_external_len + 1))
-            ext_ids = policy.encode_completions([t for _, t in ext], width + 1)[0][:, :width].to(device)  # (E, width)
-            cut = [n >= width for n in n_tok]
-            lengths.append(policy.completion_lengths(ext_ids))  # (E,)
-        cut_rows = [j for j, c in enumerate(cut) if c]
-        cut_texts = dict(zip(cut_rows, policy.decode_completions(ext_ids[cut_rows]))) if cut_rows else {}
-        # on-policy rows keep their own width L_gen: lengths, completion and attention masks end there
-        comps = [torch.cat([r, r.new_full((width - r.shape[0],), policy.eos_id)]) for r in rows_ids]
-        gen_width = [L_gen] * len(rows_ids)
-        for j, (g, text) in enumerate(ext):
-            text = cut_texts.get(j, text)
-            comps.append(ext_ids[j])
-            gen_width.append(width)
-            rows_src.append(int(Source.EXTERNAL))
-            rows_grp.append(g)
-            texts.append(text)
-            pids.append(examples[g].id)
-            hit.append(cut[j])
-        completion = torch.stack(comps)  # (N, L)
-        L_w = completion.shape[1]
-        own = torch.tensor(gen_width, device=device)  # (N,)
-        pos = torch.arange(L_w, device=device)[None, :]  # (1, L)
-        lengths = torch.cat(lengths)  # (N,)
-        grp = torch.tensor(rows_grp, device=device)
-        input_ids = torch.cat([prompt_ids[grp], completion], dim=1)  # (N, P+L)
-        attention_mask = torch.cat([prompt_mask[grp], (pos < own[:, None]).to(prompt_mask.dtype)], dim=1)  # padding not attended
-        completion_mask = pos < lengths[:, None]  # (N, L)
-        n_ext = len(ext)
-        # every row's reward in one call per reward function, as TRL calls them (token ids up to the first EOS)
-        ids = completion_id_lists(completion, lengths) if self.task.extra_reward_funcs else None
-        scores = self.task.total_rewards(texts, [examples[g] for g in rows_grp], completion_ids=ids)
-        rewards = scores.totals
-        self.last_stats = {"time/generation_s": gen_time, **scores.metrics()}
-        if self.g_on:  # share of on-policy completions with an <answer> block: the format holds (or is lost)
-            on = texts[: len(rows_ids)]
-            self.last_stats["train/on_policy/format_rate"] = sum(last_answer_block(t) is not None for t in on) / len(on)
-        if n_ext:
-            self.last_stats["train/external/cut_frac"] = sum(cut) / n_ext
-        return RolloutBatch(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            prompt_len=P,
-            completion_mask=completion_mask,
-            lengths=lengths,
-            rewards=torch.tensor(rewards, dtype=torch.float32, device=device),
-            source=torch.tensor(rows_src, dtype=torch.long, device=device),
-            group=grp,
-            texts=texts,
-            prompt_ids=pids,
-            hit_limit=torch.tensor(hit, dtype=torch.bool, device=device),
-            gen_width=own,
-        )
+        if sources is None:  # ERILS's pair: G_on on-policy rows, then G_ext external rows at least L_gen wide
+            sources = [DiffusionOnPolicy(g_on, self.generation)] if g_on else []
+            if g_ext:
+                sources.append(ExternalPool(g_ext, pool_path, max_external_len, min_width=self.generation.gen_length))
+        self.sources = list(sources)
 
     def evaluate_batch(self, batch: PromptBatch, module: torch.nn.Module) -> RolloutBatch:
         """Greedy (``eval_generation``) completions of eval prompts, with eval scores in ``rewards``.

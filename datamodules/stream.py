@@ -8,8 +8,9 @@ and :class:`datamodules.ar_rollouts.ARRolloutDataModule` (double-rollout GRPO).
 * The order of the first pass is written to ``prompt_order.jsonl`` in the run folder on the first batch;
   the cursor (next batch) is saved in every checkpoint, so a resumed run continues with the next unseen
   batch.
-* Rollouts are produced at batch start (``on_after_batch_transfer``) by :meth:`produce_rollouts`
-  (training) or :meth:`evaluate_batch` (validation / test), which subclasses implement.
+* Rollouts are produced at batch start (``on_after_batch_transfer``): training rows by the DataModule's
+  sources (:mod:`datamodules.sources`, stacked and scored by the task's verifier in one call,
+  :meth:`produce_rollouts`), evaluation rows by :meth:`evaluate_batch`, which subclasses implement.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from lit_rl.atomic import atomic_write_text
 from lit_rl.rng import seed_for
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Example, Task
+from lit_rl.tasks.rewards import completion_id_lists
 from lit_rl.runs import run_dir
 
 __all__ = ["PromptStreamDataModule", "step_seed"]
@@ -83,6 +85,9 @@ class PromptStreamDataModule(L.LightningDataModule):
         output_dir: where ``prompt_order.jsonl`` goes (default: the trainer's log dir).
     """
 
+    #: the training rows' sources, in order (:mod:`datamodules.sources`); set by subclasses
+    sources: list[Any] = []
+
     def __init__(
         self,
         task: Task,
@@ -129,6 +134,10 @@ class PromptStreamDataModule(L.LightningDataModule):
             if not train:
                 raise ValueError(f"data: no training prompts for task {self.task.name!r}")
             self._train = list(train)
+        if not getattr(self, "_sources_ready", False):
+            for source in self.sources:
+                source.setup(self)
+            self._sources_ready = True
         if self._eval is None:
             ev = self.task.eval_examples()
             self._eval = ev[: self.eval_size] if self.eval_size is not None else ev
@@ -180,7 +189,10 @@ class PromptStreamDataModule(L.LightningDataModule):
         for pos in self.stream_positions(step, rank, world):
             epoch, i = divmod(pos, n)
             examples.append(self.train_examples[self._order(epoch)[i]])
-        return PromptBatch(examples=examples, step=step, external=[[] for _ in examples])
+        batch = PromptBatch(examples=examples, step=step, external=[[] for _ in examples])
+        for source in self.sources:
+            source.attach(batch)
+        return batch
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(_PromptStream(self, self.cursor), batch_size=None, num_workers=0)
@@ -240,9 +252,54 @@ class PromptStreamDataModule(L.LightningDataModule):
         """The generation engine later stages may reuse for this batch (AR continuations); ``None`` here."""
         return None
 
-    def produce_rollouts(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
-        """Training rollouts of ``batch`` (subclasses)."""
-        raise NotImplementedError
+    def produce_rollouts(self, batch: PromptBatch, module: Any) -> RolloutBatch:
+        """Training rows of ``batch``: every source's rows (source order, prompt-major), stacked at one width
+        with each row's own ``gen_width`` (padding outside it is neither attended nor scored), scored by the
+        task's verifier and reward functions in one call (TRL's batched call: completion ids up to each
+        row's first EOS when the task has reward functions). ``module`` is the LightningModule (its
+        ``policy`` is used) or a policy. Sets ``last_stats`` (the sources' and the reward functions' metrics)."""
+        policy = getattr(module, "policy", module)
+        device = next(policy.parameters()).device
+        examples = batch.examples
+        prompt_ids, prompt_mask = policy.encode_prompts([self.task.messages(e) for e in examples], self.max_prompt_len)
+        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)  # (B_p, P)
+        parts = [r for src in self.sources if (r := src.rows(batch, policy, prompt_ids, prompt_mask, self)) is not None]
+        if not parts:
+            raise RuntimeError(f"data: no rollouts for batch {batch.step} (sources: {[type(s).__name__ for s in self.sources]})")
+        width = max(p.completion.shape[1] for p in parts)
+        eos = policy.eos_id
+        comps, own = [], []
+        for p in parts:
+            c = p.completion
+            comps.append(torch.cat([c, c.new_full((c.shape[0], width - c.shape[1]), eos)], 1) if c.shape[1] < width else c)
+            own.append(torch.full((c.shape[0],), p.gen_width or c.shape[1], dtype=torch.long, device=device))
+        completion = torch.cat(comps)  # (N, L)
+        gen_width = torch.cat(own)  # (N,)
+        lengths = torch.cat([p.lengths for p in parts])  # (N,)
+        grp = torch.tensor([g for p in parts for g in p.group], device=device)  # (N,)
+        texts = [t for p in parts for t in p.texts]
+        pos = torch.arange(width, device=device)[None, :]  # (1, L)
+        ids = completion_id_lists(completion, lengths) if self.task.extra_reward_funcs else None
+        scores = self.task.total_rewards(texts, [examples[g] for g in grp.tolist()], completion_ids=ids)
+        self.last_stats = {k: v for p in parts for k, v in p.stats.items()} | scores.metrics() | self.extra_stats()
+        return RolloutBatch(
+            input_ids=torch.cat([prompt_ids[grp], completion], dim=1),  # (N, P+L)
+            attention_mask=torch.cat([prompt_mask[grp], (pos < gen_width[:, None]).to(prompt_mask.dtype)], dim=1),
+            prompt_len=prompt_ids.shape[1],
+            completion_mask=pos < lengths[:, None],  # (N, L)
+            lengths=lengths,
+            rewards=torch.tensor(scores.totals, dtype=torch.float32, device=device),
+            source=torch.tensor([int(p.source) for p in parts for _ in p.group], dtype=torch.long, device=device),
+            group=grp,
+            texts=texts,
+            prompt_ids=[examples[g].id for g in grp.tolist()],
+            hit_limit=torch.tensor([h for p in parts for h in p.hit_limit], dtype=torch.bool, device=device),
+            gen_width=gen_width,
+        )
+
+    def extra_stats(self) -> dict[str, float]:
+        """The DataModule's own per-batch metrics next to the sources' (subclasses; e.g. data profiling)."""
+        return {}
 
     def evaluate_batch(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
         """Evaluation rows of ``batch``, ``rewards`` = the eval score's ``correct`` (subclasses)."""

@@ -192,7 +192,7 @@ def _check_semantics(cfg: ConfigView) -> None:
     mcls, dcls = _class_of(cfg, "model"), _class_of(cfg, "data")
     # rollout groups: G_on + G_ext (= G where configured)
     dparams = sig.params(dcls)[0] if dcls is not None else {}
-    if "g_on" in dparams or "g_on" in dargs or "g_ext" in dargs:
+    if ("g_on" in dparams or "g_on" in dargs or "g_ext" in dargs) and not dargs.get("sources"):
         g_on = dargs.get("g_on", _default(dcls, "g_on", 0))
         g_ext = dargs.get("g_ext", _default(dcls, "g_ext", 0))
         if _is_int(g_on) and _is_int(g_ext):

@@ -1,0 +1,209 @@
+"""Rollout sources: what adds rows to a training batch, configured as a list (``data.init_args.sources``).
+
+Each source produces the rows of one kind for every prompt group of the batch; the DataModule stacks them
+(source order, prompt-major within a source), scores every row with the task's verifier in one call and
+hands one :class:`~lit_rl.rollouts.types.RolloutBatch` on::
+
+    sources:
+      - class_path: datamodules.sources.DiffusionOnPolicy     # G_on rollouts per prompt from the dLLM
+        init_args: {num: 2, generation: {gen_length: 48, block_length: 16, steps: 12}}
+      - class_path: datamodules.sources.ExternalPool           # G_ext rows per prompt from a pool file
+        init_args: {num: 2, pool_path: data/pools/sudoku_grid.jsonl.gz, min_width: 48}
+
+* :class:`DiffusionOnPolicy`: the dLLM's own rollouts (``policy.generate``), seeded by ``(seed, step, rank)``;
+* :class:`AROnPolicy`: a causal LM's rollouts through the DataModule's generator (HF or vLLM, which holds the
+  policy's current weights);
+* :class:`ExternalPool`: length-controlled completions of a stronger model from a pool file
+  (:mod:`lit_rl.rollouts.pool`), re-scored by this run's verifier; the prompts without enough usable
+  records leave the prompt stream.
+
+A source returns :class:`Rows` (completion ids at its own width, lengths, the prompt index of each row, its
+:class:`~lit_rl.core.sources.Source` tag, texts, whether each row hit its length limit) and its own
+statistics. Rows of different widths are stacked with EOS padding outside each row's ``gen_width``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lit_rl.core.sources import Source
+from lit_rl.generation.settings import DecodeSettings
+from lit_rl.rollouts.pool import load_pool
+from lit_rl.rollouts.types import PromptBatch
+from lit_rl.tasks.parsing import last_answer_block
+
+__all__ = ["AROnPolicy", "DiffusionOnPolicy", "ExternalPool", "RolloutSource", "Rows"]
+
+
+@dataclass
+class Rows:
+    """One source's rows for a batch (``R`` of them, width ``W``).
+
+    Attributes:
+        completion: ``(R, W)`` completion ids, EOS-filled after each row's end.
+        lengths: ``(R,)`` tokens up to and including the first EOS (at most the row's width).
+        group: ``R`` prompt indices (into ``batch.examples``).
+        source: the rows' :class:`~lit_rl.core.sources.Source`.
+        texts: ``R`` completion texts (what the verifier scores).
+        hit_limit: ``R`` bools, the row filled its width without an EOS.
+        gen_width: each row's own width (``W`` for every row when ``None``).
+        stats: the source's per-batch metrics.
+    """
+
+    completion: torch.Tensor
+    lengths: torch.Tensor
+    group: list[int]
+    source: Source
+    texts: list[str]
+    hit_limit: list[bool]
+    gen_width: int | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class RolloutSource:
+    """Base of the sources. ``width`` (after :meth:`rows`) is what the next source's ``min_width`` may need."""
+
+    #: rows per prompt group
+    num: int = 0
+
+    def setup(self, dm: Any) -> None:
+        """Once, after the DataModule has its training prompts (e.g. align them with a pool file)."""
+
+    def attach(self, batch: PromptBatch) -> None:
+        """Add what the source carries with each prompt batch (e.g. its external records)."""
+
+    def rows(self, batch: PromptBatch, policy: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+             dm: Any) -> Rows | None:
+        """This source's rows for ``batch`` (``prompt_ids (B_p, P)`` left-padded on the policy's device)."""
+        raise NotImplementedError
+
+
+class DiffusionOnPolicy(RolloutSource):
+    """``num`` (G_on) rollouts per prompt from the current dLLM, decoded with ``generation``, seeded by the
+    DataModule's ``generation_seed(step)`` (rank-specific, so a resumed run redraws the same rollouts).
+
+    Stats: ``time/generation_s``, ``train/on_policy/format_rate`` (share with an ``<answer>`` block).
+
+    Args:
+        num: rollouts per prompt (G_on).
+        generation: decoding settings (L_gen, block, steps, temperature, cache, threshold).
+    """
+
+    def __init__(self, num: int = 4, generation: DecodeSettings | None = None) -> None:
+        if num < 1:
+            raise ValueError(f"DiffusionOnPolicy.num must be >= 1, got {num}")
+        self.num = num
+        self.generation = generation or DecodeSettings()
+
+    def rows(self, batch, policy, prompt_ids, prompt_mask, dm) -> Rows:
+        t0 = time.perf_counter()
+        on_prompt = prompt_ids.repeat_interleave(self.num, 0)  # (B_p*G_on, P)
+        on_mask = prompt_mask.repeat_interleave(self.num, 0)
+        comp = policy.generate(on_prompt, on_mask, self.generation, dm.generation_seed(batch.step))  # (B_p*G_on, L_gen)
+        texts = policy.decode_completions(comp)
+        lengths = policy.completion_lengths(comp)  # (R,) at most L_gen
+        gen_time = time.perf_counter() - t0
+        format_rate = sum(last_answer_block(t) is not None for t in texts) / len(texts)
+        return Rows(
+            completion=comp, lengths=lengths, group=[k // self.num for k in range(len(texts))], source=Source.ON_POLICY,
+            texts=texts, hit_limit=(comp != policy.eos_id).all(-1).tolist(), gen_width=comp.shape[1],
+            stats={"time/generation_s": gen_time, "train/on_policy/format_rate": format_rate},
+        )
+
+
+class AROnPolicy(RolloutSource):
+    """``num`` (G) first-stage rollouts per prompt from a causal LM through the DataModule's generator
+    (:meth:`datamodules.ar_rollouts.ARRolloutDataModule.generator`: the policy's current weights), seeded by
+    ``generation_seed(step)``.
+
+    Stats: ``time/stage1_s``, ``train/tokens_per_problem`` (mean completion length of one rollout, EOS
+    included: DR Fig. 3's x-axis), ``train/cost/tokens_stage1`` (generated tokens per prompt).
+
+    Args:
+        num: rollouts per prompt (G).
+        generation: sampling (``max_new_tokens``, ``temperature``, ``top_p``).
+    """
+
+    def __init__(self, num: int = 8, generation: Any = None) -> None:
+        from lit_rl.models.ar import SamplingSettings
+
+        if num < 1:
+            raise ValueError(f"AROnPolicy.num must be >= 1, got {num}")
+        self.num = num
+        self.generation = generation or SamplingSettings()
+
+    def rows(self, batch, policy, prompt_ids, prompt_mask, dm) -> Rows:
+        gen = self.generation
+        t0 = time.perf_counter()
+        comp = dm.generator(policy).generate(
+            prompt_ids, prompt_mask, max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
+            top_p=gen.top_p, n=self.num, seed=dm.generation_seed(batch.step),
+        ).to(prompt_ids.device)  # (B_p*G, L) prompt-major
+        stage1 = time.perf_counter() - t0
+        lengths = policy.completion_lengths(comp)  # (R,)
+        return Rows(
+            completion=comp, lengths=lengths, group=[k // self.num for k in range(comp.shape[0])], source=Source.ON_POLICY,
+            texts=policy.decode_completions(comp), hit_limit=(comp != policy.eos_id).all(-1).tolist(),
+            stats={
+                "time/stage1_s": stage1,
+                "train/tokens_per_problem": float(lengths.float().mean()),
+                "train/cost/tokens_stage1": float(lengths.float().sum()) / len(batch.examples),
+            },
+        )
+
+
+class ExternalPool(RolloutSource):
+    """``num`` (G_ext) external rollouts per prompt: each prompt's first usable records in a pool file (keyed
+    by prompt id), re-scored by this run's verifier. Training prompts without ``num`` usable records leave the
+    stream. A record longer than the rows' width is cut for training (no EOS in frame, ``hit_limit``) and
+    rewarded on its cut text, the text that is trained on (``train/external/cut_frac``).
+
+    Args:
+        num: external rows per prompt (G_ext).
+        pool_path: the pool file (JSONL or JSONL.gz, :mod:`lit_rl.rollouts.pool`).
+        max_external_len: longest external completion kept, in policy tokens (plus EOS).
+        min_width: the rows' width is at least this (the on-policy L_gen, so that every row of a batch has
+            one width when the pool's completions are shorter).
+    """
+
+    def __init__(self, num: int = 2, pool_path: str | None = None, max_external_len: int = 512, min_width: int = 0) -> None:
+        if num < 1:
+            raise ValueError(f"ExternalPool.num must be >= 1, got {num}")
+        if not pool_path:
+            raise ValueError("ExternalPool.pool_path is required (the external rollout pool file)")
+        self.num, self.pool_path, self.max_external_len, self.min_width = num, pool_path, max_external_len, min_width
+        self._pool: dict[str, list[Any]] = {}
+
+    def setup(self, dm: Any) -> None:
+        valid = [e.id for e in dm.task.train_examples()]
+        self._pool = load_pool(self.pool_path, self.num, valid_ids=valid, task=dm.task.name)
+        kept = [e for e in dm.train_examples if e.id in self._pool]
+        if not kept:
+            raise ValueError(
+                f"data: no training prompts of task {dm.task.name!r} have {self.num} usable external "
+                f"rollouts in {self.pool_path}"
+            )
+        dm._set_train_examples(kept)
+
+    def attach(self, batch: PromptBatch) -> None:
+        batch.external = [self._pool.get(e.id, [])[: self.num] for e in batch.examples]
+
+    def rows(self, batch, policy, prompt_ids, prompt_mask, dm) -> Rows | None:
+        ext = [(g, r.completion) for g, recs in enumerate(batch.external) for r in recs]
+        if not ext:
+            return None
+        n_tok = [policy.count_tokens(t) for _, t in ext]
+        width = max(self.min_width, min(max(n_tok) + 1, self.max_external_len + 1))
+        ids = policy.encode_completions([t for _, t in ext], width + 1)[0][:, :width].to(prompt_ids.device)  # (E, width)
+        cut = [n >= width for n in n_tok]
+        cut_rows = [j for j, c in enumerate(cut) if c]
+        cut_texts = dict(zip(cut_rows, policy.decode_completions(ids[cut_rows]))) if cut_rows else {}
+        return Rows(
+            completion=ids, lengths=policy.completion_lengths(ids), group=[g for g, _ in ext], source=Source.EXTERNAL,
+            texts=[cut_texts.get(j, t) for j, (_, t) in enumerate(ext)], hit_limit=cut, gen_width=width,
+            stats={"train/external/cut_frac": sum(cut) / len(ext)},
+        )

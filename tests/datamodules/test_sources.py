@@ -1,0 +1,83 @@
+"""Rollout sources as a list (``data.init_args.sources``): the same rows as the legacy arguments describe,
+rows of different widths stacked with their own widths, and a source order the batch keeps."""
+
+from pathlib import Path
+
+import torch
+
+from datamodules import RolloutDataModule
+from datamodules.sources import DiffusionOnPolicy, ExternalPool
+from lit_rl.core.sources import Source
+from lit_rl.generation.settings import DecodeSettings
+from lit_rl.models import TinyDiffusionLM
+from lit_rl.tasks import SudokuTask
+
+ROOT = Path(__file__).resolve().parents[2]
+POOL = str(ROOT / "data/pools/sudoku_scripted.jsonl.gz")
+GEN = DecodeSettings(32, 32, 4, 1.0)
+
+
+def _task():
+    return SudokuTask(system_prompt="", question_template="{puzzle}", num_train=1000)
+
+
+def _dm(**kw):
+    dm = RolloutDataModule(_task(), prompts_per_batch=3, max_prompt_len=64, eval_size=4, **kw)
+    dm.setup()
+    return dm
+
+
+def _policy():
+    torch.manual_seed(0)
+    return TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=256)
+
+
+def test_a_sources_list_gives_the_rows_the_legacy_arguments_give():
+    legacy = _dm(pool_path=POOL, g_on=2, g_ext=2, generation=GEN)
+    listed = _dm(sources=[DiffusionOnPolicy(2, GEN), ExternalPool(2, POOL, 512, min_width=GEN.gen_length)], generation=GEN)
+    assert [type(s).__name__ for s in legacy.sources] == ["DiffusionOnPolicy", "ExternalPool"]
+    assert [e.id for e in legacy.train_examples] == [e.id for e in listed.train_examples]  # the pool's prompts
+    policy = _policy()
+    a, b = legacy.produce_rollouts(legacy.prompt_batch(3), policy), listed.produce_rollouts(listed.prompt_batch(3), policy)
+    for name in ("input_ids", "attention_mask", "completion_mask", "lengths", "rewards", "source", "group", "gen_width", "hit_limit"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert a.texts == b.texts and set(legacy.last_stats) == set(listed.last_stats)
+
+
+def test_rows_of_different_widths_keep_their_own_width():
+    # on-policy rows are L_gen = 32 wide; the pool's completions (~60 characters) need more: every row is
+    # stacked at the larger width, on-policy rows' padding neither attended nor scored
+    dm = _dm(sources=[DiffusionOnPolicy(1, GEN), ExternalPool(1, POOL, 512, min_width=GEN.gen_length)], generation=GEN)
+    ro = dm.produce_rollouts(dm.prompt_batch(0), _policy())
+    on, ext = ro.source == int(Source.ON_POLICY), ro.source == int(Source.EXTERNAL)
+    width = ro.completion_mask.shape[1]
+    assert width > 32 and ro.gen_width[on].eq(32).all() and ro.gen_width[ext].eq(width).all()
+    comp_attn = ro.attention_mask[:, ro.prompt_len:]
+    assert comp_attn[on].sum(-1).eq(32).all() and comp_attn[ext].sum(-1).eq(width).all()
+    assert (ro.lengths[on] <= 32).all() and ro.completion_mask.sum(-1).tolist() == ro.lengths.tolist()
+
+
+def test_the_source_order_is_the_row_order():
+    dm = _dm(sources=[ExternalPool(2, POOL), DiffusionOnPolicy(1, GEN)], generation=GEN)
+    ro = dm.produce_rollouts(dm.prompt_batch(0), _policy())
+    assert ro.source.tolist() == [Source.EXTERNAL] * 6 + [Source.ON_POLICY] * 3
+    assert ro.group.tolist() == [0, 0, 1, 1, 2, 2, 0, 1, 2]
+    assert {"train/external/cut_frac", "time/generation_s", "train/on_policy/format_rate"} <= set(dm.last_stats)
+
+
+def test_sources_in_yaml_through_the_cli(tmp_path):
+    import yaml
+
+    from lit_rl.cli import run_lightning_cli
+    from lit_rl.config import preflight
+
+    overlay = tmp_path / "sources.yaml"
+    overlay.write_text(yaml.safe_dump({"data": {"init_args": {"sources": [
+        {"class_path": "datamodules.sources.ExternalPool", "init_args": {"num": 3, "pool_path": POOL, "min_width": 48}},
+    ]}}}))
+    argv = ["fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(overlay), f"--trainer.default_root_dir={tmp_path}"]
+    preflight(argv)  # a sources list needs no g_on / g_ext / pool_path
+    cli = run_lightning_cli(argv[1:], run=False)  # run=False: no subcommand
+    dm = cli.datamodule
+    assert [type(s).__name__ for s in dm.sources] == ["ExternalPool"] and dm.sources[0].num == 3
+    assert (dm.g_on, dm.g_ext) == (0, 3)
