@@ -56,10 +56,12 @@ def _task() -> SudokuTask:
 
 
 def _policy(hidden: int, layers: int, heads: int, mlp: int) -> TinyDiffusionLM:
-    return TinyDiffusionLM(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=mlp, max_positions=512, seed=0)
+    return TinyDiffusionLM(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=mlp,
+                           max_positions=512, seed=0)
 
 
-def answer_sft(policy: TinyDiffusionLM, task: SudokuTask, steps: int, batch: int, lr: float, width: int, seed: int = 0) -> float:
+def answer_sft(policy: TinyDiffusionLM, task: SudokuTask, steps: int, batch: int, lr: float, width: int,
+               seed: int = 0) -> float:
     """Masked-denoising SFT on ``<answer>solution</answer>`` completions (EOS to ``width``); returns the loss."""
     rng, gen = random.Random(seed), cpu_generator(seed)
     examples = task.train_examples()
@@ -110,7 +112,8 @@ def decode(policy, ids, mask, mode: str, L: int, block: int, stats: DecodeStats 
         if stats is not None:
             stats.forward_tokens += ids.shape[0] * (ids.shape[1] + L) * (L // 2)
     else:
-        out = cached_diffusion_generate(ids, mask, model_fn=fn, stack=policy.kv_stack(), stats=stats, **MODES[mode], **kw)
+        out = cached_diffusion_generate(ids, mask, model_fn=fn, stack=policy.kv_stack(), stats=stats, **MODES[mode],
+                                        **kw)
     return out[:, ids.shape[1]:]
 
 
@@ -182,7 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
     examples = task.eval_examples()
     summary: dict = {"speed": {}, "accuracy": {}}
 
-    print("\n| model | batch | L_gen | mode | time (s) | tokens/s | speed-up | forward tokens | fwd ratio | agreement |")
+    print("\n| model | batch | L_gen | mode | time (s) | tokens/s | speed-up | forward tokens | fwd ratio "
+          "| agreement |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, policy in models.items():
         policy.to(device).eval()
@@ -191,18 +195,21 @@ def main(argv: list[str] | None = None) -> dict:
             ids, mask = policy.encode_prompts([task.messages(e) for e in examples[:B]], 64)
             for L in lengths:
                 heavy = B * L * policy.model.config.hidden_size >= 8 * 256 * 128 and not quick
-                cell = speed_cell(policy, ids.to(device), mask.to(device), modes, L, block, 1 if heavy else args.repeats, device)
+                cell = speed_cell(policy, ids.to(device), mask.to(device), modes, L, block,
+                                  1 if heavy else args.repeats, device)
                 summary["speed"][f"{name.split()[0]}/B{B}/L{L}"] = {
-                    m: {k: round(r[k], 4) for k in ("speedup", "forward_ratio", "agreement", "tokens_per_s")} for m, r in cell.items()
+                    m: {k: round(r[k], 4) for k in ("speedup", "forward_ratio", "agreement", "tokens_per_s")}
+                    for m, r in cell.items()
                 }
                 for m, r in cell.items():
-                    print(f"| {name} | {B} | {L} | {m} | {r['seconds']:.2f} | {r['tokens_per_s']:.0f} | {r['speedup']:.2f}x | "
-                          f"{r['forward_tokens']:,} | {r['forward_ratio']:.2f}x | {r['agreement']:.4f} |", flush=True)
+                    print(f"| {name} | {B} | {L} | {m} | {r['seconds']:.2f} | {r['tokens_per_s']:.0f} | "
+                          f"{r['speedup']:.2f}x | {r['forward_tokens']:,} | {r['forward_ratio']:.2f}x | "
+                          f"{r['agreement']:.4f} |", flush=True)
 
     acc_examples = examples[:16] if quick else examples
     L_acc, block_acc = (32, 16) if quick else (64, 32)
-    print(f"\nGreedy cell accuracy of the trained tiny model, {len(acc_examples)} puzzles, L_gen {L_acc}, block {block_acc}, "
-          f"{L_acc // 2} steps")
+    print(f"\nGreedy cell accuracy of the trained tiny model, {len(acc_examples)} puzzles, L_gen {L_acc}, "
+          f"block {block_acc}, {L_acc // 2} steps")
     print("| mode | accuracy | change | time (s) | tokens equal to exact |")
     print("|---|---|---|---|---|")
     base = ref = None
@@ -211,9 +218,11 @@ def main(argv: list[str] | None = None) -> dict:
         base = acc if base is None else base
         ref = toks if ref is None else ref
         agree = float((toks == ref).float().mean())
-        summary["accuracy"][mode] = {"accuracy": round(acc, 4), "change": round(acc - base, 4), "seconds": round(secs, 2), "agreement": round(agree, 4)}
+        summary["accuracy"][mode] = {"accuracy": round(acc, 4), "change": round(acc - base, 4),
+                                     "seconds": round(secs, 2), "agreement": round(agree, 4)}
         print(f"| {mode} | {acc:.4f} | {acc - base:+.4f} | {secs:.1f} | {agree:.4f} |", flush=True)
-    summary["setup"] = {"device": str(device), "threads": args.threads, "quick": quick, "sft": note, "block": block, "threshold": 0.9}
+    summary["setup"] = {"device": str(device), "threads": args.threads, "quick": quick, "sft": note, "block": block,
+                        "threshold": 0.9}
     print(json.dumps(summary))
     return summary
 

@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--threads", type=int, default=2, help="CPU threads")
-    ap.add_argument("--repeats", type=int, default=3, help="time each stage this many times, keep the best (1 is noisy: allocator warm-up)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="time each stage this many times, keep the best (1 is noisy: allocator warm-up)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -7,12 +7,12 @@
 No download: the model is ``tests/fixtures/tiny_llada``'s tokenizer with a scaled LLaDA ``config.json`` and
 random weights, written to a temporary folder and loaded as the paper configs load LLaDA-8B-Instruct: through
 :class:`lit_rl.models.NativeLLaDA` (default, ``--policy native``) or through the fixture's remote code and
-:class:`lit_rl.models.PretrainedDiffusionLM` (``--policy remote``); bitsandbytes NF4 with bf16 compute, LoRA r=128 α=64 on the attention + MLP projections, activation
-checkpointing). ERILS runs through Lightning (``bf16-mixed``) with the Sudoku task and the scripted external
-pool (``data/pools/sudoku_scripted.jsonl.gz``), rollouts at L_gen 256 / 128 steps / block 32; then a resume
-from a checkpoint for one more rollout batch; then one greedy decoding batch per decoding mode (exact, prefix
-and dual KV cache, dual cache + confidence threshold 0.9; :mod:`lit_rl.generation.cached`) on the 4-bit
-policy and on the same weights in bf16 without quantisation. Printed figures:
+:class:`lit_rl.models.PretrainedDiffusionLM` (``--policy remote``); bitsandbytes NF4 with bf16 compute, LoRA r=128 α=64
+on the attention + MLP projections, activation checkpointing). ERILS runs through Lightning (``bf16-mixed``) with the
+Sudoku task and the scripted external pool (``data/pools/sudoku_scripted.jsonl.gz``), rollouts at L_gen 256 / 128
+steps / block 32; then a resume from a checkpoint for one more rollout batch; then one greedy decoding batch per
+decoding mode (exact, prefix and dual KV cache, dual cache + confidence threshold 0.9; :mod:`lit_rl.generation.cached`)
+on the 4-bit policy and on the same weights in bf16 without quantisation. Printed figures:
 
 * peak GPU memory (``torch.cuda.max_memory_allocated``) of training and of decoding;
 * update time: the training step's wall time / updates per batch (rollout generation runs before it, in the
@@ -42,7 +42,8 @@ FIXTURE = ROOT / "tests/fixtures/tiny_llada"
 POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"
 
 
-def write_model_dir(out: Path, d_model: int, layers: int, heads: int, mlp: int, vocab: int, dtype: str, native: bool = True) -> int:
+def write_model_dir(out: Path, d_model: int, layers: int, heads: int, mlp: int, vocab: int, dtype: str,
+                    native: bool = True) -> int:
     """A LLaDA-style model folder (fixture code + tokenizer, scaled config, random weights); returns #params.
 
     ``native``: weights written by lit_rl's native LLaDA (the paper configs' policy class); otherwise by the
@@ -54,7 +55,8 @@ def write_model_dir(out: Path, d_model: int, layers: int, heads: int, mlp: int, 
         if f.suffix in (".py", ".json", ".jinja") and f.name != "config.json":
             shutil.copy(f, out / f.name)
     cfg = json.loads((FIXTURE / "config.json").read_text())
-    cfg.update(d_model=d_model, n_layers=layers, n_heads=heads, mlp_hidden_size=mlp, vocab_size=vocab, embedding_size=vocab, max_sequence_length=4096)
+    cfg.update(d_model=d_model, n_layers=layers, n_heads=heads, mlp_hidden_size=mlp, vocab_size=vocab,
+               embedding_size=vocab, max_sequence_length=4096)
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     torch.manual_seed(0)
     if native:
@@ -117,7 +119,8 @@ def masks_match_cpu(device: str) -> bool:
     spg = SPGSurrogate(num_t=2, block_length=32)
     seeds = list(range(100, 106))
     cpu = spg.build_masks(cm, torch.ones(6, 40), source, seeds=seeds, gen_width=width)
-    dev = spg.build_masks(cm.to(device), torch.ones(6, 40, device=device), source.to(device), seeds=seeds, gen_width=width.to(device))
+    dev = spg.build_masks(cm.to(device), torch.ones(6, 40, device=device), source.to(device), seeds=seeds,
+                          gen_width=width.to(device))
     return all(torch.equal(a, b.cpu()) for a, b in zip(cpu, dev))
 
 
@@ -139,7 +142,8 @@ def decode_modes(policy, ids, mask, gen_length: int, steps: int, gpu: bool, mode
     out: dict[str, dict] = {}
     ref = None
     for mode in modes:
-        settings = DecodeSettings(gen_length=gen_length, block_length=32, steps=steps, temperature=0.0, **DECODE_MODES[mode])
+        settings = DecodeSettings(gen_length=gen_length, block_length=32, steps=steps, temperature=0.0,
+                                  **DECODE_MODES[mode])
         if gpu:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -151,7 +155,8 @@ def decode_modes(policy, ids, mask, gen_length: int, steps: int, gpu: bool, mode
             secs = time.perf_counter() - t0
         ref = comp if ref is None else ref
         out[mode] = {
-            "time_s": round(secs, 3), "tokens_per_s": round(comp.numel() / secs), "speedup": round(out["exact"]["time_s"] / secs, 2) if out else 1.0,
+            "time_s": round(secs, 3), "tokens_per_s": round(comp.numel() / secs),
+            "speedup": round(out["exact"]["time_s"] / secs, 2) if out else 1.0,
             "peak_mem_GiB": round(torch.cuda.max_memory_allocated() / 2**30, 2) if gpu else float("nan"),
             "agreement": round(float((comp == ref).float().mean()), 4),
         }
@@ -209,9 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t0 = time.perf_counter()
         native = args.policy == "native"
-        n_params = write_model_dir(tmp, args.d_model, args.layers, args.heads, args.mlp, args.vocab, "bfloat16" if gpu else "float32", native)
-        print(f"model: {n_params / 1e9:.3f}B params (d_model {args.d_model}, {args.layers} layers, mlp {args.mlp}, vocab {args.vocab}); "
-              f"written in {time.perf_counter() - t0:.1f}s")
+        n_params = write_model_dir(tmp, args.d_model, args.layers, args.heads, args.mlp, args.vocab,
+                                   "bfloat16" if gpu else "float32", native)
+        print(f"model: {n_params / 1e9:.3f}B params (d_model {args.d_model}, {args.layers} layers, mlp {args.mlp}, "
+              f"vocab {args.vocab}); written in {time.perf_counter() - t0:.1f}s")
         t0 = time.perf_counter()
         policy_cls = NativeLLaDA if native else PretrainedDiffusionLM
         policy = policy_cls(
@@ -221,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             gradient_checkpointing=True, device="cuda" if gpu else None,
         )
         trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-        print(f"loaded 4-bit NF4 + LoRA r={args.lora_r} in {time.perf_counter() - t0:.1f}s; trainable {trainable / 1e6:.1f}M")
+        print(f"loaded 4-bit NF4 + LoRA r={args.lora_r} in {time.perf_counter() - t0:.1f}s; "
+              f"trainable {trainable / 1e6:.1f}M")
         if gpu:
             torch.cuda.reset_peak_memory_stats()
             print(f"GPU memory after load: {torch.cuda.memory_allocated() / 2**30:.2f} GiB")
@@ -231,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         gen = DecodeSettings(gen_length=args.gen_length, block_length=32, steps=args.steps, temperature=1.0)
         dm = RolloutDataModule(
             task=SudokuTask(system_prompt="", question_template="{puzzle}", num_train=1000),
-            pool_path=str(POOL) if args.g_ext else None, prompts_per_batch=args.prompts, g_on=args.g_on, g_ext=args.g_ext,
+            pool_path=str(POOL) if args.g_ext else None, prompts_per_batch=args.prompts, g_on=args.g_on,
+            g_ext=args.g_ext,
             generation=gen, max_prompt_len=200, eval_size=4, eval_batch_size=4, output_dir=str(tmp / "run"),
         )
         module = ERILSModule(
@@ -267,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         resumed = L.Trainer(
             accelerator="gpu" if gpu else "cpu", devices=1, precision="bf16-mixed" if gpu else "32-true",
             max_steps=args.updates * (args.batches + 1), limit_val_batches=0, num_sanity_val_steps=0, logger=False,
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=str(tmp / "run"),
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            default_root_dir=str(tmp / "run"),
         )
         t0 = time.perf_counter()
         resumed.fit(module, datamodule=dm, ckpt_path=str(ckpt))
@@ -285,13 +294,15 @@ def main(argv: list[str] | None = None) -> int:
         if gpu:
             torch.cuda.empty_cache()
         if native:
-            bf16 = NativeLLaDA(str(tmp), mask_id=None, eos_id=None, dtype="bfloat16" if gpu else "float32", device="cuda" if gpu else None)
+            bf16 = NativeLLaDA(str(tmp), mask_id=None, eos_id=None, dtype="bfloat16" if gpu else "float32",
+                               device="cuda" if gpu else None)
             decode["bf16"] = decode_modes(bf16, ids, mask, args.gen_length, args.steps, gpu, modes)
-        print("\ndecoding (greedy, batch %d, L_gen %d, %d steps, block 32):" % (ids.shape[0], args.gen_length, args.steps))
+        print("\ndecoding (greedy, batch %d, L_gen %d, %d steps, block 32):"
+              % (ids.shape[0], args.gen_length, args.steps))
         for weights, modes in decode.items():
             for mode, r in modes.items():
-                print(f"  {weights:5s} {mode:12s} {r['time_s']:7.2f}s {r['tokens_per_s']:8.0f} tok/s  x{r['speedup']:.2f}  "
-                      f"peak {r['peak_mem_GiB']:.2f} GiB  agreement {r['agreement']:.4f}")
+                print(f"  {weights:5s} {mode:12s} {r['time_s']:7.2f}s {r['tokens_per_s']:8.0f} tok/s  "
+                      f"x{r['speedup']:.2f}  peak {r['peak_mem_GiB']:.2f} GiB  agreement {r['agreement']:.4f}")
         exact = decode["4bit"]["exact"]
         dec_s, dec_tokens = exact["time_s"], ids.shape[0] * args.gen_length
         dec_tflops = 2 * n_base * args.steps * ids.shape[0] * (ids.shape[1] + args.gen_length) / dec_s / 1e12
@@ -325,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             print("gpu_smoke: masks drawn for device rollouts differ from the CPU ones", file=sys.stderr)
             return 1
         if trainer.global_step != args.updates * args.batches:
-            print(f"gpu_smoke: expected {args.updates * args.batches} optimizer steps, got {trainer.global_step}", file=sys.stderr)
+            print(f"gpu_smoke: expected {args.updates * args.batches} optimizer steps, got {trainer.global_step}",
+                  file=sys.stderr)
             return 1
         if resumed.global_step != args.updates * (args.batches + 1):
             print(f"gpu_smoke: the resumed run ended at step {resumed.global_step}", file=sys.stderr)

@@ -56,11 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logits = torch.randn(args.positions, args.vocab, generator=rng.cpu_generator(0)).to(device)  # (N, V)
     variants = {
-        "gumbel, device generator": lambda: _choose_tokens(logits, 1.0, 0, "gumbel", rng.device_generator(1, device), torch.float64),
-        "inverse_cdf, device generator": lambda: _choose_tokens(logits, 1.0, 0, "inverse_cdf", rng.device_generator(1, device), torch.float64),
+        "gumbel, device generator": lambda: _choose_tokens(logits, 1.0, 0, "gumbel", rng.device_generator(1, device),
+                                                           torch.float64),
+        "inverse_cdf, device generator": lambda: _choose_tokens(logits, 1.0, 0, "inverse_cdf",
+                                                                rng.device_generator(1, device), torch.float64),
     }
     if device.type != "cpu":
-        variants["gumbel, CPU draw then .to(device)"] = lambda: _choose_tokens(logits, 1.0, 0, "gumbel", rng.cpu_generator(1), torch.float64)
+        variants["gumbel, CPU draw then .to(device)"] = lambda: _choose_tokens(logits, 1.0, 0, "gumbel",
+                                                                               rng.cpu_generator(1), torch.float64)
     times = {name: _time(fn, device, args.repeats) for name, fn in variants.items()}
     noise_gb = args.positions * args.vocab * 8 / 1e9
     base = times["gumbel, device generator"]

@@ -67,7 +67,8 @@ class ScriptedSFTWarmup(L.Callback):
         if not 0 <= error_rate <= 1:
             raise ValueError(f"ScriptedSFTWarmup.error_rate must be in [0, 1], got {error_rate}")
         self.steps, self.lr, self.batch_size = steps, lr, batch_size
-        self.error_rate, self.max_completion_len, self.seed, self.cache_dir = error_rate, max_completion_len, seed, cache_dir
+        self.error_rate, self.max_completion_len, self.seed, self.cache_dir = (
+            error_rate, max_completion_len, seed, cache_dir)
         self.trace = trace
         self.ran = False
         self.final_loss: float | None = None
@@ -97,11 +98,13 @@ class ScriptedSFTWarmup(L.Callback):
 
         styles = known_traces(task_name)
         if not styles:
-            raise ValueError(f"ScriptedSFTWarmup: no scripted traces for task {task_name!r} (known: {sorted(scripted_tasks())})")
+            raise ValueError(f"ScriptedSFTWarmup: no scripted traces for task {task_name!r} "
+                             f"(known: {sorted(scripted_tasks())})")
         if self.trace is None:
             return next(iter(styles.values()))
         if self.trace not in styles:
-            raise ValueError(f"ScriptedSFTWarmup.trace: {self.trace!r} is not a {task_name} trace style (known: {sorted(styles)})")
+            raise ValueError(f"ScriptedSFTWarmup.trace: {self.trace!r} is not a {task_name} trace style "
+                             f"(known: {sorted(styles)})")
         return styles[self.trace]
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -125,7 +128,8 @@ class ScriptedSFTWarmup(L.Callback):
             max_prompt_len=dm.max_prompt_len, max_completion_len=self.max_completion_len, seed=self.seed,
             device=pl_module.device, log=rank_zero_info,
         )
-        rank_zero_info(f"AR SFT warm-up: {self.steps} steps in {time.perf_counter() - t0:.1f}s, final loss {self.final_loss:.3f}")
+        rank_zero_info(f"AR SFT warm-up: {self.steps} steps in {time.perf_counter() - t0:.1f}s, "
+                       f"final loss {self.final_loss:.3f}")
         if cache is not None and trainer.is_global_zero:
             atomic_torch_save(policy.model.state_dict(), cache)  # HF names: loadable as init_checkpoint
         self.ran = True

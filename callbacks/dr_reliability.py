@@ -2,10 +2,10 @@
 
 :class:`ContinuationReliability` collects, after every rollout batch, each first-stage rollout's correctness,
 its continuations' accuracy, its length and its prompt's pass rate from the module's estimate
-(``batch.diagnostics["double_rollout"]``, the estimate's processor's output), and at the end of training writes ``<run dir>/reliability.json`` and
-``reliability.md`` (continuation accuracy after correct / incorrect rollouts, by length tercile and by
-prompt difficulty), logs the ``all`` row as ``reliability/cont_acc_after_{correct,incorrect}`` and the
-files as MLflow artifacts. Rows are checkpointed, so a resumed run reports the whole run.
+(``batch.diagnostics["double_rollout"]``, the estimate's processor's output), and at the end of training writes
+``<run dir>/reliability.json`` and ``reliability.md`` (continuation accuracy after correct / incorrect rollouts, by
+length tercile and by prompt difficulty), logs the ``all`` row as ``reliability/cont_acc_after_{correct,incorrect}`` and
+the files as MLflow artifacts. Rows are checkpointed, so a resumed run reports the whole run.
 """
 
 from __future__ import annotations
@@ -40,11 +40,13 @@ class ContinuationReliability(L.Callback):
         self.length_bins, self.output_dir = length_bins, output_dir
         self.rows: dict[str, list[torch.Tensor]] = {k: [] for k in FIELDS}
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         est = getattr(batch, "diagnostics", {}).get("double_rollout")
         if est is None or not est.correct or est.original_lengths is None or not bool(est.has_continuations.any()):
             return
-        got = reliability_rows(est.correct["original"], est.correct["continuations"], est.has_continuations, est.original_lengths, est.group)
+        got = reliability_rows(est.correct["original"], est.correct["continuations"], est.has_continuations,
+                               est.original_lengths, est.group)
         for k in FIELDS:
             self.rows[k].append(got[k])
 
@@ -60,10 +62,12 @@ class ContinuationReliability(L.Callback):
         folder = run_dir(trainer, self.output_dir)
         folder.mkdir(parents=True, exist_ok=True)
         paths = [
-            atomic_write_text(folder / "reliability.json", json.dumps({"rows": len(rows["correct"]), "table": table}, indent=1) + "\n"),
+            atomic_write_text(folder / "reliability.json",
+                              json.dumps({"rows": len(rows["correct"]), "table": table}, indent=1) + "\n"),
             atomic_write_text(folder / "reliability.md", table_markdown(table)),
             # the raw rows, so that several runs can be pooled into one table with common bins
-            atomic_write_text(folder / "reliability_rows.json", json.dumps({k: v.tolist() for k, v in rows.items()}) + "\n"),
+            atomic_write_text(folder / "reliability_rows.json",
+                              json.dumps({k: v.tolist() for k, v in rows.items()}) + "\n"),
         ]
         overall = {r["rollout"]: r["cont_acc"] for r in table if r["by"] == "all"}
         metrics = {f"reliability/cont_acc_after_{k}": v for k, v in overall.items() if v is not None}

@@ -170,7 +170,8 @@ class PassAtKEvaluation(Callback):
         if self.eval_at_start and trainer.global_step == 0 and 0 not in self.table.steps:
             self.evaluate(trainer, pl_module, stage="fit", log_to_module=False)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         step = trainer.global_step
         if is_due(step, self.last_step, self.start_step, self.every_n_steps):
             self.evaluate(trainer, pl_module, stage="fit", log_to_module=True)
@@ -204,16 +205,19 @@ class PassAtKEvaluation(Callback):
     def eval_examples(self, trainer: L.Trainer) -> list[Example]:
         """The fixed evaluation prompts (the task's eval set or its subset)."""
         if self._examples is None:
-            self._examples = select_subset(self._task(trainer).eval_examples(), self.subset_size, self.subset_mode, self.subset_seed)
+            self._examples = select_subset(self._task(trainer).eval_examples(), self.subset_size, self.subset_mode,
+                                           self.subset_seed)
             if not self._examples:
                 raise ValueError("PassAtKEvaluation: the evaluation set is empty")
         return self._examples
 
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str = "fit", log_to_module: bool = True) -> dict[str, float]:
+    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str = "fit",
+                 log_to_module: bool = True) -> dict[str, float]:
         """Run every configuration on this rank's eval batches, sync, record, log and write the table."""
         task = self._task(trainer)
         policy = getattr(pl_module, "policy", pl_module)
-        max_len = self.max_prompt_len if self.max_prompt_len is not None else getattr(trainer.datamodule, "max_prompt_len", None)
+        max_len = (self.max_prompt_len if self.max_prompt_len is not None
+                   else getattr(trainer.datamodule, "max_prompt_len", None))
         batches = eval_batches(self.eval_examples(trainer), self.batch_size, trainer.global_rank, trainer.world_size)
         step = self._step(trainer, stage)
         prefix = "test" if stage == "test" else "val"
@@ -306,7 +310,8 @@ class PassAtKEvaluation(Callback):
         if stage != "fit":
             rank_zero_info(f"Pass@k evaluation ({stage}, step {step}):\n{table.to_markdown()}")
 
-    def report(self, trainer: L.Trainer | None = None, final_step: int | None = None, stage: str = "fit") -> dict[str, Any]:
+    def report(self, trainer: L.Trainer | None = None, final_step: int | None = None,
+               stage: str = "fit") -> dict[str, Any]:
         """The App. D report (best per configuration by ``select_metric`` + final checkpoint) as a dict."""
         table = self.table if stage == "fit" else self._stage_table(stage)
         rep = table.report(self.select_metric, final_step)
@@ -340,7 +345,8 @@ class PassAtKEvaluation(Callback):
                 ),
             ]
             md = ResultsTable.report_markdown(rep, title=f"Pass@k checkpoint report ({stage})", notes=notes)
-            md += "\n## All checkpoints\n\n" + (self.table if stage == "fit" else self._stage_table(stage)).to_markdown()
+            md += ("\n## All checkpoints\n\n"
+                   + (self.table if stage == "fit" else self._stage_table(stage)).to_markdown())
             md_path, json_path = out / f"{stem}_report.md", out / f"{stem}_report.json"
             atomic_write_text(md_path, md)
             atomic_write_text(json_path, dumps_json(rep))

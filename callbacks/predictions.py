@@ -42,7 +42,8 @@ class PredictionWriter(BasePredictionWriter):
             path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
         return path
 
-    def write_on_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Sequence[Any], batch_indices: Any) -> None:
+    def write_on_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Sequence[Any],
+                           batch_indices: Any) -> None:
         rows = [rec for batch in predictions for rec in (batch or [])]
         path = self.output_path(trainer)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,9 @@
 
 * :class:`ExactResume` puts into every checkpoint what Lightning leaves out: the python/numpy/torch/CUDA
   global RNG states (restored right before the first resumed training batch) and the module's plain
-  counters (``skipped_updates``, ``consecutive_skips``; double rollout: ``uninformative_batches``). It also skips the sanity-check evaluation on
-  resume: that evaluation is the starting policy's score (the curve's first point), already logged.
+  counters (``skipped_updates``, ``consecutive_skips``; double rollout: ``uninformative_batches``). It also skips the
+  sanity-check evaluation on resume: that evaluation is the starting policy's score (the curve's first point), already
+  logged.
 * :class:`PromptLedger` appends the prompt ids of every consumed rollout batch to
   ``<run dir>/consumed_prompts.jsonl`` (one JSON line per batch). The number of lines is checkpointed and a
   resumed run first cuts the file back to it, so the ledger always lists exactly the prompts the weights have
@@ -104,7 +105,8 @@ class PromptLedger(L.Callback):
         self._resumed = False
 
     def path(self, trainer: L.Trainer) -> Path:
-        name = self.FILE if trainer.global_rank == 0 else self.FILE.replace(".jsonl", f".rank{trainer.global_rank}.jsonl")
+        name = (self.FILE if trainer.global_rank == 0
+                else self.FILE.replace(".jsonl", f".rank{trainer.global_rank}.jsonl"))
         return _run_dir(trainer, self.output_dir) / name
 
     def state_dict(self) -> dict[str, Any]:
@@ -122,19 +124,22 @@ class PromptLedger(L.Callback):
             return
         lines = p.read_text(encoding="utf-8").splitlines(keepends=True) if p.exists() else []
         if len(lines) < self.batches:
-            rank_zero_warn(f"PromptLedger: {p} has {len(lines)} lines but the checkpoint consumed {self.batches} batches")
+            rank_zero_warn(f"PromptLedger: {p} has {len(lines)} lines but the checkpoint consumed "
+                           f"{self.batches} batches")
             return
         if len(lines) > self.batches:
             atomic_write_text(p, "".join(lines[: self.batches]))
             rank_zero_info(f"PromptLedger: dropped {len(lines) - self.batches} batch(es) recorded after the checkpoint")
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         examples = getattr(batch, "examples", None)
         if examples is None:
             return
         p = self.path(trainer)
         p.parent.mkdir(parents=True, exist_ok=True)
-        rec = {"step": int(getattr(batch, "step", batch_idx)), "global_step": int(trainer.global_step), "prompt_ids": [e.id for e in examples]}
+        rec = {"step": int(getattr(batch, "step", batch_idx)), "global_step": int(trainer.global_step),
+               "prompt_ids": [e.id for e in examples]}
         with p.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(rec) + "\n")
         self.batches += 1
@@ -198,8 +203,10 @@ class CheckpointOnSigterm(L.Callback):
                 return Path(cb.dirpath) / self.filename
         return Path(trainer.default_root_dir) / "checkpoints" / self.filename
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        stop = trainer.strategy.reduce_boolean_decision(self.requested, all=False) if trainer.world_size > 1 else self.requested
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        stop = (trainer.strategy.reduce_boolean_decision(self.requested, all=False) if trainer.world_size > 1
+                else self.requested)
         if not stop or self.saved_path is not None:
             return
         self.requested = True

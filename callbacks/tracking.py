@@ -131,7 +131,8 @@ class RolloutTracker(Callback):
         if every_n_batches < 1:
             raise ValueError(f"RolloutTracker.every_n_batches must be >= 1, got {every_n_batches}")
         if samples_every_n_batches is not None and samples_every_n_batches < 1:
-            raise ValueError(f"RolloutTracker.samples_every_n_batches must be >= 1 or null, got {samples_every_n_batches}")
+            raise ValueError("RolloutTracker.samples_every_n_batches must be >= 1 or null, "
+                             f"got {samples_every_n_batches}")
         self.every_n_batches = every_n_batches
         self.samples_at_eval = samples_at_eval
         self.samples_every_n_batches = samples_every_n_batches
@@ -158,7 +159,8 @@ class RolloutTracker(Callback):
         return ro.advantages.detach(), ro.keep
 
     # -- hooks --------------------------------------------------------------------------------------
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         ro = getattr(batch, "rollouts", None)
         if not isinstance(ro, RolloutBatch):
             return
@@ -178,7 +180,8 @@ class RolloutTracker(Callback):
                     logger.log_metrics(flat, step=step)
         if want_samples and trainer.is_global_zero:
             examples = getattr(batch, "examples", None) or []
-            rows = rollout_samples(ro, [e.question for e in examples], adv, self.samples_per_source, self.max_chars, step)
+            rows = rollout_samples(ro, [e.question for e in examples], adv, self.samples_per_source, self.max_chars,
+                                   step)
             self._write_samples(trainer, rows)
 
     def _samples_due(self, trainer: L.Trainer) -> bool:

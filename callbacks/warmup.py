@@ -58,8 +58,8 @@ class FormatWarmup(L.Callback):
     """
 
     def __init__(
-        self, steps: int = 300, lr: float = 1e-3, batch_size: int = 32, seed: int = 0, cache_dir: str | None = "runs/cache",
-        trace: str | None = None,
+        self, steps: int = 300, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
+        cache_dir: str | None = "runs/cache", trace: str | None = None,
     ) -> None:
         if steps < 0 or batch_size < 1:
             raise ValueError(f"FormatWarmup: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")

@@ -40,13 +40,13 @@ from datamodules.stream import PromptStreamDataModule, step_seed
 from lit_rl.core.double_rollout import pass_rate_filter
 from lit_rl.atomic import atomic_write_text
 from lit_rl.generation.ar import ARBackend, HFBackend
-
-BackendFactory = Callable[[torch.nn.Module], ARBackend]
 from lit_rl.models.ar import SamplingSettings
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
 from lit_rl.tasks.base import Example, Task
 
 __all__ = ["ARRolloutDataModule", "ProfilingSettings", "policy_key", "profile_pass_rates"]
+
+BackendFactory = Callable[[torch.nn.Module], ARBackend]
 
 
 @dataclass

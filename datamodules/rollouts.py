@@ -97,7 +97,8 @@ class RolloutDataModule(PromptStreamDataModule):
         if g_on < 0 or g_ext < 0 or g_on + g_ext == 0:
             raise ValueError(f"data.g_on ({g_on}) and data.g_ext ({g_ext}) must be >= 0 with g_on + g_ext > 0")
         if group_size is not None and group_size != g_on + g_ext:
-            raise ValueError(f"data.group_size (G = {group_size}) must equal data.g_on + data.g_ext = {g_on} + {g_ext} = {g_on + g_ext}")
+            raise ValueError(f"data.group_size (G = {group_size}) must equal data.g_on + data.g_ext = "
+                             f"{g_on} + {g_ext} = {g_on + g_ext}")
         if sources is None and g_ext > 0 and not pool_path:
             raise ValueError("data.pool_path is required when data.g_ext > 0 (the external rollout pool file)")
         self.pool_path = pool_path
@@ -124,7 +125,8 @@ class RolloutDataModule(PromptStreamDataModule):
         """
         policy = getattr(module, "policy", module)
         device = next(policy.parameters()).device
-        prompt_ids, prompt_mask = policy.encode_prompts([self.task.messages(e) for e in batch.examples], self.max_prompt_len)
+        prompt_ids, prompt_mask = policy.encode_prompts([self.task.messages(e) for e in batch.examples],
+                                                        self.max_prompt_len)
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
         comp = policy.generate(prompt_ids, prompt_mask, self.eval_generation, step_seed(self.seed, 0, salt=1))
         texts = policy.decode_completions(comp)

@@ -32,6 +32,7 @@ import torch
 
 from lit_rl.core.sources import Source
 from lit_rl.generation.settings import DecodeSettings
+from lit_rl.models.ar import SamplingSettings
 from lit_rl.rollouts.pool import load_pool
 from lit_rl.rollouts.types import PromptBatch
 from lit_rl.tasks.parsing import last_answer_block
@@ -128,9 +129,7 @@ class AROnPolicy(RolloutSource):
         generation: sampling (``max_new_tokens``, ``temperature``, ``top_p``).
     """
 
-    def __init__(self, num: int = 8, generation: Any = None) -> None:
-        from lit_rl.models.ar import SamplingSettings
-
+    def __init__(self, num: int = 8, generation: SamplingSettings | None = None) -> None:
         if num < 1:
             raise ValueError(f"AROnPolicy.num must be >= 1, got {num}")
         self.num = num
@@ -146,8 +145,9 @@ class AROnPolicy(RolloutSource):
         stage1 = time.perf_counter() - t0
         lengths = policy.completion_lengths(comp)  # (R,)
         return Rows(
-            completion=comp, lengths=lengths, group=[k // self.num for k in range(comp.shape[0])], source=Source.ON_POLICY,
-            texts=policy.decode_completions(comp), hit_limit=(comp != policy.eos_id).all(-1).tolist(),
+            completion=comp, lengths=lengths, group=[k // self.num for k in range(comp.shape[0])],
+            source=Source.ON_POLICY, texts=policy.decode_completions(comp),
+            hit_limit=(comp != policy.eos_id).all(-1).tolist(),
             stats={
                 "time/stage1_s": stage1,
                 "train/tokens_per_problem": float(lengths.float().mean()),
@@ -170,7 +170,8 @@ class ExternalPool(RolloutSource):
             one width when the pool's completions are shorter).
     """
 
-    def __init__(self, num: int = 2, pool_path: str | None = None, max_external_len: int = 512, min_width: int = 0) -> None:
+    def __init__(self, num: int = 2, pool_path: str | None = None, max_external_len: int = 512,
+                 min_width: int = 0) -> None:
         if num < 1:
             raise ValueError(f"ExternalPool.num must be >= 1, got {num}")
         if not pool_path:
@@ -198,7 +199,8 @@ class ExternalPool(RolloutSource):
             return None
         n_tok = [policy.count_tokens(t) for _, t in ext]
         width = max(self.min_width, min(max(n_tok) + 1, self.max_external_len + 1))
-        ids = policy.encode_completions([t for _, t in ext], width + 1)[0][:, :width].to(prompt_ids.device)  # (E, width)
+        # (E, width)
+        ids = policy.encode_completions([t for _, t in ext], width + 1)[0][:, :width].to(prompt_ids.device)
         cut = [n >= width for n in n_tok]
         cut_rows = [j for j, c in enumerate(cut) if c]
         cut_texts = dict(zip(cut_rows, policy.decode_completions(ids[cut_rows]))) if cut_rows else {}

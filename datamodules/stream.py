@@ -203,8 +203,9 @@ class PromptStreamDataModule(L.LightningDataModule):
         n_batches = -(-len(self._eval) // self.eval_batch_size)
         if self._eval and n_batches < world:
             raise ValueError(
-                f"data.eval_size ({len(self._eval)}) / data.eval_batch_size ({self.eval_batch_size}) gives {n_batches} "
-                f"eval batch(es) for {world} ranks: every rank needs at least one (lower eval_batch_size or raise eval_size)"
+                f"data.eval_size ({len(self._eval)}) / data.eval_batch_size ({self.eval_batch_size}) gives "
+                f"{n_batches} eval batch(es) for {world} ranks: every rank needs at least one "
+                "(lower eval_batch_size or raise eval_size)"
             )
         return DataLoader(_EvalSet(self._eval, self.eval_batch_size, rank, world), batch_size=None, num_workers=0)
 
@@ -221,7 +222,8 @@ class PromptStreamDataModule(L.LightningDataModule):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("seed", self.seed) != self.seed:
-            raise ValueError(f"data.seed ({self.seed}) differs from the checkpoint's ({state['seed']}): the prompt order would change")
+            raise ValueError(f"data.seed ({self.seed}) differs from the checkpoint's ({state['seed']}): "
+                             "the prompt order would change")
         self.cursor = int(state["cursor"])
 
     # -- rollouts at batch start -------------------------------------------------------------------
@@ -265,13 +267,15 @@ class PromptStreamDataModule(L.LightningDataModule):
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)  # (B_p, P)
         parts = [r for src in self.sources if (r := src.rows(batch, policy, prompt_ids, prompt_mask, self)) is not None]
         if not parts:
-            raise RuntimeError(f"data: no rollouts for batch {batch.step} (sources: {[type(s).__name__ for s in self.sources]})")
+            raise RuntimeError(f"data: no rollouts for batch {batch.step} "
+                               f"(sources: {[type(s).__name__ for s in self.sources]})")
         width = max(p.completion.shape[1] for p in parts)
         eos = policy.eos_id
         comps, own = [], []
         for p in parts:
             c = p.completion
-            comps.append(torch.cat([c, c.new_full((c.shape[0], width - c.shape[1]), eos)], 1) if c.shape[1] < width else c)
+            comps.append(torch.cat([c, c.new_full((c.shape[0], width - c.shape[1]), eos)], 1)
+                         if c.shape[1] < width else c)
             own.append(torch.full((c.shape[0],), p.gen_width or c.shape[1], dtype=torch.long, device=device))
         completion = torch.cat(comps)  # (N, L)
         gen_width = torch.cat(own)  # (N,)

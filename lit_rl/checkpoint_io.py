@@ -55,7 +55,8 @@ def capture_rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)},
+        "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -72,7 +73,8 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         random.setstate((version, tuple(internal), gauss))
     if "numpy" in state:
         n = state["numpy"]
-        keys = n["keys"].numpy().astype("uint32") if isinstance(n["keys"], torch.Tensor) else np.asarray(n["keys"], dtype="uint32")
+        keys = (n["keys"].numpy().astype("uint32") if isinstance(n["keys"], torch.Tensor)
+                else np.asarray(n["keys"], dtype="uint32"))
         np.random.set_state((n["kind"], keys, n["pos"], n["has_gauss"], n["cached"]))
     if "torch" in state:
         torch.set_rng_state(state["torch"])

@@ -144,7 +144,8 @@ def paper_configs(
         seeds=[first_seed + i for i in range(num_samples)],
     )
     det = [
-        EvalConfig(name=f"det{L}", generation=DecodeSettings(L, block_length, L // 2, 0.0), num_samples=1, seeds=[first_seed])
+        EvalConfig(name=f"det{L}", generation=DecodeSettings(L, block_length, L // 2, 0.0), num_samples=1,
+                   seeds=[first_seed])
         for L in det_gen_lengths
     ]
     return [multi, *det]
@@ -157,7 +158,8 @@ def settings_summary(settings: Any) -> dict[str, Any]:
     if isinstance(settings, dict):
         return dict(settings)
     attrs = {k: v for k, v in vars(settings).items() if not k.startswith("_")} if hasattr(settings, "__dict__") else {}
-    return {"type": type(settings).__name__, **{k: v for k, v in attrs.items() if isinstance(v, (int, float, str, bool, type(None)))}}
+    return {"type": type(settings).__name__,
+            **{k: v for k, v in attrs.items() if isinstance(v, (int, float, str, bool, type(None)))}}
 
 
 def metric_key(prefix: str, task: str, config: str, metric: str) -> str:
@@ -205,7 +207,8 @@ def select_subset(examples: Sequence[Example], size: int | None, mode: str = "fi
     raise ValueError(f"subset_mode must be 'first' or 'random', got {mode!r}")
 
 
-def eval_batches(examples: Sequence[Example], batch_size: int, rank: int = 0, world_size: int = 1) -> list[list[Example]]:
+def eval_batches(examples: Sequence[Example], batch_size: int, rank: int = 0,
+                 world_size: int = 1) -> list[list[Example]]:
     """The batches rank ``rank`` of ``world_size`` evaluates: batches ``rank, rank + W, ...`` of the fixed
     cut of ``examples`` into ``batch_size`` chunks."""
     if batch_size < 1:
@@ -392,7 +395,8 @@ class ResultsTable:
         cols: list[tuple[str, str]] = []
         for c in configs:
             names = list(dict.fromkeys(r["metric"] for r in self.rows if r["config"] == c))
-            keep = [m for m in names if (metrics is None and (m.startswith("pass@") or m == "accuracy")) or (metrics is not None and m in metrics)]
+            keep = [m for m in names if (metrics is None and (m.startswith("pass@") or m == "accuracy"))
+                    or (metrics is not None and m in metrics)]
             cols += [(c, m) for m in keep]
         header = "| step | " + " | ".join(f"{c} {m}" for c, m in cols) + " |"
         lines = [header, "|" + "---:|" * (len(cols) + 1)]
@@ -426,7 +430,8 @@ class ResultsTable:
     @staticmethod
     def report_markdown(report: dict[str, Any], title: str = "Checkpoint evaluation", notes: Sequence[str] = ()) -> str:
         sel = report["select_metric"]
-        lines = [f"# {title}", "", f"Best checkpoint per configuration by `{sel}` and the final checkpoint (ERILS App. D).", ""]
+        lines = [f"# {title}", "",
+                 f"Best checkpoint per configuration by `{sel}` and the final checkpoint (ERILS App. D).", ""]
         lines += [f"- {n}" for n in notes]
         if notes:
             lines.append("")
@@ -436,7 +441,8 @@ class ResultsTable:
                 if which not in entry:
                     continue
                 m = entry[which]["metrics"]
-                shown = ", ".join(f"{k} {_fmt(v, k, True)}" for k, v in m.items() if k.startswith("pass@") or k in ("accuracy", "length_mean"))
+                shown = ", ".join(f"{k} {_fmt(v, k, True)}" for k, v in m.items()
+                                  if k.startswith("pass@") or k in ("accuracy", "length_mean"))
                 extra = f" (`{entry[which]['checkpoint']}`)" if entry[which].get("checkpoint") else ""
                 lines.append(f"| {c} | {which}{extra} | {entry[which]['step']} | {shown} |")
         return "\n".join(lines) + "\n"
@@ -446,7 +452,8 @@ class ResultsTable:
 
 
 def _fmt(value: float, metric: str, percent: bool) -> str:
-    if percent and (metric.startswith("pass@") or metric.startswith("unbiased_pass@") or metric in ("accuracy", "hit_limit_frac")):
+    if percent and (metric.startswith("pass@") or metric.startswith("unbiased_pass@")
+                    or metric in ("accuracy", "hit_limit_frac")):
         return f"{100 * value:.2f}"
     return f"{value:.4g}" if not float(value).is_integer() else str(int(value))
 

@@ -46,7 +46,8 @@ class LitRLCLI(LightningCLI):
             raise cause from None
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_argument("--threads", type=int | None, default=None, help="torch CPU threads (default: torch's choice)")
+        parser.add_argument("--threads", type=int | None, default=None,
+                            help="torch CPU threads (default: torch's choice)")
 
     def before_instantiate_classes(self) -> None:
         sub = self.config.get(self.subcommand) if self.subcommand else self.config

@@ -95,7 +95,8 @@ class MemoryEstimate:
     @property
     def total(self) -> float:
         """Resident parts plus the larger of the two passes (rollout generation, then the loss)."""
-        return self.weights + self.trainable_state + self.frozen_copies + self.vllm + max(self.activations, self.generation)
+        return (self.weights + self.trainable_state + self.frozen_copies + self.vllm
+                + max(self.activations, self.generation))
 
     def as_gib(self) -> dict[str, float]:
         return {k: round(v / GB, 2) for k, v in (*asdict(self).items(), ("total", self.total))}
@@ -157,11 +158,14 @@ def estimate(
 
 #: the one-GPU recipes (conf/gpu/*.yaml) and the settings each one's estimate uses
 RECIPES = {
-    "conf/gpu/grpo_qwen2.5_0.5b_countdown.yaml": dict(model="qwen2.5-0.5b", micro_batch_rows=4, seq_len=1280, vllm_fraction=0.3),
-    "conf/gpu/double_rollout_qwen2.5_1.5b_countdown.yaml": dict(model="qwen2.5-1.5b", micro_batch_rows=2, seq_len=1280, vllm_fraction=0.3),
+    "conf/gpu/grpo_qwen2.5_0.5b_countdown.yaml": dict(model="qwen2.5-0.5b", micro_batch_rows=4, seq_len=1280,
+                                                      vllm_fraction=0.3),
+    "conf/gpu/double_rollout_qwen2.5_1.5b_countdown.yaml": dict(model="qwen2.5-1.5b", micro_batch_rows=2, seq_len=1280,
+                                                                vllm_fraction=0.3),
     # 8 prompt groups per update as the paper's 8 GPUs (gradient accumulation over micro-batches of 6 rows; SPG's
     # num_t 2 noisy copies make 12 rows per forward); 8 x G_on 4 = 32 rollouts decoded at once
-    "conf/gpu/erils_llada8b_sudoku.yaml": dict(model="llada-8b", four_bit=True, lora_r=128, micro_batch_rows=12, seq_len=456, gen_rows=32),
+    "conf/gpu/erils_llada8b_sudoku.yaml": dict(model="llada-8b", four_bit=True, lora_r=128, micro_batch_rows=12,
+                                               seq_len=456, gen_rows=32),
 }
 
 
@@ -178,7 +182,8 @@ def recipe_table() -> list[dict[str, object]]:
 def main(argv: list[str] | None = None) -> int:
     """Print the recipes' estimates as a Markdown table, then one JSON line."""
     rows = recipe_table()
-    print("| recipe | model | weights | trainable state | loss activations + logits | dLLM rollouts | vLLM share | total (GiB) |")
+    print("| recipe | model | weights | trainable state | loss activations + logits | dLLM rollouts | vLLM share "
+          "| total (GiB) |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| `{r['config']}` | {r['model']} | {r['weights']} | {r['trainable_state']} | {r['activations']} | "

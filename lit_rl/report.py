@@ -130,7 +130,8 @@ def load_runs(
         if filter_string:
             clauses.append(filter_string)
         runs = client.search_runs(
-            [e.experiment_id for e in exps], filter_string=" and ".join(clauses), max_results=5000, order_by=["attributes.start_time ASC"]
+            [e.experiment_id for e in exps], filter_string=" and ".join(clauses), max_results=5000,
+            order_by=["attributes.start_time ASC"]
         )
     wanted = None if history_keys is None else {mlflow_name(k) for k in history_keys}
     seen: dict[str, int] = {}
@@ -184,7 +185,8 @@ def plot_learning_curves(runs: list[RunData], metrics: Sequence[str], path: Path
         for i, run in enumerate(runs):
             pts = run.series(metric)
             if pts:
-                ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o" if len(pts) < 12 else None, ms=3, label=run.label, color=f"C{i % 10}")
+                ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o" if len(pts) < 12 else None, ms=3,
+                        label=run.label, color=f"C{i % 10}")
         ax.set_title(metric, fontsize=9)
         ax.set_xlabel("step (as logged)")
         ax.grid(alpha=0.3)
@@ -218,7 +220,8 @@ def plot_per_source(runs: list[RunData], path: Path) -> list[str]:
             for j, src in enumerate(sources):
                 pts = run.series(f"train/{src}/{stat}")
                 if pts:
-                    ax.plot([s for s, _ in pts], [v for _, v in pts], _STYLES[j % len(_STYLES)], color=f"C{i % 10}", label=f"{run.label} · {src}")
+                    ax.plot([s for s, _ in pts], [v for _, v in pts], _STYLES[j % len(_STYLES)], color=f"C{i % 10}",
+                            label=f"{run.label} · {src}")
         ax.set_title(f"train/<source>/{stat}", fontsize=9)
         ax.set_xlabel("step (as logged)")
         ax.grid(alpha=0.3)
@@ -311,7 +314,8 @@ def plot_sweep(study: str, trials: list[RunData], path: Path) -> list[str]:
                    if t.tags.get("optuna.trial_state") == state and p in t.params and "sweep/objective" in t.final]
             if pts:
                 xs = [a for a, _ in pts]
-                ax.scatter(xs if all(isinstance(a, float) for a in xs) else [str(a) for a in xs], [b for _, b in pts], marker=marker, color=color, label=state.lower())
+                ax.scatter(xs if all(isinstance(a, float) for a in xs) else [str(a) for a in xs], [b for _, b in pts],
+                           marker=marker, color=color, label=state.lower())
         ax.set_xlabel(p.rsplit(".", 1)[-1] + f"\n({p})", fontsize=8)
         ax.set_ylabel("objective")
         ax.grid(alpha=0.3)
@@ -355,7 +359,8 @@ def markdown_table(runs: list[RunData], metrics: Sequence[str], spec: ReportSpec
 # ------------------------------------------------------------------------------------------ report
 
 
-def build_report(runs: list[RunData], out: Path, spec: ReportSpec | None = None, title: str = "lit_rl report") -> dict[str, Any]:
+def build_report(runs: list[RunData], out: Path, spec: ReportSpec | None = None,
+                 title: str = "lit_rl report") -> dict[str, Any]:
     """Write the PNGs and ``report.md`` into ``out``; return what was drawn (figure → contents)."""
     spec = spec or ReportSpec()
     out.mkdir(parents=True, exist_ok=True)
@@ -366,7 +371,8 @@ def build_report(runs: list[RunData], out: Path, spec: ReportSpec | None = None,
         md += ["## Learning curves per variant", "", "![learning curves](learning_curves.png)", ""]
     if (sources := plot_per_source(runs, out / "per_source.png")):
         drawn["per_source.png"] = sources
-        md += ["## Per-source reward / advantage / length", "", f"Sources: {', '.join(sources)}.", "", "![per source](per_source.png)", ""]
+        md += ["## Per-source reward / advantage / length", "", f"Sources: {', '.join(sources)}.", "",
+               "![per source](per_source.png)", ""]
     if (pts := plot_pareto(runs, spec.pareto_x, spec.pareto_y, out / "pareto.png")):
         drawn["pareto.png"] = pts
         md += ["## Accuracy vs tokens per problem", "", "![pareto](pareto.png)", "",
@@ -377,17 +383,21 @@ def build_report(runs: list[RunData], out: Path, spec: ReportSpec | None = None,
         params = plot_sweep(study, trials, out / fname)
         scored = [t for t in trials if "sweep/objective" in t.final and t.tags.get("optuna.trial_state") == "COMPLETE"]
         states = [t.tags.get("optuna.trial_state", "?") for t in trials]
-        md += [f"## Sweep `{study}`", "", f"{len(trials)} trials: " + ", ".join(f"{states.count(s)} {s.lower()}" for s in sorted(set(states))) + ".", ""]
+        md += [f"## Sweep `{study}`", "", f"{len(trials)} trials: "
+               + ", ".join(f"{states.count(s)} {s.lower()}" for s in sorted(set(states))) + ".", ""]
         if params:
             drawn[fname] = params
             md += [f"![sweep {study}]({fname})", ""]
         if scored:
             lower = trials[0].tags.get("optuna.direction") == "minimize"
             best = (min if lower else max)(scored, key=lambda t: t.final["sweep/objective"])
-            shown = {k: best.params.get(k) for k in best.tags.get("lit_rl.space", "").split(",") + best.tags.get("lit_rl.derived", "").split(",") if k}
-            md += [f"Best: trial {best.tags.get('optuna.trial_number')} objective {_fmt(best.final['sweep/objective'])}, params `{json.dumps(shown)}`.", ""]
+            shown = {k: best.params.get(k) for k in best.tags.get("lit_rl.space", "").split(",")
+                     + best.tags.get("lit_rl.derived", "").split(",") if k}
+            md += [f"Best: trial {best.tags.get('optuna.trial_number')} objective "
+                   f"{_fmt(best.final['sweep/objective'])}, params `{json.dumps(shown)}`.", ""]
     metrics = list(spec.table_metrics) if spec.table_metrics is not None else list(dict.fromkeys(
-        [*spec.curves, spec.pareto_y, spec.pareto_x, *(f"train/{s}/{t}" for s in sources_of(runs) for t in SOURCE_STATS)]))
+        [*spec.curves, spec.pareto_y, spec.pareto_x,
+         *(f"train/{s}/{t}" for s in sources_of(runs) for t in SOURCE_STATS)]))
     md += ["## Final and best metrics", "", markdown_table(runs, metrics, spec), ""]
     atomic_write_text(out / "report.md", "\n".join(md))
     drawn["report.md"] = metrics
@@ -403,7 +413,8 @@ def log_report(tracking_uri: str, out: Path, experiment: str | None = None, run_
         name = experiment or "lit_rl-reports"
         exp = client.get_experiment_by_name(name)
         exp_id = exp.experiment_id if exp else client.create_experiment(name)
-        run_id = client.create_run(exp_id, run_name=f"report-{time.strftime('%Y%m%d-%H%M%S')}", tags={"lit_rl.role": "report"}).info.run_id
+        run_id = client.create_run(exp_id, run_name=f"report-{time.strftime('%Y%m%d-%H%M%S')}",
+                                   tags={"lit_rl.role": "report"}).info.run_id
         client.log_artifacts(run_id, str(out), artifact_path="report")
         client.set_terminated(run_id, "FINISHED")
     else:
@@ -412,12 +423,15 @@ def log_report(tracking_uri: str, out: Path, experiment: str | None = None, run_
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = LitArgumentParser(prog="python -m lit_rl report", description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
+    p = LitArgumentParser(prog="python -m lit_rl report", description=__doc__.split("\n\n")[0],
+                          epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--tracking_uri", default="sqlite:///runs/mlflow.db", help="the MLflow store (default %(default)s)")
     p.add_argument("--experiment", action="append", default=None, help="experiment name (repeatable; default all)")
-    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag (repeatable)")
+    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                   help="only runs with this tag (repeatable)")
     p.add_argument("--study", default=None, help="only the trials of this sweep")
-    p.add_argument("--filter", default=None, help="a raw MLflow filter string, e.g. \"attributes.run_name LIKE 'erils%%'\"")
+    p.add_argument("--filter", default=None,
+                   help="a raw MLflow filter string, e.g. \"attributes.run_name LIKE 'erils%%'\"")
     p.add_argument("--run_id", action="append", default=None, help="explicit runs (repeatable)")
     p.add_argument("--label", default="name", help="run label: name, tag:<key> or param:<key> (default %(default)s)")
     p.add_argument("--curves", nargs="+", default=list(DEFAULT_CURVES), help="learning-curve metrics")
@@ -429,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--title", default="lit_rl report")
     p.add_argument("--no_log", action="store_true", help="do not log the report to MLflow")
     p.add_argument("--log_run_id", default=None, help="log the report to this run instead of a new report run")
-    p.add_argument("--log_experiment", default=None, help="experiment of the new report run (default: the first --experiment)")
+    p.add_argument("--log_experiment", default=None,
+                   help="experiment of the new report run (default: the first --experiment)")
     a = p.parse_args(argv)
     tags = {}
     for kv in a.tag:
@@ -437,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--tag {kv!r}: expected KEY=VALUE")
         k, v = kv.split("=", 1)
         tags[k] = v
-    spec = ReportSpec(curves=a.curves, table_metrics=a.table_metrics, pareto_x=a.pareto_x, pareto_y=a.pareto_y, minimize=a.minimize, label=a.label)
+    spec = ReportSpec(curves=a.curves, table_metrics=a.table_metrics, pareto_x=a.pareto_x, pareto_y=a.pareto_y,
+                      minimize=a.minimize, label=a.label)
     runs = load_runs(a.tracking_uri, a.experiment, tags, a.study, a.filter, a.run_id, a.label)
     if not runs:
         print("no runs matched", file=sys.stderr)
@@ -447,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, what in drawn.items():
         print(f"{out / name}: {what}")
     if not a.no_log:
-        run_id = log_report(a.tracking_uri, out, a.log_experiment or (a.experiment[0] if a.experiment else None), a.log_run_id)
+        run_id = log_report(a.tracking_uri, out, a.log_experiment or (a.experiment[0] if a.experiment else None),
+                            a.log_run_id)
         print(f"logged to MLflow run {run_id} (artifacts report/)")
     return 0
 

@@ -11,8 +11,9 @@ So every draw in the package goes through the functions below (a test walks the 
   GPU and a run resumed on another device draws the same.
 * **large noise tensors** (Gumbel noise over the vocabulary: ``(N, V)`` float64 is ~0.8 GB per decoding
   step at LLaDA's 126k vocabulary) would be slow to draw on CPU and copy: callers that draw such tensors
-  pass a generator on the output's device, :func:`device_generator`, seeded by :func:`derive_seed`. Its stream is device-specific (CPU and CUDA differ): exact
-  repeatability holds per device type. ``benchmarks/sampler_noise.py`` measures both options.
+  pass a generator on the output's device, :func:`device_generator`, seeded by :func:`derive_seed`. Its stream is
+  device-specific (CPU and CUDA differ): exact repeatability holds per device type. ``benchmarks/sampler_noise.py``
+  measures both options.
 
 Seeds: :func:`derive_seed` hashes ``(base, *parts)`` (e.g. ``(seed, rank, step, row)``) into an independent
 63-bit seed, so DDP ranks, steps and rollouts never share a stream and a resumed run re-derives the same.
@@ -108,7 +109,8 @@ def exponential(
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """``Exp(1)`` draws of ``shape`` (the Gumbel-max / exponential-race trick), same rule as :func:`uniform`."""
-    out = torch.empty(tuple(shape), dtype=dtype, device=_source_device(generator, device)).exponential_(generator=generator)
+    out = torch.empty(tuple(shape), dtype=dtype,
+                      device=_source_device(generator, device)).exponential_(generator=generator)
     return out if device is None else out.to(device)
 
 

@@ -35,7 +35,8 @@ def flatten_config(config: Any, prefix: str = "") -> dict[str, str]:
         for i, v in enumerate(config):
             out.update(flatten_config(v, f"{prefix}.{i}" if prefix else str(i)))
     elif prefix:
-        out[_BAD_KEY_CHARS.sub("_", prefix)[:250]] = _value("{}" if config == {} else "[]" if config in ([], ()) else config)
+        out[_BAD_KEY_CHARS.sub("_", prefix)[:250]] = _value(
+            "{}" if config == {} else "[]" if config in ([], ()) else config)
     return out
 
 
@@ -46,7 +47,8 @@ def git_state(path: str | Path = ".") -> dict[str, str]:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True, timeout=10)
         if sha.returncode != 0:
             return {}
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path, capture_output=True,
+                               text=True, timeout=10)
         return {"git.commit": sha.stdout.strip(), "git.dirty": "true" if dirty.stdout.strip() else "false"}
     except (OSError, subprocess.SubprocessError):
         return {}

@@ -16,7 +16,8 @@ def run_dir(trainer: L.Trainer, output_dir: str | None = None) -> Path:
     if output_dir:
         return Path(output_dir)
     for logger in trainer.loggers[:1]:
-        local = getattr(logger, "log_dir", None) if type(logger).__name__ in ("TensorBoardLogger", "CSVLogger") else getattr(logger, "save_dir", None)
+        local = (getattr(logger, "log_dir", None) if type(logger).__name__ in ("TensorBoardLogger", "CSVLogger")
+                 else getattr(logger, "save_dir", None))
         if local:
             return Path(local)
     return Path(trainer.default_root_dir)

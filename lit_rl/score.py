@@ -86,7 +86,8 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise InputError(f"{where}: not valid JSON ({e.msg}); expected d1 JSON or one JSON object per line") from None
+            raise InputError(f"{where}: not valid JSON ({e.msg}); "
+                             "expected d1 JSON or one JSON object per line") from None
         except RecursionError:
             raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
         except ValueError as e:  # an integer past Python's 4300-digit limit
@@ -99,7 +100,8 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
         yield where, rec, completion
 
 
-def prediction_record(example: Example, completion: str, correct: float | None = None, total: float | None = None) -> dict[str, Any]:
+def prediction_record(example: Example, completion: str, correct: float | None = None,
+                      total: float | None = None) -> dict[str, Any]:
     """One JSONL line of this module's input format for ``completion`` of ``example`` (``predict`` writes
     them): ``prompt_id``, ``question``, ``completion``, ``ground_truth`` (``Example.answer``), the puzzle
     where the task has one, and the evaluation's ``correct`` / ``total`` when given."""
@@ -182,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="'eval': the evaluation rules (docs/tasks.md); 'reference': d1's parse_and_get_acc.py, bugs included "
         "(to match published tables item by item); 'reward': training-reward parsing",
     )
-    ap.add_argument("--details", metavar="FILE", help="also write one JSON line per item: where, id, extracted answer, correct, total, reward")
+    ap.add_argument("--details", metavar="FILE",
+                    help="also write one JSON line per item: where, id, extracted answer, correct, total, reward")
     return ap
 
 

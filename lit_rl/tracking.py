@@ -43,5 +43,6 @@ def tracking_uri_problem(uri: str, timeout: float = 3.0) -> str | None:
         except OSError as e:
             return f"MLflow tracking server {uri!r} unreachable ({e.strerror or e})"
     if uri.startswith("file:") or "://" not in uri:
-        return f"MLflow tracking URI {uri!r}: MLflow 3's file store is not supported; use sqlite:///runs/mlflow.db or a server"
+        return (f"MLflow tracking URI {uri!r}: MLflow 3's file store is not supported; "
+                "use sqlite:///runs/mlflow.db or a server")
     return None

@@ -31,7 +31,8 @@ from lit_rl.tasks.chainsum import parse_int_answer, trace_correct  # noqa: E402
 def classify(policy, task: ChainSumTask, examples, samples: int, seed: int) -> dict[str, float]:
     ids, mask = policy.encode_prompts([task.messages(e) for e in examples], 32)
     comp = HFBackend(policy).generate(ids, mask, max_new_tokens=48, temperature=1.0, n=samples, seed=seed)
-    counts = {"trace_ok_answer_ok": 0, "trace_ok_answer_wrong": 0, "trace_wrong_answer_ok": 0, "trace_wrong_answer_wrong": 0}
+    counts = {"trace_ok_answer_ok": 0, "trace_ok_answer_wrong": 0, "trace_wrong_answer_ok": 0,
+              "trace_wrong_answer_wrong": 0}
     for k, text in enumerate(policy.decode_completions(comp)):
         ex = examples[k // samples]
         t_ok = trace_correct(text, ex.meta["numbers"])
@@ -63,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         r = classify(policy, task, examples, args.samples, args.seed)
         results[path] = r
         print(f"{path}: accuracy {r['accuracy']:.3f}; trace right/answer right {r['trace_ok_answer_ok']:.3f}, "
-              f"trace wrong/answer right {r['trace_wrong_answer_ok']:.3f} ({r['unsupported_share_of_correct']:.1%} of correct), "
-              f"trace right/answer wrong {r['trace_ok_answer_wrong']:.3f}, both wrong {r['trace_wrong_answer_wrong']:.3f}")
+              f"trace wrong/answer right {r['trace_wrong_answer_ok']:.3f} ({r['unsupported_share_of_correct']:.1%} "
+              f"of correct), trace right/answer wrong {r['trace_ok_answer_wrong']:.3f}, both wrong "
+              f"{r['trace_wrong_answer_wrong']:.3f}")
     print(json.dumps(results))
     return 0
 

@@ -37,7 +37,8 @@ def official_batch(name: str, ref, ids, mask, dtype):
     if name == "llada":  # what a user passes; the official code ignores it
         return ref(input_ids=ids, attention_mask=mask).logits
     # Dream's official forward needs an SDPA mask and position ids (what PretrainedDiffusionLM passes)
-    return ref(input_ids=ids, attention_mask=additive_key_mask(mask).to(dtype), position_ids=position_ids_from_attention_mask(mask)).logits
+    return ref(input_ids=ids, attention_mask=additive_key_mask(mask).to(dtype),
+               position_ids=position_ids_from_attention_mask(mask)).logits
 
 
 def main() -> None:

@@ -35,14 +35,16 @@ def _merged(path: Path, base: str | None) -> dict:
 
     def merge(a, b):
         if isinstance(a, dict) and isinstance(b, dict):
-            return {k: merge(a.get(k), v) if k in a else v for k, v in b.items()} | {k: v for k, v in a.items() if k not in b}
+            return ({k: merge(a.get(k), v) if k in a else v for k, v in b.items()}
+                    | {k: v for k, v in a.items() if k not in b})
         return b
 
     return merge(yaml.safe_load((ROOT / base).read_text()), raw)
 
 
 # eval set sizes of configs with ``eval_size: null`` (the whole set): MATH500, Sudoku
-FULL_EVAL_SIZES = {"lit_rl.tasks.MathTask": 500, "lit_rl.tasks.SudokuTask": 256, "lit_rl.tasks.CountdownTask": 256}  # SPG's Sudoku test split; d1's Countdown set
+# SPG's Sudoku test split; d1's Countdown set
+FULL_EVAL_SIZES = {"lit_rl.tasks.MathTask": 500, "lit_rl.tasks.SudokuTask": 256, "lit_rl.tasks.CountdownTask": 256}
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -62,7 +64,8 @@ def test_every_rank_gets_an_eval_batch(path, parse_training_config):
     assert batches >= world, f"{path.name}: {batches} eval batch(es) for {world} ranks (data.eval_batch_size)"
 
 
-@pytest.mark.parametrize("name", ["erils_sudoku", "erils_countdown", "erils_math500", "spg_sudoku", "spg_countdown", "spg_math500"])
+@pytest.mark.parametrize("name", ["erils_sudoku", "erils_countdown", "erils_math500", "spg_sudoku", "spg_countdown",
+                                  "spg_math500"])
 def test_paper_spg_configs_follow_the_stated_batch_reading_and_spg_mix_betas(name):
     # SPG's mix scripts (facebookresearch/SPG slurm_scripts/spg_mix): --eubo_beta Sudoku 1.0, Countdown 1.5,
     # math 1.5 (2.0 is the Countdown EUBO-only value); ERILS Table VIII read as one 6-rollout group per GPU
@@ -84,5 +87,6 @@ def test_fast_rollouts_overlay_caches_rollouts_only(base, parse_training_config)
     cfg = parse_training_config.argv(["--config", base, "--config", "conf/fast_rollouts.yaml"])
     gen, plain_gen = cfg.data.init_args.generation, plain.data.init_args.generation
     assert gen.cache == "dual" and plain_gen.cache == "none"
-    assert (gen.gen_length, gen.steps, gen.temperature) == (plain_gen.gen_length, plain_gen.steps, plain_gen.temperature)
+    assert (gen.gen_length, gen.steps, gen.temperature) == (plain_gen.gen_length, plain_gen.steps,
+                                                            plain_gen.temperature)
     assert cfg.data.init_args.eval_generation.cache == "none"

@@ -38,7 +38,8 @@ def ddp_run(tmp_path_factory):
         f"--data.init_args.pool_path={POOL}",
         "--data.init_args.eval_size=8", "--data.init_args.eval_batch_size=2",  # 4 eval batches: 2 per rank
     ]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests/fixtures"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests/fixtures"), str(ROOT),
+                                                       os.environ.get("PYTHONPATH", "")]),
                OMP_NUM_THREADS="1", LIT_RL_THREADS="1", PL_DISABLE_FORK="1")
     try:
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=240)
@@ -48,7 +49,8 @@ def ddp_run(tmp_path_factory):
             f"under DDP, inside a rank-zero-only hook). stderr tail:\n{(e.stderr or b'')[-3000:]!r}"
         )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = {r: [json.loads(line) for line in (tmp / f"probe/rank{r}.jsonl").read_text().splitlines()] for r in range(WORLD)}
+    rows = {r: [json.loads(line) for line in (tmp / f"probe/rank{r}.jsonl").read_text().splitlines()]
+            for r in range(WORLD)}
     return tmp, rows
 
 
@@ -92,5 +94,6 @@ def test_greedy_accuracy_is_reduced_over_ranks(ddp_run):
     assert logged == pytest.approx(correct / total, abs=1e-6)  # not rank 0's local 1.0
     assert 0 < logged < 1
     # the mean completion length is pooled the same way: scripted 10 tokens on rank 0, 20 on rank 1
-    assert set(val[0]["lengths"]) == {10.0} and set(val[1]["lengths"]) == {20.0} and len(val[0]["lengths"]) == len(val[1]["lengths"])
+    assert (set(val[0]["lengths"]) == {10.0} and set(val[1]["lengths"]) == {20.0}
+            and len(val[0]["lengths"]) == len(val[1]["lengths"]))
     assert val[0]["logged"]["val/sudoku/greedy/length_mean"] == pytest.approx(15.0)  # not rank 0's local 10

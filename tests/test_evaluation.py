@@ -85,9 +85,11 @@ def test_paper_configs_match_the_protocol():
 
 
 def test_eval_config_checks_and_builds_settings_from_yaml_dicts():
-    c = EvalConfig(name="x", generation={"gen_length": 64, "block_length": 32, "steps": 32, "temperature": 0.0}, num_samples=2)
+    c = EvalConfig(name="x", generation={"gen_length": 64, "block_length": 32, "steps": 32, "temperature": 0.0},
+                   num_samples=2)
     assert c.seeds == [1001, 1002] and isinstance(c.generation, DecodeSettings) and c.generation.gen_length == 64
-    c = EvalConfig(name="ar", generation={"class_path": "lit_rl.generation.settings.DecodeSettings", "init_args": {"gen_length": 32, "steps": 32}})
+    c = EvalConfig(name="ar", generation={"class_path": "lit_rl.generation.settings.DecodeSettings",
+                                          "init_args": {"gen_length": 32, "steps": 32}})
     assert c.generation.gen_length == 32
     sentinel = object()  # an AR policy's settings object passes through untouched
     assert EvalConfig(name="ar", generation=sentinel).generation is sentinel

@@ -67,7 +67,8 @@ def test_lightning_refuses_fsdp_strategy_on_cpu():
     from lightning.pytorch import Trainer
     from lightning.pytorch.strategies import FSDPStrategy
 
-    with pytest.raises(ValueError, match=r"The strategy `fsdp` requires a GPU accelerator, but received `accelerator='cpu'`"):
+    with pytest.raises(ValueError,
+                       match=r"The strategy `fsdp` requires a GPU accelerator, but received `accelerator='cpu'`"):
         Trainer(accelerator="cpu", devices=2, strategy=FSDPStrategy(), logger=False)
 
 
@@ -113,7 +114,8 @@ class ShardProbe(Callback):
         self.rows["sharding"] = {
             n: {
                 "dtensor": isinstance(p, DTensor),
-                "placements": [f"Shard({x.dim})" if isinstance(x, Shard) else str(x) for x in getattr(p, "placements", ())],
+                "placements": [f"Shard({x.dim})" if isinstance(x, Shard) else str(x)
+                               for x in getattr(p, "placements", ())],
                 "local": p.to_local().numel() if isinstance(p, DTensor) else p.numel(),
                 "full": p.numel(),
             }
@@ -135,7 +137,8 @@ def fsdp2_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp2")
     callbacks = [
         # a cache folder is given, but sharded weights are never cached (callbacks/warmup.py::_weights_digest)
-        {"class_path": "callbacks.FormatWarmup", "init_args": {"steps": 2, "batch_size": 4, "cache_dir": str(tmp / "cache")}},
+        {"class_path": "callbacks.FormatWarmup",
+         "init_args": {"steps": 2, "batch_size": 4, "cache_dir": str(tmp / "cache")}},
         {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
          "init_args": {"dirpath": str(tmp / "ckpt"), "save_last": True, "save_top_k": 0, "every_n_train_steps": 4}},
         {"class_path": "test_fsdp.ShardProbe", "init_args": {"out_dir": str(tmp / "probe")}},
@@ -155,7 +158,8 @@ def fsdp2_run(tmp_path_factory):
         f"--data.init_args.pool_path={POOL}",
         "--data.init_args.eval_size=8", "--data.init_args.eval_batch_size=2",  # 2 eval batches per rank
     ]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
                OMP_NUM_THREADS="1", LIT_RL_THREADS="1", PL_DISABLE_FORK="1", PYTHONFAULTHANDLER="1")
     # its own process group (Lightning starts rank 1 inside it): a hang is reported with every rank's Python
     # stack (faulthandler on SIGABRT) and leaves no orphaned rank behind

@@ -38,15 +38,16 @@ def test_math_imports_only_torch_and_other_math(module):
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _within(m, "lit_rl.tasks")))
 def test_tasks_import_no_models_generation_or_algorithms(module):
-    bad = {d for d in GRAPH[module] for p in ("lit_rl.models", "lit_rl.generation", "lit_rl.algorithms", "lit_rl.rollouts",
-                                               "datamodules", "callbacks") if _within(d, p)}
+    bad = {d for d in GRAPH[module] for p in ("lit_rl.models", "lit_rl.generation", "lit_rl.algorithms",
+                                               "lit_rl.rollouts", "datamodules", "callbacks") if _within(d, p)}
     assert bad == set(), f"{module} imports {bad}"
     assert not {"lightning", "torch"} & layering.external(MODULES[module]), "a task is plain Python"
 
 
 def test_containers_import_no_algorithm_model_or_lightning():
     module = "lit_rl.rollouts.types"
-    bad = {d for d in GRAPH[module] if any(_within(d, p) for p in ("lit_rl.algorithms", "lit_rl.models", "datamodules", "callbacks"))}
+    bad = {d for d in GRAPH[module]
+           if any(_within(d, p) for p in ("lit_rl.algorithms", "lit_rl.models", "datamodules", "callbacks"))}
     assert bad == set() and "lightning" not in layering.external(MODULES[module])
 
 

@@ -23,9 +23,11 @@ def test_lora_count_matches_peft_on_a_real_llama():
     from lit_rl.models import LoraSettings
     from lit_rl.models.ar import TinyCausalLM
 
-    policy = TinyCausalLM(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    policy = TinyCausalLM(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                          lora=LoraSettings(r=4, alpha=8, dropout=0.0))
     counted = sum(p.numel() for n, p in policy.named_parameters() if "lora_" in n)
-    shape = ModelShape("tiny", 0, layers=2, hidden=32, intermediate=64, kv_dim=32, vocab=len(policy.tokenizer), tied=True)
+    shape = ModelShape("tiny", 0, layers=2, hidden=32, intermediate=64, kv_dim=32, vocab=len(policy.tokenizer),
+                       tied=True)
     assert counted == lora_params(shape, r=4)
 
 

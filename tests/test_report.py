@@ -37,7 +37,8 @@ def store(tmp_path, monkeypatch):
                   "train/on_policy/length_mean": [(1, 50.0), (20, 40.0)],
                   "train/loss": [(1, 3.0), (10, 1.0), (20, 2.0)]}
         if name != "spg":  # SPG has no external rollouts
-            series |= {"train/external/reward_mean": [(1, 0.9), (20, 0.9)], "train/external/advantage_mean": [(1, 0.3), (20, 0.1)]}
+            series |= {"train/external/reward_mean": [(1, 0.9), (20, 0.9)],
+                       "train/external/advantage_mean": [(1, 0.3), (20, 0.1)]}
         _log(client, run.info.run_id, series)
     dr = client.create_experiment("double-rollout")
     for name, (tokens, acc) in PARETO.items():
@@ -95,11 +96,13 @@ def _assert_png(path: Path):
 def test_pareto_and_sweep_figures_and_mlflow_artifacts(store, tmp_path, capsys):
     uri, client = store
     out = tmp_path / "rep"
-    assert main(["--tracking_uri", uri, "--experiment", "double-rollout", "--experiment", "lit_rl-sweeps", "--out", str(out),
-                 "--pareto_y", "val/countdown/greedy/accuracy"]) == 0  # metric names are configurable
+    # metric names are configurable
+    assert main(["--tracking_uri", uri, "--experiment", "double-rollout", "--experiment", "lit_rl-sweeps",
+                 "--out", str(out), "--pareto_y", "val/countdown/greedy/accuracy"]) == 0
     printed = capsys.readouterr().out
     # Pareto points: mean tokens over the history; a = 100 (0.5), b = 200 (0.4) dominated by a, c = 300 (0.7)
-    assert "('dr-a', 100.0, 0.5, True)" in printed and "('dr-b', 200.0, 0.4, False)" in printed and "('dr-c', 300.0, 0.7, True)" in printed
+    assert ("('dr-a', 100.0, 0.5, True)" in printed and "('dr-b', 200.0, 0.4, False)" in printed
+            and "('dr-c', 300.0, 0.7, True)" in printed)
     assert (out / "sweep_s.png").exists() and "sweep_s.png: ['data.init_args.g_ext']" in printed
     md = (out / "report.md").read_text()
     assert "| dr-a | 100 | 0.5 | yes |" in md and "| dr-b | 200 | 0.4 |  |" in md
@@ -115,7 +118,8 @@ def test_pareto_and_sweep_figures_and_mlflow_artifacts(store, tmp_path, capsys):
     names = {Path(a.path).name for a in client.list_artifacts(reports[0].info.run_id, "report")}
     assert names == {"report.md", "pareto.png", "sweep_s.png"}
     # a second report does not pick up the first one's run
-    assert main(["--tracking_uri", uri, "--experiment", "double-rollout", "--out", str(tmp_path / "again"), "--no_log"]) == 0
+    assert main(["--tracking_uri", uri, "--experiment", "double-rollout", "--out", str(tmp_path / "again"),
+                 "--no_log"]) == 0
     assert "report-" not in (tmp_path / "again/report.md").read_text()
 
 

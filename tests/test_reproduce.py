@@ -62,11 +62,14 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
         ckpt = [c for c in overlay["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")]
         assert ckpt[0]["init_args"]["dirpath"] == str(job.folder / "checkpoints")
         assert f"--trainer.logger.init_args.tracking_uri=sqlite:///{(tmp_path / 'mlflow.db').resolve()}" in job.argv
-    seeds = {j.name: [a for a in j.argv if a.startswith(("--seed_everything", "--data.init_args.seed", "--model.init_args.seed"))] for j in fits}
-    assert seeds["dr_s0"] == ["--seed_everything=0", "--data.init_args.seed=42", "--model.init_args.seed=0"]  # as shipped
+    seeds = {j.name: [a for a in j.argv if a.startswith(("--seed_everything", "--data.init_args.seed",
+                                                          "--model.init_args.seed"))] for j in fits}
+    # as shipped
+    assert seeds["dr_s0"] == ["--seed_everything=0", "--data.init_args.seed=42", "--model.init_args.seed=0"]
     assert seeds["dr_s1"] == ["--seed_everything=1", "--data.init_args.seed=43", "--model.init_args.seed=1"]
     grpo_az = next(j for j in fits if j.name == "grpo_az_verbose_s0")
-    assert "conf/grpo_chainsum.yaml" in grpo_az.argv and "--model.init_args.double_rollout.length_penalty=0.2" in grpo_az.argv
+    assert ("conf/grpo_chainsum.yaml" in grpo_az.argv
+            and "--model.init_args.double_rollout.length_penalty=0.2" in grpo_az.argv)
     assert "--data.init_args.generation.max_new_tokens=64" in grpo_az.argv
     warm = next(c for c in yaml.safe_load((grpo_az.folder / "overlay.yaml").read_text())["trainer"]["callbacks"]
                 if c["class_path"].endswith("ScriptedSFTWarmup"))
@@ -88,7 +91,8 @@ def test_report_keeps_the_last_finished_attempt_and_sums_both_stages():
     ]
     assert latest_finished(runs, "lit_rl.job")["dr_s0"].run_id == "b"
     # per-problem tokens per rollout batch x 4 prompts: (10 + 30) * 4, then + (20 + 0) * 4
-    r = _run("x", "FINISHED", {}, {"train/cost/tokens_stage1": [(0, 10.0), (1, 20.0)], "train/cost/tokens_stage2": [(0, 30.0)]})
+    r = _run("x", "FINISHED", {}, {"train/cost/tokens_stage1": [(0, 10.0), (1, 20.0)],
+                                   "train/cost/tokens_stage2": [(0, 30.0)]})
     assert cumulative_tokens(r, prompts_per_batch=4) == [(0, 160.0), (1, 240.0)]
 
 
@@ -139,7 +143,8 @@ def test_a_terminated_runner_terminates_its_jobs(tmp_path):
         "import os, sys, time\nopen(sys.argv[0] + '.started', 'w').write(str(os.getpid()))\ntime.sleep(120)\n"
     )
     env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'stub'}")
-    runner = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(1, {str(ROOT)!r}); exec(open({str(script)!r}).read())"],
+    runner = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(1, {str(ROOT)!r}); "
+                               f"exec(open({str(script)!r}).read())"],
                               env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     started = tmp_path / "stub" / "lit_rl" / "__main__.py.started"
     deadline = time.time() + 60

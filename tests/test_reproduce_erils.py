@@ -30,9 +30,11 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
     assert "--threads=1" in jobs["erils_s0"].argv and jobs["erils_s0"].tags["threads"] == "1"
     assert f"--data.init_args.pool_path={erils.UNCONTROLLED_POOL}" in jobs["erils_uncontrolled_s0"].argv
     assert "conf/spg.yaml" in jobs["spg_s1"].argv and "conf/erils_sft.yaml" in jobs["sft_s0"].argv
-    seeds = [a for a in jobs["joint_s1"].argv if a.startswith(("--seed_everything", "--data.init_args.seed", "--model.init_args.seed"))]
+    seeds = [a for a in jobs["joint_s1"].argv
+             if a.startswith(("--seed_everything", "--data.init_args.seed", "--model.init_args.seed"))]
     assert seeds == ["--seed_everything=1", "--data.init_args.seed=43", "--model.init_args.seed=1"]
-    advantages = {"erils_s0": "SourceSpecific", "spg_s0": "OnPolicyOnly", "joint_s0": "Joint", "external_only_s0": "ExternalOnly"}
+    advantages = {"erils_s0": "SourceSpecific", "spg_s0": "OnPolicyOnly", "joint_s0": "Joint",
+                  "external_only_s0": "ExternalOnly"}
     for job in plan.jobs:  # every command line is one the real CLI parser accepts, with its own folders
         cfg = parse_training_config.argv(job.argv[1:])
         assert cfg.trainer.default_root_dir == str(job.folder)
@@ -87,22 +89,26 @@ def test_report_tables_from_a_real_mlflow_store(tmp_path):
         "spg_s1": ({**main, "method": "spg", "seed": "1"}, curve(0.25, 0.2, 0.1)),
         "erils_s0_t2": ({"group": "threads", "threads": "2", "method": "erils", "seed": "0"}, curve(0.25, 0.6, 0.85)),
         "erils_uncontrolled_s0": ({"group": "length", "threads": "1", "method": "erils", "seed": "0"},
-                                  {**curve(0.25, 0.1, 0.05), "train/on_policy/hit_limit_frac": [(i, 1.0) for i in range(7)]}),
+                                  {**curve(0.25, 0.1, 0.05),
+                                   "train/on_policy/hit_limit_frac": [(i, 1.0) for i in range(7)]}),
         "external_only_uncontrolled_s0": ({"group": "length", "threads": "1", "method": "external_only", "seed": "0"},
                                           curve(0.25, 0.05, 0.0)),
-        "sft_capacity_s0": ({"group": "capacity", "method": "sft", "seed": "0"}, {acc: [(0, 0.25), (149, 0.7), (299, 0.97)]}),
+        "sft_capacity_s0": ({"group": "capacity", "method": "sft", "seed": "0"},
+                            {acc: [(0, 0.25), (149, 0.7), (299, 0.97)]}),
     })
     summary = build(tmp_path, seeds=[0, 1], times={"erils_s0": 300.0, "erils_s1": 320.0})
     e, s = summary["main"]["erils"], summary["main"]["spg"]
     assert e["final"]["mean"] == pytest.approx(0.85) and e["final"]["min"] == 0.8 and e["runs"] == 2
     assert e["start"]["mean"] == 0.25 and e["pass_at_4"]["mean"] == 0.95
     # on-policy reward: mean of the first 5 batches (0.2..0.6 -> 0.4) and of the last 5 (0.4..0.8 -> 0.6)
-    assert e["on_policy_reward_first"]["mean"] == pytest.approx(0.4) and e["on_policy_reward_last"]["mean"] == pytest.approx(0.6)
+    assert (e["on_policy_reward_first"]["mean"] == pytest.approx(0.4)
+            and e["on_policy_reward_last"]["mean"] == pytest.approx(0.6))
     assert s["final"]["mean"] == pytest.approx(0.05) and s["erils_minus_this"] == pytest.approx(0.8)
     assert e["seconds"]["mean"] == 310.0
     assert summary["threads_identical"] == {"erils_s0_t2": False}  # its curve ends at 0.85, seed 0's at 0.9
     assert "The thread count changed the run" in (tmp_path / "report.md").read_text()
-    assert summary["erils_spread"]["n"] == 3 and summary["erils_spread"]["mean"] == pytest.approx(0.85)  # 0.9, 0.8, 0.85
+    # 0.9, 0.8, 0.85
+    assert summary["erils_spread"]["n"] == 3 and summary["erils_spread"]["mean"] == pytest.approx(0.85)
     lc = summary["length_control"]
     assert lc["erils: uncontrolled (grid_verbose, 69 tokens)"]["final"]["mean"] == 0.05
     assert lc["erils: uncontrolled (grid_verbose, 69 tokens)"]["hit_limit"]["mean"] == 1.0
@@ -131,7 +137,8 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
     for section in ("Equal budget", "Spread of ERILS", "Length-controlled vs uncontrolled"):
         assert section in report
     data = json.loads((out / "summary.json").read_text())
-    assert set(data["length_control"]) == {"erils: length-controlled (grid, 37 tokens)", "erils: uncontrolled (grid_verbose, 69 tokens)"}
+    assert set(data["length_control"]) == {"erils: length-controlled (grid, 37 tokens)",
+                                           "erils: uncontrolled (grid_verbose, 69 tokens)"}
     # the uncontrolled run trained on whole 69-token external rows: the datamodule widened them past L_gen 48
     cfg = yaml.safe_load(next((out / "runs/erils_uncontrolled_s0").rglob("config.yaml")).read_text())
     assert cfg["data"]["init_args"]["pool_path"] == erils.UNCONTROLLED_POOL

@@ -114,7 +114,8 @@ def test_pure_mask_and_sampling_functions_follow_the_rule(cuda_rule):
         assert x0.device == META
     assert sample_next(torch.zeros(4, 11, device=META), 1.0, 1.0, g).device == META
     cc = torch.ones(2, 3, dtype=torch.bool, device=META)
-    one_sided_replacement(torch.ones(2, device=META), torch.zeros(2, dtype=torch.bool, device=META), cc, rule="random", generator=g)
+    one_sided_replacement(torch.ones(2, device=META), torch.zeros(2, dtype=torch.bool, device=META), cc, rule="random",
+                          generator=g)
 
 
 def _draw_calls(path: Path) -> list[tuple[int, str]]:
@@ -136,7 +137,8 @@ def test_no_generator_draw_outside_the_helper():
         for path in sorted((ROOT / pkg).rglob("*.py")):
             if path == ROOT / "lit_rl" / "rng.py":
                 continue
-            offenders += [f"{path.relative_to(ROOT)}:{line}: torch {name}(generator=...)" for line, name in _draw_calls(path)]
+            offenders += [f"{path.relative_to(ROOT)}:{line}: torch {name}(generator=...)"
+                          for line, name in _draw_calls(path)]
     assert not offenders, "random draws must go through lit_rl.rng:\n" + "\n".join(offenders)
     # the walk does see draws: the helper itself has them
     assert {n for _, n in _draw_calls(ROOT / "lit_rl" / "rng.py")} >= {"rand", "randint", "exponential_"}

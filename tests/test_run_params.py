@@ -8,7 +8,8 @@ from lit_rl.run_params import MAX_VALUE, flatten_config, git_state
 def test_flatten_config_by_hand():
     cfg = {
         "model": {"class_path": "m.M", "init_args": {"lr": 0.001, "betas": [0.9, 0.99], "lora": None}},
-        "trainer": {"callbacks": [{"class_path": "a.A"}, {"class_path": "b.B", "init_args": {"k": True}}], "plugins": []},
+        "trainer": {"callbacks": [{"class_path": "a.A"}, {"class_path": "b.B", "init_args": {"k": True}}],
+                    "plugins": []},
         "odd key[1]": {},
     }
     assert flatten_config(cfg) == {

@@ -56,22 +56,26 @@ def test_jsonl_format(tmp_path):
     p = write_jsonl(
         tmp_path / "cd.jsonl",
         [
-            {"prompt_id": "a", "question": "Numbers: [49, 55, 53]\nTarget: 51", "completion": "<answer>49 + 55 - 53</answer>", "ground_truth": [[49, 55, 53], 51]},
-            {"question": "q", "completion": "<answer>49 + 55</answer>", "ground_truth": {"numbers": [49, 55, 53], "target": 51}},
+            {"prompt_id": "a", "question": "Numbers: [49, 55, 53]\nTarget: 51",
+             "completion": "<answer>49 + 55 - 53</answer>", "ground_truth": [[49, 55, 53], 51]},
+            {"question": "q", "completion": "<answer>49 + 55</answer>",
+             "ground_truth": {"numbers": [49, 55, 53], "target": 51}},
         ],
     )
     out = score_files("countdown", [p])
     assert out["n"] == 2 and out["accuracy"] == 50.0 and out["mean_reward"] == pytest.approx(0.55)
     s = write_jsonl(
         tmp_path / "s.jsonl",
-        [{"question": "Solve the following Sudoku puzzle: 3014002020004130\n", "completion": "<answer>3214142300000000</answer>", "ground_truth": "3214142323414132"}],
+        [{"question": "Solve the following Sudoku puzzle: 3014002020004130\n",
+          "completion": "<answer>3214142300000000</answer>", "ground_truth": "3214142323414132"}],
     )
     out = score_files("sudoku", [s])
     assert out["total"] == 8 and out["correct"] == 4 and out["accuracy"] == 50.0 and out["mean_reward"] == 0.5
 
 
 def test_pooling_over_files(tmp_path):
-    rows = [{"question": "q", "completion": "\\boxed{2}", "ground_truth": "2"}, {"question": "q", "completion": "3", "ground_truth": "2"}]
+    rows = [{"question": "q", "completion": "\\boxed{2}", "ground_truth": "2"},
+            {"question": "q", "completion": "3", "ground_truth": "2"}]
     a = write_jsonl(tmp_path / "a.jsonl", rows[:1])
     b = write_jsonl(tmp_path / "b.jsonl", rows[1:] * 3)
     out = score_files("math500", [a, b])
@@ -86,7 +90,8 @@ def test_pooling_over_files(tmp_path):
         ('{"completion": "x", "ground_truth": "2"}\n', "bad.jsonl:1: needs 'question' and 'ground_truth'"),
         ('[1, 2]\n', "bad.jsonl:1: expected a JSON object"),
         ('{"generations": 5}', "bad.jsonl: d1 JSON needs a top-level 'generations' list"),
-        ('{"generations": [{"question": "q", "generations": "x", "ground_truth": 7}]}', "bad.jsonl: generations[0]: 'ground_truth'"),
+        ('{"generations": [{"question": "q", "generations": "x", "ground_truth": 7}]}',
+         "bad.jsonl: generations[0]: 'ground_truth'"),
     ],
 )
 def test_malformed_input(tmp_path, capsys, content, message):
@@ -100,7 +105,8 @@ def test_malformed_input(tmp_path, capsys, content, message):
 
 
 def test_malformed_task_specific(tmp_path, capsys):
-    p = write_jsonl(tmp_path / "s.jsonl", [{"question": "no puzzle here", "completion": "x", "ground_truth": "3214142323414132"}])
+    p = write_jsonl(tmp_path / "s.jsonl",
+                    [{"question": "no puzzle here", "completion": "x", "ground_truth": "3214142323414132"}])
     assert main(["--task", "sudoku", "--generations", str(p)]) == 2
     assert "s.jsonl:1: no 16-digit puzzle" in capsys.readouterr().err
     p = write_jsonl(tmp_path / "c.jsonl", [{"question": "q", "completion": "x", "ground_truth": "nope"}])
@@ -111,13 +117,20 @@ def test_malformed_task_specific(tmp_path, capsys):
 @pytest.mark.parametrize(
     "task, line, message",
     [
-        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], Infinity]}', "g.jsonl:2: 'ground_truth[1]' must be a finite number"),
-        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], 1e400]}', "g.jsonl:2: 'ground_truth[1]' must be a finite number"),
-        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], ' + "9" * 5000 + "]}", "g.jsonl:2: not valid JSON (Exceeds the limit"),
-        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], ' + "9" * 4000 + "]}", "g.jsonl:2: 'ground_truth[1]' must be a finite number"),
-        ("sudoku", '{"question": "q", "completion": "x", "puzzle": 1234341221434321, "ground_truth": "1234341221434321"}', "g.jsonl:2: field 'puzzle' must be 16 digits 0-4"),
-        ("sudoku", '{"question": "q", "completion": "x", "puzzle": "1034341221434321", "ground_truth": "12"}', "g.jsonl:2: field 'ground_truth' must be 16 digits 1-4"),
-        ("math500", '{"question": ["q"], "completion": "x", "ground_truth": "2"}', "g.jsonl:2: 'question' must be a string, got list"),
+        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], Infinity]}',
+         "g.jsonl:2: 'ground_truth[1]' must be a finite number"),
+        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], 1e400]}',
+         "g.jsonl:2: 'ground_truth[1]' must be a finite number"),
+        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], ' + "9" * 5000 + "]}",
+         "g.jsonl:2: not valid JSON (Exceeds the limit"),
+        ("countdown", '{"question": "q", "completion": "x", "ground_truth": [[1, 2, 3], ' + "9" * 4000 + "]}",
+         "g.jsonl:2: 'ground_truth[1]' must be a finite number"),
+        ("sudoku", '{"question": "q", "completion": "x", "puzzle": 1234341221434321, '
+                   '"ground_truth": "1234341221434321"}', "g.jsonl:2: field 'puzzle' must be 16 digits 0-4"),
+        ("sudoku", '{"question": "q", "completion": "x", "puzzle": "1034341221434321", "ground_truth": "12"}',
+         "g.jsonl:2: field 'ground_truth' must be 16 digits 1-4"),
+        ("math500", '{"question": ["q"], "completion": "x", "ground_truth": "2"}',
+         "g.jsonl:2: 'question' must be a string, got list"),
         ("math500", "[" * 100_000 + "]" * 100_000, "g.jsonl:2: not valid JSON (nested too deeply)"),
     ],
 )
@@ -155,8 +168,10 @@ def test_details_file_lists_every_item(tmp_path, capsys):
     p = write_jsonl(
         tmp_path / "cd.jsonl",
         [
-            {"prompt_id": "a", "question": "Numbers: [49, 55, 53]\nTarget: 51", "completion": "<answer>49 + 55 - 53</answer>", "ground_truth": [[49, 55, 53], 51]},
-            {"prompt_id": "b", "question": "q", "completion": "<answer>49 + 55</answer>", "ground_truth": [[49, 55, 53], 51]},
+            {"prompt_id": "a", "question": "Numbers: [49, 55, 53]\nTarget: 51",
+             "completion": "<answer>49 + 55 - 53</answer>", "ground_truth": [[49, 55, 53], 51]},
+            {"prompt_id": "b", "question": "q", "completion": "<answer>49 + 55</answer>",
+             "ground_truth": [[49, 55, 53], 51]},
         ],
     )
     out_file = tmp_path / "details.jsonl"
@@ -181,7 +196,8 @@ def test_prompts_task_scores_exact_answers(tmp_path, capsys):
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-@pytest.mark.parametrize("task, name", [("countdown", "d1_countdown_128_item.json"), ("math500", "d1_math500_128_item.json")])
+@pytest.mark.parametrize("task, name", [("countdown", "d1_countdown_128_item.json"),
+                                        ("math500", "d1_math500_128_item.json")])
 def test_reference_parser_is_d1s_on_its_divergent_items(task, name, tmp_path, capsys):
     # the one item of d1's Countdown-128 and of its MATH500-128 table where the written rules and d1's code
     # disagree: a correct <answer> block and no \boxed{}. d1 reads the whole text, so the item is wrong there.
@@ -209,7 +225,8 @@ def test_reference_parser_boxes_as_d1_does():
     assert math_eval_answer("\\boxed{1 <answer>2</answer>", reference=True) == "2"
     assert eval_expression("\\boxed{1+2 <answer>3+4</answer>", reference=True) == "3+4"
     # a box: both read it
-    assert eval_expression("<answer>1+2</answer> \\boxed{5-1}", reference=True) == "5-1" == eval_expression("\\boxed{5-1}")
+    assert (eval_expression("<answer>1+2</answer> \\boxed{5-1}", reference=True) == "5-1"
+            == eval_expression("\\boxed{5-1}"))
     # no box: d1 reads the whole text, keeping its first `expr = value` left side
     assert eval_expression("so 9 - 4 = 5 <answer>9-4</answer>", reference=True) == "9 - 4"
     assert eval_expression("so 9 - 4 = 5 <answer>9-4</answer>") == "9-4"
@@ -220,6 +237,7 @@ def test_reference_parser_on_the_shared_generations(task):
     # at L_gen 256 the written rules and d1's code agree on every item (d1's code gives the same numbers)
     files = baseline_files(task)
     eval_items, ref_items = [], []
-    assert score_files(task, files, "eval", eval_items)["accuracy"] == score_files(task, files, "reference", ref_items)["accuracy"]
+    assert (score_files(task, files, "eval", eval_items)["accuracy"]
+            == score_files(task, files, "reference", ref_items)["accuracy"])
     assert [r["correct"] for r in eval_items] == [r["correct"] for r in ref_items]
     assert sum(r["extracted"] is not None for r in ref_items) > 0.9 * len(ref_items)

@@ -106,7 +106,8 @@ def test_config_validation_names_the_key_and_builds_the_grid(tmp_path):
     assert len(grid) == cfg.target_trials() == 20  # {0.5, 0.75, 0.9, 0.99} x {1, 2, 4, 8, 16}
     assert {"model.init_args.double_rollout.rho": 0.99, "model.init_args.double_rollout.num_continuations": 16} in grid
     tpe = SweepConfig.from_yaml(ROOT / "conf/sweeps/double_rollout.yaml")
-    assert len(SweepConfig.from_dict({**yaml.safe_load((ROOT / "conf/sweeps/double_rollout.yaml").read_text()), "sampler": {"name": "grid"}}).grid()) == 20
+    assert len(SweepConfig.from_dict({**yaml.safe_load((ROOT / "conf/sweeps/double_rollout.yaml").read_text()),
+                                      "sampler": {"name": "grid"}}).grid()) == 20
     assert tpe.target_trials() == 20 and tpe.space["model.init_args.double_rollout.rho"].low == 0.5
     gext = SweepConfig.from_yaml(ROOT / "conf/sweeps/erils_gext.yaml")
     assert [gext.trial_values(p)["data.init_args.g_on"] for p in gext.grid()] == [3, 2, 1]
@@ -162,7 +163,8 @@ def test_a_derived_rule_that_fails_fails_its_trial_and_the_sweep_continues(tmp_p
     assert children[2].data.params["data.init_args.g_on"] == "6.0"
 
     # catch_exceptions: false stops the sweep at that trial, which is FAIL (not left RUNNING)
-    raw = _cfg(tmp_path, study_name="div-strict", derived={"data.init_args.g_on": "6 / (g_ext - 2)"}, catch_exceptions=False)
+    raw = _cfg(tmp_path, study_name="div-strict", derived={"data.init_args.g_on": "6 / (g_ext - 2)"},
+               catch_exceptions=False)
     with pytest.raises(SweepConfigError, match=f"^{re.escape(message)}$"):
         run_sweep(SweepConfig.from_dict(raw), fit_trial=fake_fit)
     study = optuna.load_study(study_name="div-strict", storage=raw["storage"])
@@ -199,12 +201,14 @@ def test_overlay_and_cli_args_are_replaced_whole_never_written_in_place(tmp_path
     monkeypatch.setattr(lit_rl.cli, "run_lightning_cli", fake_cli)
     trial_dir = tmp_path / "out/atomic/trial_0"
     with pytest.raises(OSError, match="No space left"):
-        fit_trial_with_lightning_cli(cfg, SimpleNamespace(number=0), {"data.init_args.g_ext": 1}, "0" * 32, trial_dir, overlay)
+        fit_trial_with_lightning_cli(cfg, SimpleNamespace(number=0), {"data.init_args.g_ext": 1}, "0" * 32, trial_dir,
+                                     overlay)
     assert list(trial_dir.iterdir()) == [] and built == []
     monkeypatch.undo()
     monkeypatch.setattr(lit_rl.cli, "run_lightning_cli", fake_cli)
     with pytest.raises(RuntimeError, match="stop after"):
-        fit_trial_with_lightning_cli(cfg, SimpleNamespace(number=0), {"data.init_args.g_ext": 1}, "0" * 32, trial_dir, overlay)
+        fit_trial_with_lightning_cli(cfg, SimpleNamespace(number=0), {"data.init_args.g_ext": 1}, "0" * 32, trial_dir,
+                                     overlay)
     assert [p.name for p in trial_dir.iterdir()] == ["cli_args.json"]
     assert json.loads((trial_dir / "cli_args.json").read_text()) == built[0]
 
@@ -337,7 +341,8 @@ def test_tiny_sweep_states_and_mlflow_parent_child_runs(tmp_path, monkeypatch):
 
 def test_a_trial_that_raises_is_failed_and_the_sweep_continues(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    raw = _cfg(tmp_path, study_name="bad", space={"trainer.max_steps": {"type": "categorical", "choices": ["many"]}}, derived={})
+    raw = _cfg(tmp_path, study_name="bad", space={"trainer.max_steps": {"type": "categorical", "choices": ["many"]}},
+               derived={})
     study = run_sweep(SweepConfig.from_dict(raw))
     assert [t.state for t in study.trials] == [TS.FAIL]
     _, children = _runs(tmp_path, "bad")
@@ -358,7 +363,8 @@ def test_a_trial_declared_stale_while_alive_does_not_crash_its_worker(tmp_path):
             optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)(trial.study, frozen)
         return 0.5
 
-    raw = _cfg(tmp_path, study_name="late", space={"data.init_args.g_ext": {"type": "categorical", "choices": [1]}}, derived={})
+    raw = _cfg(tmp_path, study_name="late", space={"data.init_args.g_ext": {"type": "categorical", "choices": [1]}},
+               derived={})
     study = run_sweep(SweepConfig.from_dict(raw), fit_trial=fake_fit)
     assert calls == [0, 1]
     assert [t.state for t in study.trials] == [TS.FAIL, TS.COMPLETE]
@@ -429,7 +435,8 @@ def test_two_workers_share_one_sqlite_study(tmp_path):
     study = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path}/optuna.db")
     trials = study.trials
     assert len(trials) == 4 and all(t.state == TS.COMPLETE for t in trials)
-    grid_points = {(t.params["data.init_args.g_ext"], t.params["model.init_args.optimizer.init_args.lr"]) for t in trials}
+    grid_points = {(t.params["data.init_args.g_ext"], t.params["model.init_args.optimizer.init_args.lr"])
+                   for t in trials}
     assert len(grid_points) == 4  # every grid point once: no duplicates, none missing
     workers = [t.user_attrs["worker"] for t in trials]
     assert sorted(workers.count(w) for w in set(workers)) == [2, 2], workers
@@ -485,7 +492,8 @@ def test_ddp_spawn_trials_complete_and_prune_across_processes(tmp_path):
         tmp_path,
         study_name="ddp",
         overrides={
-            "data": {"init_args": {"pool_path": str(POOL), "eval_size": 8, "eval_batch_size": 2}},  # 2 eval batches per rank
+            # 2 eval batches per rank
+            "data": {"init_args": {"pool_path": str(POOL), "eval_size": 8, "eval_batch_size": 2}},
             "trainer": {"strategy": "ddp_spawn", "devices": 2, "accelerator": "cpu"},
         },
         space={"data.init_args.g_ext": {"type": "categorical", "choices": [1, 3]}},

@@ -51,16 +51,21 @@ def _set(raw: dict, dotted: tuple, value) -> dict:
 
 # (key path to set, value, expected message after "<file>:<line>: ", the key written on that line)
 CASES = [
-    (("space", "lr"), {"type": "float", "lo": 0.1, "high": 1.0}, "space.lr: unknown key 'lo' (did you mean 'low'?)", "lo"),
-    (("space", "lr"), {"type": "float", "low": 0.1, "high": 1.0, "bounds": 2}, "space.lr: unknown key 'bounds' (allowed: type, low, high, log, step, choices, grid)", "bounds"),
+    (("space", "lr"), {"type": "float", "lo": 0.1, "high": 1.0},
+     "space.lr: unknown key 'lo' (did you mean 'low'?)", "lo"),
+    (("space", "lr"), {"type": "float", "low": 0.1, "high": 1.0, "bounds": 2},
+     "space.lr: unknown key 'bounds' (allowed: type, low, high, log, step, choices, grid)", "bounds"),
     (("space", "lr", "low"), "a", "space.lr.low: must be a number (type: float), got 'a'", "low"),
     (("space", "lr", "low"), 0, "space.lr.log: a log scale needs low > 0, got low=0", "log"),
     (("space", "lr", "log"), "yes", "space.lr.log: must be true or false, got 'yes'", "log"),
     (("space", "lr", "type"), "str", "space.lr.type: must be float, int or categorical, got 'str'", "type"),
     (("space", "lr"), 0.1, "space.lr: must be a mapping of type, low, high, log, step, choices, grid, got 0.1", "lr"),
-    (("space", "lr"), {"type": "int", "low": 0.5, "high": 4}, "space.lr.low: must be an integer (type: int), got 0.5", "low"),
-    (("space", "lr"), {"type": "categorical", "choices": "abc"}, "space.lr.choices: must list the values of a categorical parameter, got 'abc'", "choices"),
-    (("space", "lr"), {"type": "float", "low": 0.1, "high": 1.0, "step": -1}, "space.lr.step: must be a number > 0, got -1", "step"),
+    (("space", "lr"), {"type": "int", "low": 0.5, "high": 4},
+     "space.lr.low: must be an integer (type: int), got 0.5", "low"),
+    (("space", "lr"), {"type": "categorical", "choices": "abc"},
+     "space.lr.choices: must list the values of a categorical parameter, got 'abc'", "choices"),
+    (("space", "lr"), {"type": "float", "low": 0.1, "high": 1.0, "step": -1},
+     "space.lr.step: must be a number > 0, got -1", "step"),
     (("n_trials",), "10", "n_trials: must be an integer >= 1, got '10'", "n_trials"),
     (("n_trials",), True, "n_trials: must be an integer >= 1, got True", "n_trials"),
     (("n_trials",), 2.5, "n_trials: must be an integer >= 1, got 2.5", "n_trials"),
@@ -68,25 +73,31 @@ CASES = [
     (("heartbeat_interval",), -5, "heartbeat_interval: must be an integer >= 1, got -5", "heartbeat_interval"),
     (("max_retry",), -1, "max_retry: must be an integer >= 0, got -1", "max_retry"),
     (("tracking_uri",), 5, "tracking_uri: must be a non-empty string, got 5", "tracking_uri"),
-    (("storage",), "runs/optuna.db", "storage: use a database URL such as sqlite:///runs/sweeps/optuna.db, got 'runs/optuna.db'", "storage"),
+    (("storage",), "runs/optuna.db",
+     "storage: use a database URL such as sqlite:///runs/sweeps/optuna.db, got 'runs/optuna.db'", "storage"),
     (("study_name",), 5, "study_name: must be a non-empty string, got 5", "study_name"),
     (("base",), 5, "base: must list at least one training config path, got 5", "base"),
     (("base",), [1], "base: must list at least one training config path, got [1]", "base"),
     (("overrides",), [1], "overrides: must be a mapping, got [1]", "overrides"),
     (("sampler",), "tpe", "sampler: must be a mapping, got 'tpe'", "sampler"),
-    (("sampler",), {"name": "tpe", "seeds": 1}, "sampler: cannot build {'name': 'tpe', 'seeds': 1}: TypeError:", "sampler"),
-    (("pruner",), {"name": "no.such.Pruner"}, "pruner: cannot build {'name': 'no.such.Pruner'}: ModuleNotFoundError:", "pruner"),
+    (("sampler",), {"name": "tpe", "seeds": 1},
+     "sampler: cannot build {'name': 'tpe', 'seeds': 1}: TypeError:", "sampler"),
+    (("pruner",), {"name": "no.such.Pruner"},
+     "pruner: cannot build {'name': 'no.such.Pruner'}: ModuleNotFoundError:", "pruner"),
     (("catch_exceptions",), "no", "catch_exceptions: must be true or false, got 'no'", "catch_exceptions"),
     (("objective",), {"metrc": "val/acc"}, "objective: unknown key 'metrc' (did you mean 'metric'?)", "metrc"),
     (("objective", "direction"), "up", "objective.direction: must be maximize or minimize, got 'up'", "direction"),
-    (("derived", "data.init_args.g_on"), "6 -", "derived.data.init_args.g_on: cannot parse '6 -': invalid syntax", "data.init_args.g_on"),
+    (("derived", "data.init_args.g_on"), "6 -",
+     "derived.data.init_args.g_on: cannot parse '6 -': invalid syntax", "data.init_args.g_on"),
     (("derived", "lr"), "1", "derived.lr: is also in space", "lr"),
-    (("derived", "data.init_args.g_on"), "6 - g_ex", "derived.data.init_args.g_on: unknown name 'g_ex' in '6 - g_ex' (known: lr)", "data.init_args.g_on"),
+    (("derived", "data.init_args.g_on"), "6 - g_ex",
+     "derived.data.init_args.g_on: unknown name 'g_ex' in '6 - g_ex' (known: lr)", "data.init_args.g_on"),
     (("report_every_n_steps",), 0, "report_every_n_steps: must be an integer >= 1, got 0", "report_every_n_steps"),
 ]
 
 
-@pytest.mark.parametrize(("key", "value", "message", "on_line"), CASES, ids=[f"{'.'.join(c[0])}={c[1]!r}" for c in CASES])
+@pytest.mark.parametrize(("key", "value", "message", "on_line"), CASES,
+                         ids=[f"{'.'.join(c[0])}={c[1]!r}" for c in CASES])
 def test_a_bad_sweep_names_the_file_line_and_key(tmp_path, key, value, message, on_line):
     path = _write(tmp_path, _set(_raw(tmp_path), key, value))
     with pytest.raises(SweepConfigError) as info:

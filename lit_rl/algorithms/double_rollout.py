@@ -46,8 +46,8 @@ Paper details this implementation had to decide (the paper is silent or ambiguou
   rollouts it competes with, and the rollout tensors keep their width.
 * **"Correct".** A rollout or continuation is correct when its verifier reward is at least
   ``double_rollout.correct_threshold`` (default: the task's ``correct_reward``: 1.0 for Sudoku and Countdown,
-  whose 0.1 format credit is not "correct"; 2.0 for MATH, a correct answer whatever its format credit). Used by the one-sided replacement and the reliability
-  metrics.
+  whose 0.1 format credit is not "correct"; 2.0 for MATH, a correct answer whatever its format credit). Used by the
+  one-sided replacement and the reliability metrics.
 * **Continuation reward.** ``q_ij = R(x, t_i[:cut] ⊕ c_ij)``: the verifier scores the kept trace plus the
   continuation as one completion (a continuation cut by its budget is scored as it stands).
 * **Replacement.** The replaced row is ``t_i[:cut] ⊕ c_ij`` (plus its EOS); it keeps the rollout's
@@ -167,11 +167,13 @@ class DoubleRolloutGRPO(RLModule):
     ) -> None:
         dr = double_rollout if double_rollout is not None else DoubleRolloutSettings()
         settings = loss if loss is not None else GRPOLossSettings()
-        baseline = GroupBaseline(scale_std=settings.scale_std, leave_one_out=settings.leave_one_out, eps=settings.std_eps)
+        baseline = GroupBaseline(scale_std=settings.scale_std, leave_one_out=settings.leave_one_out,
+                                 eps=settings.std_eps)
         super().__init__(
             policy, optimizer=optimizer, scheduler=scheduler, updates_per_batch=updates_per_batch,
             micro_batch_size=micro_batch_size, grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips,
-            seed=seed, processors=processors if processors is not None else [DoubleRolloutEstimate(dr, baseline, seed=seed)],
+            seed=seed,
+            processors=processors if processors is not None else [DoubleRolloutEstimate(dr, baseline, seed=seed)],
             loss_fn=loss_fn if loss_fn is not None else ClippedPGLoss(settings),
         )
         self.dr = dr

@@ -221,7 +221,8 @@ def estimate_rewards(
     P = rollouts.prompt_len
     comp = rollouts.completion_ids.cpu()  # (B, L)
     lengths = rollouts.lengths.cpu().tolist()
-    prompt_rows = [ids[m.bool()].tolist() for ids, m in zip(rollouts.input_ids[:, :P].cpu(), rollouts.attention_mask[:, :P].cpu())]
+    prompt_rows = [ids[m.bool()].tolist()
+                   for ids, m in zip(rollouts.input_ids[:, :P].cpu(), rollouts.attention_mask[:, :P].cpu())]
 
     # 1. trace, cut and budget per rollout (token space)
     bodies = [_body(comp[i], lengths[i], eos_id) for i in range(B)]
@@ -297,7 +298,8 @@ def estimate_rewards(
     return Estimate(
         rollouts=final, advantages=adv, original=original, revised=revised, cont_rewards=cont_rewards,
         has_continuations=has_cont, replaced=replaced, bonus=bonus, stage2_tokens=stage2_tokens,
-        stage2_seconds=time.perf_counter() - t0, correct=correct, original_lengths=rollouts.lengths.clone(), group=group,
+        stage2_seconds=time.perf_counter() - t0, correct=correct, original_lengths=rollouts.lengths.clone(),
+        group=group,
     )
 
 
@@ -360,7 +362,8 @@ class DoubleRolloutEstimate(Processor):
             ``"random"`` replacement rule.
     """
 
-    def __init__(self, settings: DoubleRolloutSettings | None = None, baseline: GroupBaseline | None = None, seed: int = 0) -> None:
+    def __init__(self, settings: DoubleRolloutSettings | None = None, baseline: GroupBaseline | None = None,
+                 seed: int = 0) -> None:
         self.settings = settings if settings is not None else DoubleRolloutSettings()
         self.baseline = baseline if baseline is not None else GroupBaseline()
         self.seed = seed
@@ -380,7 +383,8 @@ class DoubleRolloutEstimate(Processor):
             raise RuntimeError("DoubleRolloutEstimate.bind(policy) was not called (the module binds its processors)")
         task, gen, examples = batch.task, batch.generation, batch.examples
         if self.settings.active and (task is None or batch.generator is None):
-            raise RuntimeError("the rollout batch has no task / generator for continuations: use datamodules.ar_rollouts.ARRolloutDataModule")
+            raise RuntimeError("the rollout batch has no task / generator for continuations: "
+                               "use datamodules.ar_rollouts.ARRolloutDataModule")
         threshold = self.threshold(task)
 
         def score(texts: Sequence[str], groups: Sequence[int]) -> list[float]:  # one reward call per batch
@@ -410,7 +414,8 @@ class DoubleRolloutEstimate(Processor):
         return f"DoubleRolloutEstimate({self.settings}, baseline={self.baseline!r}, seed={self.seed})"
 
 
-def estimate_metrics(est: Estimate, first_stage: RolloutBatch, batch: PromptBatch, threshold: float, settings: DoubleRolloutSettings) -> dict[str, float]:
+def estimate_metrics(est: Estimate, first_stage: RolloutBatch, batch: PromptBatch, threshold: float,
+                     settings: DoubleRolloutSettings) -> dict[str, float]:
     """Once per rollout batch: first-stage and revised rewards, replacements, continuation spread, bonus and
     cost (the metric names are in :mod:`lit_rl.algorithms.double_rollout`'s docstring); NaNs left out."""
     bs = len(batch.examples)

@@ -24,7 +24,8 @@ from torch import Tensor
 DIFFICULTY_BINS = (("hard", 0.0, 1 / 3), ("medium", 1 / 3, 2 / 3), ("easy", 2 / 3, 1.0 + 1e-9))
 
 
-def reliability_rows(correct_original: Tensor, correct_cont: Tensor, has_cont: Tensor, lengths: Tensor, group: Tensor) -> dict[str, Tensor]:
+def reliability_rows(correct_original: Tensor, correct_cont: Tensor, has_cont: Tensor, lengths: Tensor,
+                     group: Tensor) -> dict[str, Tensor]:
     """Per-row study values of one rollout batch, rows with continuations only.
 
     Shapes: ``correct_original (B,)`` bool, ``correct_cont (B, N)`` bool, ``has_cont (B,)`` bool,
@@ -41,7 +42,8 @@ def reliability_rows(correct_original: Tensor, correct_cont: Tensor, has_cont: T
     keep = has_cont.bool().cpu()
     return {
         "correct": y.cpu()[keep],
-        "cont_acc": correct_cont.float().mean(dim=1).cpu()[keep] if correct_cont.numel() else torch.zeros(int(keep.sum())),
+        "cont_acc": (correct_cont.float().mean(dim=1).cpu()[keep] if correct_cont.numel()
+                     else torch.zeros(int(keep.sum()))),
         "length": lengths.long().cpu()[keep],
         "pass_rate": pass_rate[keep],
     }
@@ -60,7 +62,8 @@ def _cell(correct: Tensor, cont_acc: Tensor, sel: Tensor, label: str, kind: str)
     for name, want in (("correct", True), ("incorrect", False)):
         m = sel & (correct == want)
         n = int(m.sum())
-        out.append({"by": kind, "bin": label, "rollout": name, "n": n, "cont_acc": float(cont_acc[m].mean()) if n else None})
+        out.append({"by": kind, "bin": label, "rollout": name, "n": n,
+                    "cont_acc": float(cont_acc[m].mean()) if n else None})
     return out
 
 

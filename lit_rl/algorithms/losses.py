@@ -287,7 +287,8 @@ class DenoisingSFTLoss(Loss):
         policy = module.policy
         target = self.target_mask(ro)  # (N, L)
         seeds = module.mask_seeds(ro, step)
-        ts, masks = zip(*(denoising_masks(target[i : i + 1], rng.cpu_generator(s), self.eps) for i, s in enumerate(seeds)))
+        ts, masks = zip(*(denoising_masks(target[i : i + 1], rng.cpu_generator(s), self.eps)
+                          for i, s in enumerate(seeds)))
         t, masked = torch.cat(ts), torch.cat(masks)  # (N,), (N, L)
         n = len(ro)
         size = module.micro_batch_size or n

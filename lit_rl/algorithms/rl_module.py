@@ -164,7 +164,8 @@ class RLModule(L.LightningModule):
         # 1. rollouts: produced by the DataModule's sources at the start of this batch
         ro = batch.rollouts
         if ro is None:
-            raise RuntimeError(f"training batch has no rollouts: {type(self).__name__} needs a rollout DataModule (datamodules)")
+            raise RuntimeError(f"training batch has no rollouts: {type(self).__name__} needs a rollout DataModule "
+                               "(datamodules)")
         # 2. processors: rewards -> advantages (and rows kept or replaced)
         ro = run_processors(self.processors, ro, batch)
         batch.rollouts = ro  # callbacks (RolloutTracker, ...) see the rows that are trained on, with their advantages
@@ -270,7 +271,8 @@ class RLModule(L.LightningModule):
         task = getattr(getattr(dm, "task", None), "name", "task")
         lengths = torch.cat(self._val_len).float() if self._val_len else torch.zeros(0)
         # [correct, total, length sum, completions] pooled over DDP ranks (each evaluates its own shard)
-        sums = torch.tensor([self._val_correct, self._val_total, float(lengths.sum()), float(lengths.numel())], device=self.device)
+        sums = torch.tensor([self._val_correct, self._val_total, float(lengths.sum()), float(lengths.numel())],
+                            device=self.device)
         sums = self.trainer.strategy.reduce(sums, reduce_op="sum") if self.trainer.world_size > 1 else sums
         metrics = {f"val/{task}/greedy/accuracy": (sums[0] / sums[1].clamp(min=1)).item()}
         if sums[3] > 0:

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from lit_rl import rng
 
 
-def denoising_masks(completion_mask: torch.Tensor, generator: torch.Generator | None = None, eps: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
+def denoising_masks(completion_mask: torch.Tensor, generator: torch.Generator | None = None,
+                    eps: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw ``t (B,)`` and the masked positions ``(B, L)`` among valid completion tokens."""
     B, L = completion_mask.shape
     t = eps + (1 - eps) * rng.uniform((B,), generator=generator, device=completion_mask.device)  # (B,)
@@ -21,7 +22,8 @@ def denoising_masks(completion_mask: torch.Tensor, generator: torch.Generator | 
     return t, (u < t[:, None]) & completion_mask.bool()
 
 
-def masked_denoising_loss(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor, t: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def masked_denoising_loss(logits: torch.Tensor, targets: torch.Tensor, masked: torch.Tensor, t: torch.Tensor,
+                          lengths: torch.Tensor) -> torch.Tensor:
     """LLaDA SFT loss.
 
     Shapes: ``logits (B, L, V)`` at completion positions, ``targets (B, L)``, ``masked (B, L)`` bool,

@@ -242,12 +242,14 @@ class SPGSurrogate:
         B, T = input_ids.shape
         if completion_mask.shape != (B, T - prompt_len):
             raise ValueError(
-                f"completion_mask shape {tuple(completion_mask.shape)} must be (B, T - prompt_len) = {(B, T - prompt_len)}"
+                f"completion_mask shape {tuple(completion_mask.shape)} must be (B, T - prompt_len) = "
+                f"{(B, T - prompt_len)}"
             )
         masks = self.build_masks(
             completion_mask, attention_mask[:, :prompt_len], source, generator, seeds=seeds, gen_width=gen_width
         )
-        logp, entropy = self.logprobs_and_entropy(logits_fn, input_ids, attention_mask, prompt_len, masks)  # (num_t, B, L)
+        # (num_t, B, L)
+        logp, entropy = self.logprobs_and_entropy(logits_fn, input_ids, attention_mask, prompt_len, masks)
         lengths = completion_mask.sum(-1)  # (B,)
         s, lo, neg = self.surrogate(logp, masks.loss, lengths, advantages)
         loss, stats = spg_loss(advantages, s, self.loss_weights(lengths))

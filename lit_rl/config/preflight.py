@@ -28,7 +28,8 @@ __all__ = ["ConfigError", "preflight"]
 
 
 # -- the checks ---------------------------------------------------------------------------------------
-_TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_path", "optimizer", "lr_scheduler", "config",
+_TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_path", "optimizer", "lr_scheduler",
+             "config",
              # the Trainer.fit/validate/test/predict arguments LightningCLI exposes (a saved fit config has them)
              "weights_only", "verbose", "return_predictions"}
 #: init args that name an input file that must exist
@@ -211,16 +212,19 @@ def _check_semantics(cfg: ConfigView) -> None:
                             f"(g_on at {cfg.loc(dpath + ('g_on',))}, g_ext at {cfg.loc(dpath + ('g_ext',))})",
                         )
             if g_ext > 0 and not dargs.get("pool_path", _default(dcls, "pool_path")):
-                raise fail(cfg, dpath + ("pool_path",), f"required when g_ext > 0 (g_ext = {g_ext} at {cfg.loc(dpath + ('g_ext',))})")
+                raise fail(cfg, dpath + ("pool_path",),
+                           f"required when g_ext > 0 (g_ext = {g_ext} at {cfg.loc(dpath + ('g_ext',))})")
         ppb = dargs.get("prompts_per_batch")
         if _is_int(ppb) and ppb < 1:
             raise fail(cfg, dpath + ("prompts_per_batch",), f"must be >= 1, got {ppb}")
         es = dargs.get("eval_size", "unset")
         if _is_int(es) and es < 1:
-            raise fail(cfg, dpath + ("eval_size",), f"must be >= 1 or null (all), got {es}: the evaluation set would be empty")
+            raise fail(cfg, dpath + ("eval_size",),
+                       f"must be >= 1 or null (all), got {es}: the evaluation set would be empty")
         ntp = dargs.get("num_train_prompts")
         if _is_int(ntp) and ntp < 1:
-            raise fail(cfg, dpath + ("num_train_prompts",), f"must be >= 1 or null (all), got {ntp}: the training set would be empty")
+            raise fail(cfg, dpath + ("num_train_prompts",),
+                       f"must be >= 1 or null (all), got {ntp}: the training set would be empty")
         for key in ("eval_batch_size", "max_prompt_len"):
             v = dargs.get(key)
             if _is_int(v) and v < 1:
@@ -238,7 +242,8 @@ def _check_semantics(cfg: ConfigView) -> None:
                 raise fail(
                     cfg, ("trainer", "max_steps"),
                     f"{max_steps} optimizer updates is not a multiple of model.updates_per_batch = {mu} "
-                    f"({cfg.loc(mpath + ('updates_per_batch',))}): the last rollout batch would overshoot to {-(-max_steps // mu) * mu}",
+                    f"({cfg.loc(mpath + ('updates_per_batch',))}): the last rollout batch would overshoot to "
+                    f"{-(-max_steps // mu) * mu}",
                 )
     mcs = margs.get("max_consecutive_skips")
     if _is_int(mcs) and mcs < 1:
@@ -260,8 +265,8 @@ def _check_semantics(cfg: ConfigView) -> None:
                 if _is_int(L) and max_prompt + L > max_pos:
                     raise fail(
                         cfg, dpath + (gkey, "gen_length"),
-                        f"max_prompt_len + L_gen = {max_prompt} + {L} = {max_prompt + L} exceeds the policy's max_positions = "
-                        f"{max_pos} ({cfg.loc(mpath + ('policy', 'init_args', 'max_positions'))})",
+                        f"max_prompt_len + L_gen = {max_prompt} + {L} = {max_prompt + L} exceeds the policy's "
+                        f"max_positions = {max_pos} ({cfg.loc(mpath + ('policy', 'init_args', 'max_positions'))})",
                     )
     threads = cfg.data.get("threads")
     if _is_int(threads) and threads < 1:
@@ -315,7 +320,8 @@ def _check_task_and_pool(cfg: ConfigView) -> None:
         except (PoolFormatError, FileNotFoundError, OSError, UnicodeDecodeError, EOFError) as e:
             raise fail(cfg, dpath + ("pool_path",), str(e)) from None
         if not any(e.id in by_prompt for e in use):
-            raise fail(cfg, dpath + ("pool_path",), f"{pool}: no training prompt has g_ext = {g_ext} usable external rollouts: the training set would be empty")
+            raise fail(cfg, dpath + ("pool_path",), f"{pool}: no training prompt has g_ext = {g_ext} usable external "
+                       "rollouts: the training set would be empty")
 
 
 def _check_mlflow(cfg: ConfigView) -> None:
@@ -335,7 +341,8 @@ def _check_mlflow(cfg: ConfigView) -> None:
 
 def _check_ckpt(cfg: ConfigView) -> None:
     ck = cfg.data.get("ckpt_path")
-    if isinstance(ck, str) and ck not in ("last", "best", "hpc", "registry") and "://" not in ck and not Path(ck).is_file():
+    if (isinstance(ck, str) and ck not in ("last", "best", "hpc", "registry") and "://" not in ck
+            and not Path(ck).is_file()):
         raise fail(cfg, ("ckpt_path",), f"checkpoint file not found: {ck}")
 
 

@@ -58,7 +58,8 @@ _SCALARS = (int, float, bool, str)
 def type_problem(hint: Any, value: Any) -> str | None:
     """A message if ``value`` (from YAML) clearly cannot be ``hint`` (scalar types and their unions only)."""
     origin = typing.get_origin(hint)
-    members = typing.get_args(hint) if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) else (hint,)
+    members = (typing.get_args(hint) if origin in (typing.Union, getattr(__import__("types"), "UnionType", None))
+               else (hint,))
     if not all(m is type(None) or m in _SCALARS for m in members):
         return None  # a class, a list, a Literal ...: left to jsonargparse
     if value is None:

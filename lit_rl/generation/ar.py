@@ -124,7 +124,8 @@ class ARBackend(ABC):
 
 
 # -- sampling ------------------------------------------------------------------------------------------
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float,
+                generator: torch.Generator | None) -> torch.Tensor:
     """One token per row from ``logits (R, V)``: ``(R,)``.
 
     ``temperature == 0`` is argmax. Otherwise an exponential race, ``argmax(p / E)`` with ``E ~ Exp(1)``

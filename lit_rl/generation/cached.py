@@ -39,7 +39,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lit_rl.generation.diffusion import ModelFn, _check_args, _choose_tokens, num_transfer_tokens, position_ids_from_attention_mask
+from lit_rl.generation.diffusion import (ModelFn, _check_args, _choose_tokens, num_transfer_tokens,
+                                         position_ids_from_attention_mask)
 from lit_rl.generation.kv_stack import KVCache, KVStack
 
 __all__ = ["CACHE_MODES", "DecodeStats", "cached_diffusion_generate"]
@@ -76,7 +77,8 @@ def _block_logits_exact(model_fn: ModelFn, x, attention_mask, rows, block_pos) -
     return logits.gather(1, block_pos[:, :, None].expand(-1, -1, logits.shape[-1]))
 
 
-def _block_logits_cached(stack: KVStack, kv: KVCache, x, pos, key_mask, rows, block_pos, refresh, cache) -> torch.Tensor:
+def _block_logits_cached(stack: KVStack, kv: KVCache, x, pos, key_mask, rows, block_pos, refresh,
+                         cache) -> torch.Tensor:
     """Logits ``(R, Lb, V)`` at ``block_pos (R, Lb)``: refreshed rows run whole, the others their window."""
     R, Lb = block_pos.shape
     T = x.shape[1]
@@ -149,12 +151,14 @@ def cached_diffusion_generate(
     if threshold is not None and not 0.0 < threshold <= 1.0:
         raise ValueError(f"generation.threshold must be in (0, 1], got {threshold}")
     if cache != "none" and stack.shift and prompt_ids.shape[1] < stack.shift:
-        raise ValueError("a model whose logits at p - 1 predict p (Dream) needs at least one prompt token to decode with a cache")
+        raise ValueError("a model whose logits at p - 1 predict p (Dream) needs at least one prompt token to decode "
+                         "with a cache")
     stats = stats if stats is not None else DecodeStats()
     B, P = prompt_ids.shape
     T = P + gen_length
     device = prompt_ids.device
-    x = torch.cat([prompt_ids.long(), torch.full((B, gen_length), mask_id, dtype=torch.long, device=device)], 1)  # (B, T)
+    # (B, T)
+    x = torch.cat([prompt_ids.long(), torch.full((B, gen_length), mask_id, dtype=torch.long, device=device)], 1)
     attention_mask = torch.cat([prompt_mask.long(), torch.ones(B, gen_length, dtype=torch.long, device=device)], 1)
     pos = position_ids_from_attention_mask(attention_mask)  # (B, T)
     key_mask = attention_mask.bool()

@@ -255,7 +255,8 @@ def kv_stack_for(model: nn.Module) -> KVStack | None:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if any(isinstance(p, DTensor) for p in base.parameters()):
         return None
-    for cls, arch in ((BertForMaskedLM, BertArchitecture), (NativeLLaDAModel, LLaDAArchitecture), (NativeDreamModel, Qwen2Architecture)):
+    for cls, arch in ((BertForMaskedLM, BertArchitecture), (NativeLLaDAModel, LLaDAArchitecture),
+                      (NativeDreamModel, Qwen2Architecture)):
         if isinstance(base, cls):
             return KVStack(arch(base))
     return None

@@ -20,11 +20,14 @@ def main(argv: list[str] | None = None) -> int:
         "adapters merged in (<out>/merged, loadable by AutoModel.from_pretrained; a causal LM's by "
         "AutoModelForCausalLM and vLLM). dLLM (ERILS) and causal (double-rollout GRPO) policies alike.",
     )
-    ap.add_argument("--ckpt_path", "--ckpt", required=True, help="Lightning checkpoint (e.g. runs/<run>/checkpoints/last.ckpt)")
+    ap.add_argument("--ckpt_path", "--ckpt", required=True,
+                    help="Lightning checkpoint (e.g. runs/<run>/checkpoints/last.ckpt)")
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--merge", action="store_true", help="also write the merged full-precision model")
-    ap.add_argument("--config", default=None, help="the run's config.yaml (default: found next to/above the checkpoint)")
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="dtype of the exported base")
+    ap.add_argument("--config", default=None,
+                    help="the run's config.yaml (default: found next to/above the checkpoint)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                    help="dtype of the exported base")
     args = ap.parse_args(argv)
     manifest = export_policy(args.ckpt_path, args.out, merge=args.merge, config=args.config, dtype=args.dtype)
     for key in ("adapter", "merged"):

@@ -49,11 +49,14 @@ def qwen2_config_from_dream(path: str | Path, **overrides: Any) -> Qwen2Config:
     except (OSError, json.JSONDecodeError) as err:
         raise ConfigError(f"{file}: cannot read the Dream config ({err})") from None
     if str(raw.get("model_type", "")).lower() not in ("dream", "qwen2"):
-        raise ConfigError(f"{file}: model_type={raw.get('model_type')!r} is not Dream; NativeDream loads Dream checkpoints only")
+        raise ConfigError(f"{file}: model_type={raw.get('model_type')!r} is not Dream; "
+                          "NativeDream loads Dream checkpoints only")
     if raw.get("use_sliding_window"):
-        raise ConfigError(f"{file}: use_sliding_window=true is not supported by the native Dream; use PretrainedDiffusionLM")
+        raise ConfigError(f"{file}: use_sliding_window=true is not supported by the native Dream; "
+                          "use PretrainedDiffusionLM")
     if raw.get("rope_scaling"):
-        raise ConfigError(f"{file}: rope_scaling={raw['rope_scaling']!r} is not supported by the native Dream; use PretrainedDiffusionLM")
+        raise ConfigError(f"{file}: rope_scaling={raw['rope_scaling']!r} is not supported by the native Dream; "
+                          "use PretrainedDiffusionLM")
     kwargs = {k: raw.get(k, v) for k, v in DREAM_DEFAULTS.items()}
     config = Qwen2Config(**(kwargs | {"use_sliding_window": False, "use_cache": False} | overrides))
     config.mask_token_id = raw.get("mask_token_id", 151666)

@@ -109,7 +109,8 @@ def keep_official_files(policy: DiffusionPolicy, merged_dir: Path) -> list[str]:
             try:
                 local = Path(cached_file(policy.path, f"{module}.py"))
             except OSError as err:
-                raise FileNotFoundError(f"export: {policy.path} names {module}.py in its auto_map but it cannot be found ({err})") from None
+                raise FileNotFoundError(f"export: {policy.path} names {module}.py in its auto_map but it cannot be "
+                                        f"found ({err})") from None
         files.append(local)
     for f in files:
         shutil.copy(f, merged_dir / f.name)
@@ -123,7 +124,8 @@ def checkpoint_policy_state(ckpt: Path) -> dict[str, torch.Tensor]:
     return {k.removeprefix("policy."): v for k, v in sd.items() if k.startswith("policy.")}
 
 
-def export_policy(ckpt: str | Path, out: str | Path, merge: bool = False, config: str | Path | None = None, dtype: str = "bfloat16") -> dict[str, Any]:
+def export_policy(ckpt: str | Path, out: str | Path, merge: bool = False, config: str | Path | None = None,
+                  dtype: str = "bfloat16") -> dict[str, Any]:
     """Export the policy of ``ckpt`` to ``out`` (see the module docstring); returns the manifest."""
     ckpt, out = Path(ckpt), Path(out)
     config_path = Path(config) if config else find_run_config(ckpt)
@@ -132,7 +134,8 @@ def export_policy(ckpt: str | Path, out: str | Path, merge: bool = False, config
     state = checkpoint_policy_state(ckpt)
     names = [n for n, _ in policy.named_parameters() if "lora_" in n]
     out.mkdir(parents=True, exist_ok=True)
-    manifest: dict[str, Any] = {"checkpoint": str(ckpt), "config": str(config_path), "policy": policy_cfg["class_path"], "dtype": dtype}
+    manifest: dict[str, Any] = {"checkpoint": str(ckpt), "config": str(config_path), "policy": policy_cfg["class_path"],
+                                "dtype": dtype}
     if names:
         missing = [n for n in names if n not in state]
         if missing:

@@ -102,7 +102,8 @@ def expect_frozen_4bit(module: Any, checkpoint: dict[str, Any], resuming_fit: bo
             "on (another model folder, or quantised on another device)"
         )
         if resuming_fit and os.environ.get("LIT_RL_ALLOW_NEW_BASE") != "1":
-            raise RuntimeError(f"{msg}; a resumed fit would not continue the same run (LIT_RL_ALLOW_NEW_BASE=1 continues anyway)")
+            raise RuntimeError(f"{msg}; a resumed fit would not continue the same run "
+                               "(LIT_RL_ALLOW_NEW_BASE=1 continues anyway)")
         warnings.warn(f"{msg}; continuing on the new base", stacklevel=2)
     module.strict_loading = False
 

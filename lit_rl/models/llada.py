@@ -179,8 +179,8 @@ class NativeLLaDAConfig(PretrainedConfig):
                 where = "" if field in raw else " (absent: the official default)"
                 raise ConfigError(
                     f"{file}: {field}={values[field]!r}{where} is not supported by the native LLaDA (needs "
-                    f"{' or '.join(map(repr, allowed))}); load this checkpoint with lit_rl.models.PretrainedDiffusionLM "
-                    "(its remote code) instead"
+                    f"{' or '.join(map(repr, allowed))}); load this checkpoint with "
+                    "lit_rl.models.PretrainedDiffusionLM (its remote code) instead"
                 )
         kwargs = {k: values[k] for k in OFFICIAL_DEFAULTS if k not in REQUIRED}
         if raw.get("bos_token_id") is not None:
@@ -342,4 +342,5 @@ class NativeLLaDAModel(PreTrainedModel):
         return MaskedLMOutput(logits=t.ff_out(t.ln_f(x)))  # (B, T, V)
 
 
-__all__ = ["MODEL_TYPES", "NativeLLaDAModel", "NativeLLaDABlock", "NativeLLaDAConfig", "OFFICIAL_DEFAULTS", "REQUIRED", "config_file"]
+__all__ = ["MODEL_TYPES", "NativeLLaDAModel", "NativeLLaDABlock", "NativeLLaDAConfig", "OFFICIAL_DEFAULTS", "REQUIRED",
+           "config_file"]

@@ -76,7 +76,8 @@ def resolve_lora_targets(model: nn.Module, requested: Sequence[str] | None) -> l
     ``model_type`` is ``"Dream"``). Suffixes that match no Linear layer are dropped; none matching is an error.
     """
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    targets = list(requested) if requested else (LORA_TARGETS.get(str(model_type)) or LORA_TARGETS.get(str(model_type).lower()))
+    targets = (list(requested) if requested
+               else (LORA_TARGETS.get(str(model_type)) or LORA_TARGETS.get(str(model_type).lower())))
     if not targets:
         raise ValueError(
             f"lora.target_modules: no default for model_type={model_type!r}; set it in the config "
@@ -142,7 +143,8 @@ class DiffusionPolicy(TextPolicy, nn.Module):
         """Logits ``(B, T, V)`` for ``input_ids (B, T)``; ``attention_mask`` 1 on real tokens."""
         kwargs: dict[str, Any] = {}
         if attention_mask is not None:
-            kwargs["attention_mask"] = additive_key_mask(attention_mask) if self.mask_format == "additive_4d" else attention_mask
+            kwargs["attention_mask"] = (additive_key_mask(attention_mask) if self.mask_format == "additive_4d"
+                                        else attention_mask)
             if self.accepts_position_ids:
                 # left padding: positions count real tokens only, so a prompt's positions do not
                 # depend on how much padding its batch needed
@@ -153,7 +155,8 @@ class DiffusionPolicy(TextPolicy, nn.Module):
         return logits
 
     @torch.no_grad()
-    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, settings: "DecodeSettings", seed: int) -> torch.Tensor:
+    def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, settings: "DecodeSettings",
+                 seed: int) -> torch.Tensor:
         """Completions ``(B, L_gen)`` by semi-autoregressive confidence decoding (§1), in eval mode.
 
         ``prompt_ids``/``prompt_mask`` are left-padded ``(B, P)``; sampling noise comes from a generator
@@ -249,7 +252,8 @@ class TinyDiffusionLM(DiffusionPolicy):
             if architecture == "bert":
                 self.model = self._bert(hidden_size, num_layers, num_heads, intermediate_size, max_positions)
             else:
-                self.model = self._llada(hidden_size, num_layers, num_heads, intermediate_size, max_positions, rope_theta)
+                self.model = self._llada(hidden_size, num_layers, num_heads, intermediate_size, max_positions,
+                                         rope_theta)
         self.mask_id = int(self.tokenizer.mask_token_id)
         self.eos_id = int(self.tokenizer.eos_token_id)
         self.pad_id = int(self.tokenizer.pad_token_id)

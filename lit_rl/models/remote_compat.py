@@ -80,7 +80,8 @@ def patch_generation_configs(cls: type) -> list[str]:
     from transformers import GenerationConfig
 
     patched = []
-    for module_name in {cls.__module__, *(m for m in sys.modules if m.startswith(cls.__module__.rpartition(".")[0] + "."))}:
+    for module_name in {cls.__module__,
+                        *(m for m in sys.modules if m.startswith(cls.__module__.rpartition(".")[0] + "."))}:
         for obj in list(vars(sys.modules.get(module_name) or object()).values()):
             if not (isinstance(obj, type) and issubclass(obj, GenerationConfig) and obj is not GenerationConfig):
                 continue
@@ -216,7 +217,8 @@ def reinit_rotary_buffers(model: nn.Module) -> list[str]:
         inv = getattr(module, "_buffers", {}).get("inv_freq")
         if inv is None or "inv_freq" not in module._non_persistent_buffers_set or not hasattr(module, "rope_init_fn"):
             continue
-        inv_freq, module.attention_scaling = module.rope_init_fn(module.config, inv.device, **getattr(module, "rope_kwargs", {}))
+        inv_freq, module.attention_scaling = module.rope_init_fn(module.config, inv.device,
+                                                                 **getattr(module, "rope_kwargs", {}))
         module.register_buffer("inv_freq", inv_freq.to(inv.device), persistent=False)
         if hasattr(module, "original_inv_freq"):
             module.original_inv_freq = module.inv_freq

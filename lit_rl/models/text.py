@@ -23,7 +23,8 @@ class TextPolicy:
     eos_id: int
     pad_id: int
 
-    def encode_prompts(self, messages: Sequence[list[dict[str, str]]], max_prompt_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_prompts(self, messages: Sequence[list[dict[str, str]]],
+                       max_prompt_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Render chat prompts and left-pad them: ``(ids (B, P), mask (B, P))``.
 
         Prompts longer than ``max_prompt_len`` keep their last ``max_prompt_len`` tokens (as TRL does).
@@ -63,7 +64,8 @@ class TextPolicy:
         """Tokens up to and including the first EOS, ``(B,)``; no EOS → full width."""
         is_eos = completion_ids == self.eos_id  # (B, L)
         L = completion_ids.shape[1]
-        first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1), torch.full_like(is_eos[:, 0], L - 1, dtype=torch.long))
+        first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1),
+                            torch.full_like(is_eos[:, 0], L - 1, dtype=torch.long))
         return first + 1  # (B,)
 
     def decode_completions(self, completion_ids: torch.Tensor) -> list[str]:

@@ -34,9 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("study", choices=["erils", "double-rollout"])
     parser.add_argument("--out", default=None, help="output folder (default runs/reproduce/<study>[_quick])")
     parser.add_argument("--quick", action="store_true", help="a few steps per job: checks the pipeline, not the method")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds of the main comparison (default 0 1 2; quick: 0)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="seeds of the main comparison (default 0 1 2; quick: 0)")
     parser.add_argument("--workers", type=int, default=2, help="jobs run at once (default 2)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per job (default: 2 // workers, at least 1)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per job (default: 2 // workers, at least 1)")
     parser.add_argument("--report_only", action="store_true", help="only (re)write the report from finished jobs")
     args = parser.parse_args(argv)
     if args.workers < 1:

@@ -31,7 +31,8 @@ from lit_rl.reproduce.runner import Job, callbacks_of, fit_job, init_stores as _
 __all__ = ["EXPERIMENT", "METRIC", "Plan", "init_stores", "plan"]
 
 EXPERIMENT = "lit_rl-reproduce-double-rollout"
-METRIC = "val/chainsum/sampled/accuracy"  # held-out accuracy of T-1 samples, mean over all 4 per problem (pass@1 scores only the first)
+# held-out accuracy of T-1 samples, mean over all 4 per problem (pass@1 scores only the first)
+METRIC = "val/chainsum/sampled/accuracy"
 GREEDY = "val/chainsum/greedy/accuracy"
 BASE = "conf/double_rollout_chainsum.yaml"
 DATA_SEED = 42  # data.init_args.seed of BASE
@@ -122,7 +123,8 @@ def _fit_job(
 ) -> Job:
     configs = METHODS[method]
     cbs = _edit_callbacks(configs, out / "runs" / name, cache_dir, quick, verbose)
-    tags = {"lit_rl.reproduce": "double-rollout", "lit_rl.job": name, "method": method, "seed": str(seed), **(tags or {})}
+    tags = {"lit_rl.reproduce": "double-rollout", "lit_rl.job": name, "method": method, "seed": str(seed),
+            **(tags or {})}
     # the warm start stays the same across seeds
     cli = [*(_quick_cli(method) if quick else []), *(LENGTH_CLI if verbose else []), *extra]
     return fit_job(name, configs, cbs, seed, DATA_SEED + seed, threads, out, EXPERIMENT, tags, cli)
@@ -174,7 +176,8 @@ def init_stores(out: Path) -> None:
     _init_stores(out, EXPERIMENT)
 
 
-def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int, cache_dir: str | None = None) -> Plan:
+def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int,
+         cache_dir: str | None = None) -> Plan:
     """Every job of the study, in the order they should start (the first one builds the warm-start cache)."""
     out = Path(out)
     cache = cache_dir or (str(out / "cache") if quick else "runs/cache")

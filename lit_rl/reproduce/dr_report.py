@@ -76,7 +76,8 @@ def _cost_key(run: RunData, step: float, updates_per_batch: int) -> float:
     return step / max(updates_per_batch, 1) - 1
 
 
-def _accuracy_at_tokens(run: RunData, metric: str, budget: float, updates_per_batch: int, prompts_per_batch: int) -> float | None:
+def _accuracy_at_tokens(run: RunData, metric: str, budget: float, updates_per_batch: int,
+                        prompts_per_batch: int) -> float | None:
     """The last evaluation made before the run had generated ``budget`` rollout tokens (equal compute)."""
     tok = cumulative_tokens(run, prompts_per_batch)
     best = None
@@ -207,16 +208,20 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         r.tags["lit_rl.folder"] = str(out / "runs" / name)
     first = next((jobs[f"{m}_s{s}"] for m in METHODS for s in seeds if f"{m}_s{s}" in jobs), None)
     updates_per_batch, prompts_per_batch = run_settings(Path(first.tags["lit_rl.folder"])) if first else (2, 4)
-    trials = {st: [r for r in all_runs if r.tags.get("lit_rl.sweep") == f"reproduce-{st}" and r.status == "FINISHED"] for st in ("rho", "n")}
+    trials = {st: [r for r in all_runs if r.tags.get("lit_rl.sweep") == f"reproduce-{st}" and r.status == "FINISHED"]
+              for st in ("rho", "n")}
     methods = list(METHODS)
-    summary: dict[str, Any] = {"metric": METRIC, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [], "times_s": times}
-    md = [f"# Double rollout on the chain-sum testbed{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", ""]
+    summary: dict[str, Any] = {"metric": METRIC, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [],
+                               "times_s": times}
+    md = ["# Double rollout on the chain-sum testbed"
+          f"{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", ""]
     md += [f"Held-out accuracy = `{METRIC}`: mean correctness of 4 samples at T 1 on 128 held-out problems; "
            f"greedy = `{GREEDY}` on 256. Seeds: {', '.join(map(str, seeds))}.", ""]
 
     # 1. main comparison
     md += ["## DR vs GRPO vs GRPO-large (equal RL steps)", "",
-           "| method | start | final (mean ± std) | min-max | best (mean) | at GRPO's token budget | greedy final | rollout tokens | wall time / run |",
+           "| method | start | final (mean ± std) | min-max | best (mean) | at GRPO's token budget | greedy final "
+           "| rollout tokens | wall time / run |",
            "|---|---|---|---|---|---|---|---|---|"]
     budget = _stats([cumulative_tokens(jobs[f"grpo_s{s}"], prompts_per_batch)[-1][1] for s in seeds
                      if f"grpo_s{s}" in jobs and cumulative_tokens(jobs[f"grpo_s{s}"], prompts_per_batch)])["mean"]
@@ -228,13 +233,15 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         final = _stats([r.series(METRIC)[-1][1] for r in rs if r.series(METRIC)])
         best = _stats([max(v for _, v in r.series(METRIC)) for r in rs if r.series(METRIC)])
         greedy = _stats([r.series(GREEDY)[-1][1] for r in rs if r.series(GREEDY)])
-        tokens = _stats([cumulative_tokens(r, prompts_per_batch)[-1][1] for r in rs if cumulative_tokens(r, prompts_per_batch)])
+        tokens = _stats([cumulative_tokens(r, prompts_per_batch)[-1][1] for r in rs
+                         if cumulative_tokens(r, prompts_per_batch)])
         secs = _stats([times.get(f"{m}_s{s}") for s in seeds])
         at_budget = _stats([_accuracy_at_tokens(r, METRIC, budget, updates_per_batch, prompts_per_batch) for r in rs])
         summary["main"][m] = {"start": start, "final": final, "best": best, "at_grpo_tokens": at_budget,
                               "greedy_final": greedy, "tokens": tokens, "seconds": secs}
-        md.append(f"| {LABELS[m]} | {_f(start['mean'])} | {_f(final['mean'])} ± {_f(final['std'])} | {_f(final['min'])}-{_f(final['max'])} "
-                  f"| {_f(best['mean'])} | {_f(at_budget['mean'])} | {_f(greedy['mean'])} | {_f(tokens['mean'] / 1e3, 1)}k | {_f(secs['mean'], 0)} s |")
+        md.append(f"| {LABELS[m]} | {_f(start['mean'])} | {_f(final['mean'])} ± {_f(final['std'])} | "
+                  f"{_f(final['min'])}-{_f(final['max'])} | {_f(best['mean'])} | {_f(at_budget['mean'])} | "
+                  f"{_f(greedy['mean'])} | {_f(tokens['mean'] / 1e3, 1)}k | {_f(secs['mean'], 0)} s |")
     if any(f"{m}_s{s}" in jobs for m in methods for s in seeds):
         _plot_curves(jobs, METRIC, methods, seeds, updates_per_batch, prompts_per_batch, out / "curves.png")
         md += ["", "Rollout tokens: generated tokens of both stages (continuation prefixes are prefilled, not "
@@ -258,7 +265,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     md += ["| ρ | " + " | ".join(f"{v:g}" for v, _, _ in rho) + " |", "|---|" + "---|" * len(rho),
            "| accuracy | " + " | ".join(_f(y) for _, y, _ in rho) + " |", "",
            "| N | " + " | ".join(f"{v:g}" for v, _, _ in n) + " |", "|---|" + "---|" * len(n),
-           "| accuracy | " + " | ".join(_f(y) for _, y, _ in n) + " |", "", "N 1 is vanilla GRPO (no second stage).", ""]
+           "| accuracy | " + " | ".join(_f(y) for _, y, _ in n) + " |", "",
+           "N 1 is vanilla GRPO (no second stage).", ""]
     if rho or n:
         plt = _plt()
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
@@ -287,8 +295,10 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                     pts.append(("warm start", ln[0][1], acc[0][1]))
                 pts.append((name, ln[-1][1], acc[-1][1]))
     if pts:
-        front = draw_pareto(pts, out / "pareto.png", "mean completion tokens at evaluation (final)", "final held-out accuracy")
-        summary["pareto"] = [{"run": nm, "tokens": a, "accuracy": b, "front": i in front} for i, (nm, a, b) in enumerate(pts)]
+        front = draw_pareto(pts, out / "pareto.png", "mean completion tokens at evaluation (final)",
+                            "final held-out accuracy")
+        summary["pareto"] = [{"run": nm, "tokens": a, "accuracy": b, "front": i in front}
+                             for i, (nm, a, b) in enumerate(pts)]
         md += ["## Accuracy vs tokens (DR Fig. 3): length bonus vs Arora-Zanette penalty", "",
                "On the verbose teacher (restatements such as `8+2=10 =10` after half of the steps), so that correct "
                "solutions of one problem differ in length; 64-token completions; one seed. With the plain teacher a "

@@ -110,7 +110,8 @@ def init_stores(out: Path) -> None:
     _init_stores(out, EXPERIMENT)
 
 
-def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int, cache_dir: str | None = None) -> Plan:
+def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int,
+         cache_dir: str | None = None) -> Plan:
     """Every job of the study, in the order they should start (the first one builds the warm-start cache)."""
     out = Path(out)
     cache = cache_dir or (str(out / "cache") if quick else "runs/cache")
@@ -128,6 +129,7 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
         jobs.append(_fit_job(f"{method}_uncontrolled_s{s0}", method, s0, out, threads, quick, cache,
                              [f"--data.init_args.pool_path={UNCONTROLLED_POOL}"], {"group": "length"}))
     if not quick:  # the capacity check: SFT on fresh pool rows (one per prompt, one update per batch), longer
-        jobs.append(_fit_job(f"sft_capacity_s{s0}", "sft", s0, out, threads, quick, cache, CAPACITY_CLI, {"group": "capacity"}))
+        jobs.append(_fit_job(f"sft_capacity_s{s0}", "sft", s0, out, threads, quick, cache, CAPACITY_CLI,
+                             {"group": "capacity"}))
     first_alone = not any(Path(cache).glob("format_warmup_sudoku_*.pt"))
     return Plan(jobs, out, quick, list(seeds), threads, first_alone)

@@ -141,7 +141,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
 
     # 1. equal budget
     md += ["## Equal budget", "",
-           "| method | start | final (mean ± std) | min-max | pass@1 / pass@4 (T 0.9, 64 puzzles) | on-policy reward, first → last 5 batches | on-policy length (last 5) | wall time / run |",
+           "| method | start | final (mean ± std) | min-max | pass@1 / pass@4 (T 0.9, 64 puzzles) "
+           "| on-policy reward, first → last 5 batches | on-policy length (last 5) | wall time / run |",
            "|---|---|---|---|---|---|---|---|"]
     for m, rs in main.items():
         start = _stats([r.series(METRIC)[0][1] for r in rs if r.series(METRIC)])
@@ -165,9 +166,11 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                 gap = summary["main"]["erils"]["final"]["mean"] - summary["main"][other]["final"]["mean"]
                 summary["main"][other]["erils_minus_this"] = gap
         md += ["", "ERILS minus each baseline (final, mean over seeds): " + ", ".join(
-            f"{LABELS[o]} {summary['main'][o]['erils_minus_this']:+.3f}" for o in main if "erils_minus_this" in summary["main"][o]) + "."]
+            f"{LABELS[o]} {summary['main'][o]['erils_minus_this']:+.3f}" for o in main
+            if "erils_minus_this" in summary["main"][o]) + "."]
     if main:
-        _plot_curves(main, METRIC, out / "curves.png", {f"{LABELS.get(r.tags.get('method', ''), r.name)}, uncontrolled pool": [r] for r in uncontrolled})
+        _plot_curves(main, METRIC, out / "curves.png",
+                     {f"{LABELS.get(r.tags.get('method', ''), r.name)}, uncontrolled pool": [r] for r in uncontrolled})
         _plot_diagnostics(main, out / "diagnostics.png")
         md += ["", "![curves](curves.png)", "", "Per-source diagnostics (mean over seeds): why a run learns or "
                "stalls.", "", "![diagnostics](diagnostics.png)", ""]
@@ -185,8 +188,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     # 2. spread
     erils_runs = [*main.get("erils", []), *threads]
     if erils_runs:
-        md += ["## Spread of ERILS over seeds and thread counts", "", "| run | seed | threads | final | best | wall time |",
-               "|---|---|---|---|---|---|"]
+        md += ["## Spread of ERILS over seeds and thread counts", "",
+               "| run | seed | threads | final | best | wall time |", "|---|---|---|---|---|---|"]
         for r in erils_runs:
             s = r.series(METRIC)
             md.append(f"| {r.name} | {r.tags.get('seed')} | {r.tags.get('threads')} | {_f(_last(r, METRIC))} | "
@@ -215,7 +218,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                "than the policy's L_gen of 48); the controlled pool writes the grid once (37 tokens). Same answers, "
                "same error draws, same warm start (the grid format), first seed: only the pool differs. Fig. 4 "
                "trains external-only on each pool; ERILS on each pool is the extra row.", "",
-               "| method | external pool | final greedy | on-policy length (last 5) | on-policy hits L_gen without EOS (last 5) | format rate (last 5) |",
+               "| method | external pool | final greedy | on-policy length (last 5) "
+               "| on-policy hits L_gen without EOS (last 5) | format rate (last 5) |",
                "|---|---|---|---|---|---|"]
         summary["length_control"] = {}
         for method in ("external_only", "erils"):
@@ -228,8 +232,9 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                          "hit_limit": _mean_of([r], "train/on_policy/hit_limit_frac"),
                          "format_rate": _mean_of([r], "train/on_policy/format_rate")}
                 summary["length_control"][f"{method}: {pool}"] = stats
-                md.append(f"| {LABELS[method]} | {pool} | {_f(stats['final']['mean'])} | {_f(stats['length']['mean'], 1)} | "
-                          f"{_f(stats['hit_limit']['mean'])} | {_f(stats['format_rate']['mean'])} |")
+                md.append(f"| {LABELS[method]} | {pool} | {_f(stats['final']['mean'])} | "
+                          f"{_f(stats['length']['mean'], 1)} | {_f(stats['hit_limit']['mean'])} | "
+                          f"{_f(stats['format_rate']['mean'])} |")
         spg = jobs.get(f"spg_s{seeds[0]}")
         if spg is not None:
             md.append(f"| {LABELS['spg']} (reference) | none | {_f(_last(spg, METRIC))} | | | |")

@@ -54,7 +54,8 @@ class Sampling:
         for key in ("temperature", "max_tokens", "top_p"):
             value = getattr(self, key)
             if not isinstance(value, int if key == "max_tokens" else (int, float)) or isinstance(value, bool):
-                raise ValueError(f"sampling.{key}={value!r}: must be {'an integer' if key == 'max_tokens' else 'a number'}")
+                raise ValueError(f"sampling.{key}={value!r}: must be "
+                                 f"{'an integer' if key == 'max_tokens' else 'a number'}")
         if not self.temperature >= 0:  # also NaN
             raise ValueError(f"sampling.temperature={self.temperature}: must be >= 0")
         if self.max_tokens < 1:
@@ -159,7 +160,8 @@ class Backend:
         """The external policy's name (the pool's ``policy`` and each record's ``source``)."""
         return self.kind
 
-    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None, hooks: GenHooks | None = None) -> list[GenResult]:
+    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None,
+                 hooks: GenHooks | None = None) -> list[GenResult]:
         raise NotImplementedError
 
     def length_tokenizer(self) -> Any | None:
@@ -178,7 +180,8 @@ class Backend:
         """Release resources (engines, models)."""
 
 
-def emit(results: list[GenResult | None], i: int, res: GenResult, on_result: OnResult | None, lock: threading.Lock) -> None:
+def emit(results: list[GenResult | None], i: int, res: GenResult, on_result: OnResult | None,
+         lock: threading.Lock) -> None:
     with lock:
         results[i] = res
         if on_result is not None:

@@ -84,7 +84,8 @@ class VLLMPoolBackend(Backend):
         if batch_size < 1:
             raise ValueError(f"backend batch_size={batch_size}: must be >= 1")
         self.model, self.batch_size = model, batch_size
-        self.engine_kwargs = {"tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization, "dtype": dtype, **(engine_kwargs or {})}
+        self.engine_kwargs = {"tensor_parallel_size": tensor_parallel_size,
+                              "gpu_memory_utilization": gpu_memory_utilization, "dtype": dtype, **(engine_kwargs or {})}
         if max_model_len is not None:
             self.engine_kwargs["max_model_len"] = max_model_len
         self.chat_template_kwargs = chat_template_kwargs
@@ -102,7 +103,8 @@ class VLLMPoolBackend(Backend):
         try:
             return importlib.import_module("vllm")
         except ImportError:
-            raise BackendError("backend 'vllm' needs the vllm package: pip install 'lit-rl[vllm]' (or use the 'openai' backend against a vLLM server)") from None
+            raise BackendError("backend 'vllm' needs the vllm package: pip install 'lit-rl[vllm]' "
+                               "(or use the 'openai' backend against a vLLM server)") from None
 
     def _engine(self) -> Any:
         if self._llm is None:
@@ -112,14 +114,16 @@ class VLLMPoolBackend(Backend):
     def length_tokenizer(self) -> Any | None:
         return self._engine().get_tokenizer()
 
-    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None, hooks: GenHooks | None = None) -> list[GenResult]:
+    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None,
+                 hooks: GenHooks | None = None) -> list[GenResult]:
         vllm, llm = self._vllm(), self._engine()
         hooks = hooks or GenHooks()
         results: list[GenResult | None] = [None] * len(requests)
         lock = threading.Lock()
         for start in range(0, len(requests), self.batch_size):
             chunk = list(requests[start:start + self.batch_size])
-            params = [vllm.SamplingParams(n=1, temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens, seed=r.seed) for r in chunk]
+            params = [vllm.SamplingParams(n=1, temperature=sampling.temperature, top_p=sampling.top_p,
+                                          max_tokens=sampling.max_tokens, seed=r.seed) for r in chunk]
             kwargs: dict[str, Any] = {"sampling_params": params, "use_tqdm": False}
             if self.chat_template_kwargs:
                 kwargs["chat_template_kwargs"] = self.chat_template_kwargs
@@ -134,7 +138,9 @@ class VLLMPoolBackend(Backend):
                 raise BackendError(f"vLLM returned {len(outs)} outputs for {len(chunk)} requests")
             for j, out in enumerate(outs):
                 c = out.outputs[0]
-                emit(results, start + j, GenResult(text=c.text, finish_reason=getattr(c, "finish_reason", None), completion_tokens=len(getattr(c, "token_ids", []) or []) or None), on_result, lock)
+                emit(results, start + j, GenResult(text=c.text, finish_reason=getattr(c, "finish_reason", None),
+                                                   completion_tokens=len(getattr(c, "token_ids", []) or []) or None),
+                     on_result, lock)
         return [r for r in results if r is not None]
 
     def close(self) -> None:
@@ -178,7 +184,8 @@ class HFPoolBackend(Backend):
         name: str | None = None,
     ) -> None:
         if (model is None) == (tiny_llama is None):
-            raise ValueError("backend 'hf': set exactly one of model (a local causal LM) or tiny_llama (a LlamaConfig dict)")
+            raise ValueError("backend 'hf': set exactly one of model (a local causal LM) or tiny_llama "
+                             "(a LlamaConfig dict)")
         if tiny_llama is not None and tokenizer is None:
             tokenizer = "lit_rl/char"
         self.model_name, self.tokenizer_name, self.tiny_llama = model, tokenizer or model, tiny_llama
@@ -192,7 +199,8 @@ class HFPoolBackend(Backend):
         return self._name
 
     def describe(self) -> dict[str, Any]:
-        return {"type": self.kind, "policy": self._name, "model": self.model_name, "tiny_llama": self.tiny_llama, "model_seed": self.model_seed}
+        return {"type": self.kind, "policy": self._name, "model": self.model_name, "tiny_llama": self.tiny_llama,
+                "model_seed": self.model_seed}
 
     def _load(self) -> tuple[Any, Any]:
         if self._model is None:
@@ -212,7 +220,8 @@ class HFPoolBackend(Backend):
             if self.tiny_llama is not None:
                 from transformers import LlamaConfig, LlamaForCausalLM
 
-                cfg = LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, **self.tiny_llama)
+                cfg = LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                                  bos_token_id=tok.bos_token_id, **self.tiny_llama)
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(self.model_seed)
                     model = LlamaForCausalLM(cfg)
@@ -227,7 +236,8 @@ class HFPoolBackend(Backend):
     def length_tokenizer(self) -> Any | None:
         return self._load()[1]
 
-    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None, hooks: GenHooks | None = None) -> list[GenResult]:
+    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None,
+                 hooks: GenHooks | None = None) -> list[GenResult]:
         import torch
 
         model, tok = self._load()
@@ -242,16 +252,19 @@ class HFPoolBackend(Backend):
                 batches.append([i])
         eos = tok.eos_token_id
         for idx in batches:
-            enc = tok.apply_chat_template([requests[i].messages for i in idx], add_generation_prompt=True, padding=True, return_tensors="pt", return_dict=True)
+            enc = tok.apply_chat_template([requests[i].messages for i in idx], add_generation_prompt=True, padding=True,
+                                          return_tensors="pt", return_dict=True)
             enc = {k: v.to(self.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
             for _ in idx:
                 hooks.started()
             try:
                 with torch.random.fork_rng(devices=[]), torch.no_grad():
                     torch.manual_seed(requests[idx[0]].seed)
-                    gen_kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "pad_token_id": tok.pad_token_id, "eos_token_id": eos}
+                    gen_kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_tokens,
+                                                  "pad_token_id": tok.pad_token_id, "eos_token_id": eos}
                     if sampling.temperature > 0:
-                        gen_kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+                        gen_kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                                          top_k=0)
                     else:
                         gen_kwargs.update(do_sample=False)
                     out = model.generate(**enc, **gen_kwargs)  # (b, P + new)
@@ -264,7 +277,8 @@ class HFPoolBackend(Backend):
                 stopped = eos in ids
                 ids = ids[: ids.index(eos)] if stopped else ids
                 text = tok.decode(ids, skip_special_tokens=True)
-                emit(results, i, GenResult(text=text, finish_reason="stop" if stopped else "length", completion_tokens=len(ids) + int(stopped)), on_result, lock)
+                emit(results, i, GenResult(text=text, finish_reason="stop" if stopped else "length",
+                                           completion_tokens=len(ids) + int(stopped)), on_result, lock)
         return [r for r in results if r is not None]
 
     def close(self) -> None:
@@ -297,7 +311,8 @@ class ScriptedBackend(Backend):
         from lit_rl.tasks.registry import scripted_tasks
 
         if task not in scripted_tasks():
-            raise ValueError(f"backend 'scripted': no scripted policy for task {task!r} (known: {sorted(scripted_tasks())})")
+            raise ValueError(f"backend 'scripted': no scripted policy for task {task!r} "
+                             f"(known: {sorted(scripted_tasks())})")
         if style not in ("verbose", "compact"):
             raise ValueError(f"backend 'scripted': style={style!r}, expected 'verbose' or 'compact'")
         self.task, self.error_rate, self.long_rate, self.style = task, error_rate, long_rate, style
@@ -307,7 +322,8 @@ class ScriptedBackend(Backend):
         return f"scripted-{self.task}"
 
     def describe(self) -> dict[str, Any]:
-        return {"type": self.kind, "policy": self.name, "error_rate": self.error_rate, "long_rate": self.long_rate, "style": self.style}
+        return {"type": self.kind, "policy": self.name, "error_rate": self.error_rate, "long_rate": self.long_rate,
+                "style": self.style}
 
     def length_tokenizer(self) -> Any | None:
         from lit_rl.models.tokenizer import build_char_tokenizer
@@ -333,7 +349,8 @@ class ScriptedBackend(Backend):
             return compact
         return entry.verbose(self.task, req.example, compact, rng) if entry.verbose else compact
 
-    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None, hooks: GenHooks | None = None) -> list[GenResult]:
+    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None,
+                 hooks: GenHooks | None = None) -> list[GenResult]:
         hooks = hooks or GenHooks()
         results: list[GenResult | None] = [None] * len(requests)
         lock = threading.Lock()
@@ -350,7 +367,8 @@ class ScriptedBackend(Backend):
 # --------------------------------------------------------------------------------------------------------
 # registry
 # --------------------------------------------------------------------------------------------------------
-BACKENDS: dict[str, type[Backend]] = {"openai": OpenAIBackend, "vllm": VLLMPoolBackend, "hf": HFPoolBackend, "scripted": ScriptedBackend}
+BACKENDS: dict[str, type[Backend]] = {"openai": OpenAIBackend, "vllm": VLLMPoolBackend, "hf": HFPoolBackend,
+                                      "scripted": ScriptedBackend}
 
 
 def build_backend(spec: dict[str, Any], where: str = "backend") -> Backend:

@@ -156,7 +156,8 @@ def make_header(cfg: BuildConfig, task: Task, backend: Backend, counter: LengthC
 def _check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
     diff = [k for k in RESUME_KEYS if json.dumps(old.get(k), sort_keys=True) != json.dumps(new.get(k), sort_keys=True)]
     if diff:
-        detail = "; ".join(f"{k}: pool has {json.dumps(old.get(k))[:120]}, config has {json.dumps(new.get(k))[:120]}" for k in diff)
+        detail = "; ".join(f"{k}: pool has {json.dumps(old.get(k))[:120]}, config has {json.dumps(new.get(k))[:120]}"
+                           for k in diff)
         raise BuildConfigError(
             f"{path} exists but was built with different settings ({detail}). Resume with the original config, "
             "write to a new --out, or pass --overwrite to start over"
@@ -171,13 +172,15 @@ class _Progress:
         if not enabled:
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
 
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("prompts · {task.fields[stage]} · in flight {task.fields[in_flight]} · retries {task.fields[retries]}"),
+            TextColumn("prompts · {task.fields[stage]} · in flight {task.fields[in_flight]} · retries "
+                       "{task.fields[retries]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=Console(stderr=True),
@@ -203,7 +206,8 @@ class _Progress:
             self.progress.stop()
 
 
-def _record(cfg: BuildConfig, task: Task, backend: Backend, counter: LengthCounter, ex: Example, j: int, final: GenResult, final_seed: int, stage1: tuple[GenResult, int] | None) -> PoolRecord:
+def _record(cfg: BuildConfig, task: Task, backend: Backend, counter: LengthCounter, ex: Example, j: int,
+            final: GenResult, final_seed: int, stage1: tuple[GenResult, int] | None) -> PoolRecord:
     text = final.text.strip()
     meta: dict[str, Any] = {
         "candidate": j,
@@ -279,7 +283,8 @@ def build_pool(
         header = state.header
         unknown = [pid for pid in state.done if pid not in set(ids)]
         if unknown and cfg.limit is None:
-            raise BuildConfigError(f"{out}: holds prompt {unknown[0]!r}, which is not a training prompt of this task config")
+            raise BuildConfigError(f"{out}: holds prompt {unknown[0]!r}, "
+                                   "which is not a training prompt of this task config")
         done, dropped = set(state.done), state.dropped_lines
         info = read_build_info(out) or info
         for old in info.get("sessions", []):
@@ -311,7 +316,8 @@ def build_pool(
     hooks.on_change = bar.hooks_changed
 
     def save_info(status: str) -> None:
-        session.update(status=status, wall_time_s=round(time.perf_counter() - t_start, 3), requests=hooks.requests, retries=hooks.retries, retry_reasons=dict(hooks.retry_reasons))
+        session.update(status=status, wall_time_s=round(time.perf_counter() - t_start, 3), requests=hooks.requests,
+                       retries=hooks.retries, retry_reasons=dict(hooks.retry_reasons))
         info["status"] = status
         info["prompts_done"] = resumed_from + session["prompts_generated"]
         info["generation_wall_time_s"] = round(sum(s.get("wall_time_s", 0.0) for s in info["sessions"]), 3)
@@ -327,7 +333,8 @@ def build_pool(
             for w0 in range(0, len(pending), cfg.prompts_per_wave):
                 wave = pending[w0 : w0 + cfg.prompts_per_wave]
                 reqs1 = [
-                    GenRequest(lc.first_stage_messages(task, ex), request_seed(cfg.seed, ex.id, j, "generate"), f"{ex.id}/generate", ex, "generate")
+                    GenRequest(lc.first_stage_messages(task, ex), request_seed(cfg.seed, ex.id, j, "generate"),
+                               f"{ex.id}/generate", ex, "generate")
                     for ex in wave
                     for j in range(n)
                 ]
@@ -336,11 +343,13 @@ def build_pool(
 
                 def flush_ready(final_reqs: list[GenRequest], stage1: list[GenResult] | None) -> None:
                     # write complete prompts in prompt order (a prompt is complete when its n finals are in)
-                    while next_prompt[0] < len(wave) and all(finals[next_prompt[0] * n + j] is not None for j in range(n)):
+                    while (next_prompt[0] < len(wave)
+                           and all(finals[next_prompt[0] * n + j] is not None for j in range(n))):
                         p = next_prompt[0]
                         ex = wave[p]
                         cands = [
-                            _record(cfg, task, backend, counter, ex, j, finals[p * n + j], final_reqs[p * n + j].seed, (stage1[p * n + j], reqs1[p * n + j].seed) if stage1 is not None else None)
+                            _record(cfg, task, backend, counter, ex, j, finals[p * n + j], final_reqs[p * n + j].seed,
+                                    (stage1[p * n + j], reqs1[p * n + j].seed) if stage1 is not None else None)
                             for j in range(n)
                         ]
                         appender.append_prompt(reorder_usable_first(cands, cfg.max_usable_tokens))
@@ -355,7 +364,9 @@ def build_pool(
                     bar.stage("stage 1: generate")
                     stage1 = backend.generate(reqs1, cfg.sampling, hooks=hooks)
                     reqs2 = [
-                        GenRequest(lc.rewrite_messages(task, r.example, res.text), request_seed(cfg.seed, r.example.id, j % n, "rewrite"), f"{r.example.id}/rewrite", r.example, "rewrite", res.text)
+                        GenRequest(lc.rewrite_messages(task, r.example, res.text),
+                                   request_seed(cfg.seed, r.example.id, j % n, "rewrite"), f"{r.example.id}/rewrite",
+                                   r.example, "rewrite", res.text)
                         for j, (r, res) in enumerate(zip(reqs1, stage1))
                     ]
                     bar.stage("stage 2: rewrite")
@@ -373,7 +384,8 @@ def build_pool(
         status = "complete"
     except BackendError as e:
         status = f"failed: {e}"
-        raise BackendError(f"{e}\n{out} keeps the {resumed_from + session['prompts_generated']} complete prompts; rerun the same command to resume") from None
+        raise BackendError(f"{e}\n{out} keeps the {resumed_from + session['prompts_generated']} complete prompts; "
+                           "rerun the same command to resume") from None
     except KeyboardInterrupt:
         status = "interrupted"
         raise

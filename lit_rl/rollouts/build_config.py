@@ -25,7 +25,8 @@ CONFIG_KEYS = (
 )
 _ENV = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}")
 #: header keys that must match when a build resumes (everything that changes the generated records)
-RESUME_KEYS = ("task", "task_spec", "policy", "backend", "tokenizer", "length_unit", "n", "seed", "max_usable_tokens", "sampling", "length_control")
+RESUME_KEYS = ("task", "task_spec", "policy", "backend", "tokenizer", "length_unit", "n", "seed", "max_usable_tokens",
+               "sampling", "length_control")
 
 
 class BuildConfigError(ValueError):
@@ -81,9 +82,11 @@ class BuildConfig:
         if self.limit is not None and (not _is_int(self.limit) or self.limit < 0):
             raise BuildConfigError(f"{self.source}: limit={self.limit!r}: must be null or an integer >= 0")
         if self.length_tokenizer is not None and not isinstance(self.length_tokenizer, str):
-            raise BuildConfigError(f"{self.source}: length_tokenizer={self.length_tokenizer!r}: must be a tokenizer name, auto, chars or null")
+            raise BuildConfigError(f"{self.source}: length_tokenizer={self.length_tokenizer!r}: "
+                                   "must be a tokenizer name, auto, chars or null")
         if Path(self.out).name.endswith(".gz"):  # a gzip name over plain text would fail to load later
-            raise BuildConfigError(f"{self.source}: out={str(self.out)!r}: builders write plain JSONL; drop .gz (gzip the finished pool yourself)")
+            raise BuildConfigError(f"{self.source}: out={str(self.out)!r}: builders write plain JSONL; "
+                                   "drop .gz (gzip the finished pool yourself)")
         if self.g_ext > self.n:
             raise BuildConfigError(f"{self.source}: g_ext={self.g_ext} > n={self.n}: a prompt can never be usable")
 
@@ -104,7 +107,8 @@ def resolve_env(value: Any, where: str = "") -> Any:
             return os.environ[name]
         if default is not None:
             return default
-        raise BuildConfigError(f"{where} uses ${{{name}}}, but the environment variable {name} is not set: export {name}=... (e.g. the vLLM server's base URL http://HOST:8000/v1)")
+        raise BuildConfigError(f"{where} uses ${{{name}}}, but the environment variable {name} is not set: "
+                               f"export {name}=... (e.g. the vLLM server's base URL http://HOST:8000/v1)")
 
     return _ENV.sub(sub, value)
 
@@ -139,11 +143,13 @@ def load_build_config(path: str | Path, overrides: dict[str, Any] | None = None)
     if isinstance(task, str):
         task = {"class_path": task}
     if not isinstance(task, dict) or "class_path" not in task:
-        raise BuildConfigError(f"{path}: task: expected {{class_path: lit_rl.tasks.SudokuTask, init_args: {{...}}}} or a task name")
+        raise BuildConfigError(f"{path}: task: expected {{class_path: lit_rl.tasks.SudokuTask, init_args: {{...}}}} "
+                               "or a task name")
     if not isinstance(task["class_path"], str):
         raise BuildConfigError(f"{path}: task.class_path={task['class_path']!r}: expected a class path or a task name")
     if not isinstance(task.get("init_args") or {}, dict):
-        raise BuildConfigError(f"{path}: task.init_args={task['init_args']!r}: expected a mapping of the task's arguments")
+        raise BuildConfigError(f"{path}: task.init_args={task['init_args']!r}: "
+                               "expected a mapping of the task's arguments")
     if not isinstance(cfg["out"], (str, os.PathLike)) or not str(cfg["out"]).strip():
         raise BuildConfigError(f"{path}: out={cfg['out']!r}: expected the pool's file path")
     blocks = {}
@@ -160,7 +166,8 @@ def load_build_config(path: str | Path, overrides: dict[str, Any] | None = None)
     sampling, length_control = blocks["sampling"], blocks["length_control"]
     mlflow_cfg = cfg.get("mlflow")
     if mlflow_cfg is not None and not (isinstance(mlflow_cfg, dict) and mlflow_cfg.get("tracking_uri")):
-        raise BuildConfigError(f"{path}: mlflow: expected {{tracking_uri: sqlite:///runs/mlflow.db, experiment_name: ...}} or null")
+        raise BuildConfigError(f"{path}: mlflow: expected {{tracking_uri: sqlite:///runs/mlflow.db, "
+                               f"experiment_name: ...}} or null")
     if mlflow_cfg is not None:
         from lit_rl.tracking import check_tracking_uri
 

@@ -1,8 +1,8 @@
 """``python -m lit_rl rollouts``: external rollout pools (ERILS §IV-A, App. B).
 
 * ``rollouts build --config conf/external/<task>.yaml [--out POOL] [--limit N] [--overwrite]
-  [--no_progress] [--no_stats] [--mlflow_uri URI|none]`` builds (or resumes) a pool with a real external policy, length control,
-  filtering and usable-first ordering (:mod:`lit_rl.rollouts.build`), then writes its statistics.
+  [--no_progress] [--no_stats] [--mlflow_uri URI|none]`` builds (or resumes) a pool with a real external policy,
+  length control, filtering and usable-first ordering (:mod:`lit_rl.rollouts.build`), then writes its statistics.
 * ``rollouts stats POOL [--g_ext 2] [--max_tokens 500] [--mlflow_uri sqlite:///runs/mlflow.db]
   [--experiment NAME] [--json] [--no_write]`` prints ERILS Tables IV and V (and the generation wall time
   of Table XII) for any pool, writes them next to the pool as ``<stem>.stats.md`` and
@@ -23,7 +23,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
-from lit_rl.rollouts.pool import MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem, reorder_usable_first, write_pool_atomic
+from lit_rl.rollouts.pool import (MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem,
+                                  reorder_usable_first, write_pool_atomic)
 from lit_rl.cli_args import LitArgumentParser
 from lit_rl.tracking import check_tracking_uri  # noqa: F401  (re-exported for existing imports)
 
@@ -43,7 +44,8 @@ def build_scripted_pool(
     if task_name not in scripted_tasks():
         raise ValueError(f"--task: no scripted policy for {task_name!r} (known: {sorted(scripted_tasks())})")
     if Path(out).name.endswith(".gz"):  # a gzip name over plain text would fail to load later
-        raise ValueError(f"--out {str(out)!r}: the scripted writer writes plain JSONL; drop .gz (gzip the finished pool yourself)")
+        raise ValueError(f"--out {str(out)!r}: the scripted writer writes plain JSONL; "
+                         "drop .gz (gzip the finished pool yourself)")
     styles = known_traces(task_name)
     if trace is not None and trace not in styles:
         raise ValueError(f"--trace: no {trace!r} trace for {task_name!r} (known: {sorted(styles)})")
@@ -72,7 +74,8 @@ def build_scripted_pool(
             )
         records.extend(reorder_usable_first(cands))
     extra = {"trace": trace} if trace is not None else {}
-    header = _header(task_name, f"scripted-{task_name}", tok.name_or_path, n=n, seed=seed, error_rate=error_rate, wall_time_s=round(time.perf_counter() - t0, 3), **extra)
+    header = _header(task_name, f"scripted-{task_name}", tok.name_or_path, n=n, seed=seed, error_rate=error_rate,
+                     wall_time_s=round(time.perf_counter() - t0, 3), **extra)
     write_pool_atomic(out, header, records)
     return len(records)
 
@@ -115,7 +118,8 @@ def _check_stage1(meta: dict, where: str) -> None:
     ok = isinstance(tokens, int) and not isinstance(tokens, bool) and 0 <= tokens < 2**63
     ok = ok and (isinstance(reward, float) and math.isfinite(reward) or type(reward) is int and abs(reward) < 2**63)
     if not ok:
-        raise PoolFormatError(f"{where}: field 'meta.stage1' must be an object with a count 'num_tokens' and a finite 'reward'")
+        raise PoolFormatError(f"{where}: field 'meta.stage1' must be an object with a count 'num_tokens' "
+                              "and a finite 'reward'")
 
 
 def _stage_summary(lengths: list[int], rewards: list[float], correct_reward: float) -> dict:
@@ -187,8 +191,10 @@ def pool_stats(path: str | Path, g_ext: int | None = None, max_tokens: int | Non
     transitions = None
     if two_stage:
         s1 = [r.meta["stage1"] for r in recs if isinstance(r.meta.get("stage1"), dict)]
-        stages["first_stage"] = _stage_summary([int(m.get("num_tokens", 0)) for m in s1], [float(m.get("reward", 0.0)) for m in s1], correct_reward)
-        pairs = [(float(r.meta["stage1"].get("reward", 0.0)) >= correct_reward - 1e-9, r.reward >= correct_reward - 1e-9) for r in recs if isinstance(r.meta.get("stage1"), dict)]
+        stages["first_stage"] = _stage_summary([int(m.get("num_tokens", 0)) for m in s1],
+                                               [float(m.get("reward", 0.0)) for m in s1], correct_reward)
+        pairs = [(float(r.meta["stage1"].get("reward", 0.0)) >= correct_reward - 1e-9,
+                  r.reward >= correct_reward - 1e-9) for r in recs if isinstance(r.meta.get("stage1"), dict)]
         transitions = {
             "kept_correct": sum(a and b for a, b in pairs),
             "became_correct": sum(b and not a for a, b in pairs),
@@ -196,7 +202,8 @@ def pool_stats(path: str | Path, g_ext: int | None = None, max_tokens: int | Non
             "stayed_incorrect": sum(not a and not b for a, b in pairs),
         }
     stages["final"] = _stage_summary([r.num_tokens for r in recs], [r.reward for r in recs], correct_reward)
-    used = [r for pid in per_prompt if pid in default_usable for r in [x for x in sorted(per_prompt[pid], key=lambda r: r.index) if usable(x)][:g_ext]]
+    used = [r for pid in per_prompt if pid in default_usable
+            for r in [x for x in sorted(per_prompt[pid], key=lambda r: r.index) if usable(x)][:g_ext]]
     stages["default_training"] = _stage_summary([r.num_tokens for r in used], [r.reward for r in used], correct_reward)
     from lit_rl.rollouts.build import read_build_info
 
@@ -225,7 +232,9 @@ def pool_stats(path: str | Path, g_ext: int | None = None, max_tokens: int | Non
         "table_v": stages,
         "two_stage_transitions": transitions,
         "generation": generation,
-        "lengths": {"final": [r.num_tokens for r in recs], "first_stage": [int(r.meta["stage1"].get("num_tokens", 0)) for r in recs if isinstance(r.meta.get("stage1"), dict)]},
+        "lengths": {"final": [r.num_tokens for r in recs],
+                    "first_stage": [int(r.meta["stage1"].get("num_tokens", 0)) for r in recs
+                                    if isinstance(r.meta.get("stage1"), dict)]},
         # the old flat summary
         "source_prompts": table_iv["source_prompts"],
         "completions": table_iv["generated_completions"],
@@ -249,32 +258,39 @@ def stats_markdown(stats: dict) -> str:
     lines = [
         f"## External rollout pool `{stats['pool']}`",
         "",
-        f"task **{stats['task']}** · policy **{stats['policy']}** · length control **{stats['length_control'] or '-'}** · "
-        f"lengths in {unit} of `{stats['tokenizer']}` · {iv['n']} candidates per prompt · G_ext = {iv['g_ext']}",
+        f"task **{stats['task']}** · policy **{stats['policy']}** · length control **{stats['length_control'] or '-'}**"
+        f" · lengths in {unit} of `{stats['tokenizer']}` · {iv['n']} candidates per prompt · G_ext = {iv['g_ext']}",
     ]
     if stats["length_fallback"]:
-        lines += ["", f"> **Warning**: no tokenizer of the external model was available; lengths (and the {iv['max_tokens']}-token filter) count characters."]
+        lines += ["", "> **Warning**: no tokenizer of the external model was available; lengths (and the "
+                      f"{iv['max_tokens']}-token filter) count characters."]
     lines += [
         "",
         "### Filtering (ERILS Table IV)",
         "",
-        f"| Task | Source prompts | Generated completions | Completions >{iv['max_tokens']} | Default usable (≥{iv['g_ext']} of ≤{iv['max_tokens']}) | All-{iv['n']} valid |",
+        f"| Task | Source prompts | Generated completions | Completions >{iv['max_tokens']} | "
+        f"Default usable (≥{iv['g_ext']} of ≤{iv['max_tokens']}) | All-{iv['n']} valid |",
         "|---|---:|---:|---:|---:|---:|",
-        f"| {iv['task']} | {iv['source_prompts']:,} | {iv['generated_completions']:,} | {iv['over_max_tokens']:,} | {iv['default_usable']:,} | {iv['all_n_valid']:,} |",
+        f"| {iv['task']} | {iv['source_prompts']:,} | {iv['generated_completions']:,} | {iv['over_max_tokens']:,} | "
+        f"{iv['default_usable']:,} | {iv['all_n_valid']:,} |",
         "",
         "### Completions per stage (ERILS Table V)",
         "",
         "| Stage | Completions | Mean completion length | Mean verifier reward | Correct completions |",
         "|---|---:|---:|---:|---:|",
     ]
-    names = {"first_stage": "First stage", "final": "Second stage (final)" if "first_stage" in v else "Final", "default_training": f"Default training set (first {iv['g_ext']} usable)"}
+    names = {"first_stage": "First stage", "final": "Second stage (final)" if "first_stage" in v else "Final",
+             "default_training": f"Default training set (first {iv['g_ext']} usable)"}
     for key in ("first_stage", "final", "default_training"):
         if key in v:
             s = v[key]
-            lines.append(f"| {names[key]} | {s['completions']:,} | {_num(s['mean_length'])} | {_num(s['mean_reward'], 4)} | {s['correct']:,} ({_num(s['correct_pct'])}%) |")
+            lines.append(f"| {names[key]} | {s['completions']:,} | {_num(s['mean_length'])} | "
+                         f"{_num(s['mean_reward'], 4)} | {s['correct']:,} ({_num(s['correct_pct'])}%) |")
     t = stats.get("two_stage_transitions")
     if t:
-        lines += ["", f"First stage → final: {t['kept_correct']:,} correct kept, {t['became_correct']:,} became correct, {t['became_incorrect']:,} became incorrect, {t['stayed_incorrect']:,} stayed incorrect."]
+        lines += ["", f"First stage → final: {t['kept_correct']:,} correct kept, "
+                      f"{t['became_correct']:,} became correct, {t['became_incorrect']:,} became incorrect, "
+                      f"{t['stayed_incorrect']:,} stayed incorrect."]
     lines += [
         "",
         "### Generation cost (ERILS Table XII)",
@@ -290,7 +306,8 @@ def stats_markdown(stats: dict) -> str:
 def stats_paths(pool: str | Path) -> dict[str, Path]:
     """Where ``rollouts stats`` writes: ``<stem>.stats.md``, ``<stem>.stats.json``, ``<stem>.lengths.png``."""
     stem = pool_stem(pool)
-    return {"markdown": stem.with_name(stem.name + ".stats.md"), "json": stem.with_name(stem.name + ".stats.json"), "histogram": stem.with_name(stem.name + ".lengths.png")}
+    return {"markdown": stem.with_name(stem.name + ".stats.md"), "json": stem.with_name(stem.name + ".stats.json"),
+            "histogram": stem.with_name(stem.name + ".lengths.png")}
 
 
 def plot_length_histogram(stats: dict, out: str | Path) -> Path:
@@ -306,8 +323,10 @@ def plot_length_histogram(stats: dict, out: str | Path) -> Path:
     bins = [i * max(1, math.ceil(top / 60)) for i in range(62)]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     if first:
-        ax.hist(first, bins=bins, alpha=0.5, label=f"first stage (mean {stats['table_v']['first_stage']['mean_length']:.0f})", color="tab:gray")
-    ax.hist(final, bins=bins, alpha=0.7, label=f"final (mean {stats['table_v']['final']['mean_length']:.0f})", color="tab:blue")
+        ax.hist(first, bins=bins, alpha=0.5,
+                label=f"first stage (mean {stats['table_v']['first_stage']['mean_length']:.0f})", color="tab:gray")
+    ax.hist(final, bins=bins, alpha=0.7, label=f"final (mean {stats['table_v']['final']['mean_length']:.0f})",
+            color="tab:blue")
     ax.axvline(limit, color="tab:red", linestyle="--", label=f"usable limit {limit}")
     ax.set_xlabel(f"completion length ({stats['length_unit']} of {stats['tokenizer']})")
     ax.set_ylabel("completions")
@@ -331,7 +350,8 @@ def write_stats(stats: dict, pool: str | Path) -> dict[str, Path]:
     return paths
 
 
-def log_stats_mlflow(stats: dict, files: dict[str, Path], tracking_uri: str, experiment_name: str = "lit_rl-external-pools", run_name: str | None = None) -> str:
+def log_stats_mlflow(stats: dict, files: dict[str, Path], tracking_uri: str,
+                     experiment_name: str = "lit_rl-external-pools", run_name: str | None = None) -> str:
     """Log the statistics (params + metrics) and the Markdown/JSON/histogram files to MLflow; returns the run id."""
     import mlflow
 
@@ -343,10 +363,14 @@ def log_stats_mlflow(stats: dict, files: dict[str, Path], tracking_uri: str, exp
     exp_id = exp.experiment_id if exp is not None else client.create_experiment(experiment_name)
     run = client.create_run(exp_id, run_name=run_name or f"pool-{pool_stem(stats['pool']).name}")
     rid = run.info.run_id
-    params = {"pool": stats["pool"], "task": stats["task"], "policy": stats["policy"], "tokenizer": stats["tokenizer"], "length_unit": stats["length_unit"], "length_control": stats["length_control"], "n": stats["table_iv"]["n"], "g_ext": stats["table_iv"]["g_ext"], "max_tokens": stats["table_iv"]["max_tokens"]}
+    params = {"pool": stats["pool"], "task": stats["task"], "policy": stats["policy"], "tokenizer": stats["tokenizer"],
+              "length_unit": stats["length_unit"], "length_control": stats["length_control"],
+              "n": stats["table_iv"]["n"], "g_ext": stats["table_iv"]["g_ext"],
+              "max_tokens": stats["table_iv"]["max_tokens"]}
     for k, val in params.items():
         client.log_param(rid, k, str(val))
-    metrics = {f"pool/{k}": float(val) for k, val in stats["table_iv"].items() if isinstance(val, (int, float)) and not isinstance(val, bool)}
+    metrics = {f"pool/{k}": float(val) for k, val in stats["table_iv"].items()
+               if isinstance(val, (int, float)) and not isinstance(val, bool)}
     for stage, s in stats["table_v"].items():
         metrics.update({f"pool/{stage}/{k}": float(val) for k, val in s.items()})
     for k, val in (stats.get("two_stage_transitions") or {}).items():
@@ -361,7 +385,9 @@ def log_stats_mlflow(stats: dict, files: dict[str, Path], tracking_uri: str, exp
     return rid
 
 
-def run_stats(pool: str | Path, g_ext: int | None = None, max_tokens: int | None = None, write: bool = True, tracking_uri: str | None = None, experiment_name: str = "lit_rl-external-pools", run_name: str | None = None) -> tuple[dict, dict[str, Path]]:
+def run_stats(pool: str | Path, g_ext: int | None = None, max_tokens: int | None = None, write: bool = True,
+              tracking_uri: str | None = None, experiment_name: str = "lit_rl-external-pools",
+              run_name: str | None = None) -> tuple[dict, dict[str, Path]]:
     """Compute, write and (optionally) log a pool's statistics."""
     if tracking_uri:
         check_tracking_uri(tracking_uri)
@@ -385,7 +411,8 @@ def main(argv: list[str]) -> int:
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming an existing pool")
     b.add_argument("--no_progress", action="store_true", help="no progress bar")
     b.add_argument("--no_stats", action="store_true", help="skip the statistics at the end")
-    b.add_argument("--mlflow_uri", default=None, help="log the statistics here instead of the config's mlflow.tracking_uri ('none': do not log)")
+    b.add_argument("--mlflow_uri", default=None,
+                   help="log the statistics here instead of the config's mlflow.tracking_uri ('none': do not log)")
     s = sub.add_parser("scripted", help="write a pool from the scripted solver (one shot)")
     s.add_argument("--task", required=True)
     s.add_argument("--out", required=True)
@@ -393,7 +420,9 @@ def main(argv: list[str]) -> int:
     s.add_argument("--error_rate", type=float, default=0.1, help="share of deliberately wrong answers")
     s.add_argument("--seed", type=int, default=42)
     s.add_argument("--limit", type=int, default=None, help="only the first N training prompts")
-    s.add_argument("--trace", default=None, help="trace style (Sudoku: deduction (default), grid (fixed length, 37 tokens) or grid_verbose (uncontrolled length: restated puzzle, grid, column check; 69 tokens))")
+    s.add_argument("--trace", default=None,
+                   help="trace style (Sudoku: deduction (default), grid (fixed length, 37 tokens) or grid_verbose "
+                        "(uncontrolled length: restated puzzle, grid, column check; 69 tokens))")
     st = sub.add_parser("stats", help="ERILS Tables IV/V of a pool: print, write next to it, log to MLflow")
     st.add_argument("pool")
     st.add_argument("--g_ext", type=int, default=None, help="G_ext of 'default usable' (default: the header's, else 2)")
@@ -415,19 +444,28 @@ def main(argv: list[str]) -> int:
             except BackendError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 3
-            print(json.dumps({"pool": str(res.pool), "prompts_total": res.prompts_total, "prompts_done": res.prompts_done, "prompts_generated": res.prompts_generated, "resumed_from": res.resumed_from, "dropped_lines": res.dropped_lines, "wall_time_s": res.wall_time_s, "generation_wall_time_s": res.generation_wall_time_s, "requests": res.requests, "retries": res.retries}))
+            print(json.dumps({"pool": str(res.pool), "prompts_total": res.prompts_total,
+                              "prompts_done": res.prompts_done, "prompts_generated": res.prompts_generated,
+                              "resumed_from": res.resumed_from, "dropped_lines": res.dropped_lines,
+                              "wall_time_s": res.wall_time_s, "generation_wall_time_s": res.generation_wall_time_s,
+                              "requests": res.requests, "retries": res.retries}))
             if not args.no_stats:
                 ml = dict(cfg.mlflow or {})
                 if args.mlflow_uri:
                     ml["tracking_uri"] = None if args.mlflow_uri == "none" else args.mlflow_uri
-                stats, files = run_stats(res.pool, cfg.g_ext, None, tracking_uri=ml.get("tracking_uri"), experiment_name=ml.get("experiment_name", "lit_rl-external-pools"), run_name=ml.get("run_name"))
+                stats, files = run_stats(res.pool, cfg.g_ext, None, tracking_uri=ml.get("tracking_uri"),
+                                         experiment_name=ml.get("experiment_name", "lit_rl-external-pools"),
+                                         run_name=ml.get("run_name"))
                 print(stats_markdown(stats))
                 print("wrote " + ", ".join(str(p) for p in files.values()), file=sys.stderr)
         elif args.cmd == "scripted":
-            count = build_scripted_pool(args.task, args.out, args.n, args.error_rate, args.seed, args.limit, trace=args.trace)
+            count = build_scripted_pool(args.task, args.out, args.n, args.error_rate, args.seed, args.limit,
+                                        trace=args.trace)
             print(json.dumps({"pool": args.out, "records": count}))
         else:
-            stats, files = run_stats(args.pool, args.g_ext, args.max_tokens, write=not args.no_write, tracking_uri=args.mlflow_uri, experiment_name=args.experiment, run_name=args.run_name)
+            stats, files = run_stats(args.pool, args.g_ext, args.max_tokens, write=not args.no_write,
+                                     tracking_uri=args.mlflow_uri, experiment_name=args.experiment,
+                                     run_name=args.run_name)
             if args.json:
                 print(json.dumps({k: v for k, v in stats.items() if k != "lengths"}, indent=2))
             else:

@@ -70,8 +70,10 @@ class LengthControl:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"length_control.mode={self.mode!r}: expected one of {MODES}")
-        if not isinstance(self.target_total_tokens, int) or isinstance(self.target_total_tokens, bool) or self.target_total_tokens < 1:
-            raise ValueError(f"length_control.target_total_tokens={self.target_total_tokens!r}: must be an integer >= 1")
+        if (not isinstance(self.target_total_tokens, int) or isinstance(self.target_total_tokens, bool)
+                or self.target_total_tokens < 1):
+            raise ValueError(f"length_control.target_total_tokens={self.target_total_tokens!r}: "
+                             "must be an integer >= 1")
         for key in ("instruction", "rewrite_prompt"):
             if not isinstance(getattr(self, key), str):
                 raise ValueError(f"length_control.{key}: expected a text, got {type(getattr(self, key)).__name__}")
@@ -147,7 +149,8 @@ def resolve_length_counter(spec: str | None, backend: Any | None = None) -> Leng
         )
         return LengthCounter(None, "chars", fallback=True)
     if spec == "chars":
-        warnings.warn("length_tokenizer: 'chars' counts characters, not tokens of the external model (ERILS App. B-C counts tokens)", stacklevel=2)
+        warnings.warn("length_tokenizer: 'chars' counts characters, not tokens of the external model "
+                      "(ERILS App. B-C counts tokens)", stacklevel=2)
         return LengthCounter(None, "chars", fallback=True)
     if spec == "lit_rl/char":
         from lit_rl.models.tokenizer import build_char_tokenizer
@@ -159,7 +162,8 @@ def resolve_length_counter(spec: str | None, backend: Any | None = None) -> Leng
         tok = AutoTokenizer.from_pretrained(spec)
     except Exception as e:
         raise ValueError(
-            f"length_tokenizer={spec!r} could not be loaded ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            f"length_tokenizer={spec!r} could not be loaded ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}); "
             "download it first (huggingface-cli download ...), point to a local copy, or set length_tokenizer: chars "
             "to count characters instead"
         ) from None

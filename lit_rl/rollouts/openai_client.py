@@ -195,7 +195,8 @@ class OpenAIBackend(Backend):
         return {"type": self.kind, "policy": self.model, "api": self.api, "extra_body": self.extra_body}
 
     def session_info(self) -> dict[str, Any]:
-        return {"endpoint": self.endpoint, "concurrency": self.concurrency, "timeout_s": self.timeout_s, "max_retries": self.max_retries}
+        return {"endpoint": self.endpoint, "concurrency": self.concurrency, "timeout_s": self.timeout_s,
+                "max_retries": self.max_retries}
 
     def length_tokenizer(self) -> Any | None:
         if not self._tokenizer_tried:
@@ -219,7 +220,8 @@ class OpenAIBackend(Backend):
                     import openai
                 except ImportError:
                     raise BackendError("backend 'openai' needs the openai package: pip install openai") from None
-                transport = _make_transport(_httpx_module(), self._state, self.timeout_s, self.endpoint, self.concurrency)
+                transport = _make_transport(_httpx_module(), self._state, self.timeout_s, self.endpoint,
+                                            self.concurrency)
                 self._sdk = openai.OpenAI(
                     base_url=self.base_url,
                     api_key=self.api_key or "EMPTY",
@@ -263,8 +265,9 @@ class OpenAIBackend(Backend):
             detail = _error_detail(e)
             if e.status_code in (401, 403):
                 raise BackendAuthError(
-                    f"HTTP {e.status_code} from {self.endpoint}: the server refused the credentials ({detail}); set the "
-                    "backend's api_key (e.g. api_key: ${LIT_RL_EXTERNAL_API_KEY}) to the key the server was started with"
+                    f"HTTP {e.status_code} from {self.endpoint}: the server refused the credentials ({detail}); "
+                    "set the backend's api_key (e.g. api_key: ${LIT_RL_EXTERNAL_API_KEY}) to the key the server "
+                    "was started with"
                 ) from None
             if e.status_code in (408, 409, 429) or e.status_code >= 500:  # the SDK's retry rule: out of retries
                 raise _Retryable(f"http_{e.status_code}", f"HTTP {e.status_code}: {detail}") from None
@@ -302,7 +305,8 @@ class OpenAIBackend(Backend):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError as e:
-                raise _Retryable("malformed", f"response {name} is not valid Unicode (lone surrogate at character {e.start})") from None
+                raise _Retryable("malformed", f"response {name} is not valid Unicode "
+                                 f"(lone surrogate at character {e.start})") from None
         usage = obj.get("usage") if isinstance(obj, dict) else None
         tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         ok_tokens = isinstance(tokens, int) and not isinstance(tokens, bool)
@@ -336,7 +340,8 @@ class OpenAIBackend(Backend):
             f"last error: {state.last}"
         )
 
-    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None, hooks: GenHooks | None = None) -> list[GenResult]:
+    def generate(self, requests: Sequence[GenRequest], sampling: Sampling, on_result: OnResult | None = None,
+                 hooks: GenHooks | None = None) -> list[GenResult]:
         hooks = hooks or GenHooks()
         results: list[GenResult | None] = [None] * len(requests)
         if not requests:
@@ -351,7 +356,8 @@ class OpenAIBackend(Backend):
         futures = [pool.submit(work, i) for i in range(len(requests))]
         try:
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            errors = [f.exception() for f in done if f.exception() is not None and not isinstance(f.exception(), _Cancelled)]
+            errors = [f.exception() for f in done
+                      if f.exception() is not None and not isinstance(f.exception(), _Cancelled)]
             if errors:
                 stop.set()
         except BaseException:  # KeyboardInterrupt: stop the workers, keep what was written

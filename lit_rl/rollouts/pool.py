@@ -76,7 +76,8 @@ class PoolRecord:
     usable: bool = True
     meta: dict[str, Any] = field(default_factory=dict)
 
-    _REQUIRED = {"prompt_id": str, "index": int, "source": str, "completion": str, "reward": (int, float), "num_tokens": int, "tokenizer": str}
+    _REQUIRED = {"prompt_id": str, "index": int, "source": str, "completion": str, "reward": (int, float),
+                 "num_tokens": int, "tokenizer": str}
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> "PoolRecord":
@@ -91,10 +92,12 @@ class PoolRecord:
             try:
                 obj[key].encode("utf-8")
             except UnicodeEncodeError as e:
-                raise PoolFormatError(f"{where}: field '{key}' is not valid Unicode (lone surrogate at character {e.start})") from None
+                raise PoolFormatError(f"{where}: field '{key}' is not valid Unicode "
+                                      f"(lone surrogate at character {e.start})") from None
         for key in ("index", "num_tokens"):
             if not 0 <= obj[key] < _MAX_COUNT:
-                raise PoolFormatError(f"{where}: field '{key}' must be an integer in [0, 2**63), got {_short(obj[key])}")
+                raise PoolFormatError(f"{where}: field '{key}' must be an integer in [0, 2**63), "
+                                      f"got {_short(obj[key])}")
         try:
             reward = float(obj["reward"])
         except OverflowError:  # an integer too large for a float
@@ -103,7 +106,8 @@ class PoolRecord:
             raise PoolFormatError(f"{where}: field 'reward' is not finite ({_short(obj['reward'])})")
         usable = obj.get("usable", obj["num_tokens"] <= MAX_USABLE_TOKENS)
         if not isinstance(usable, bool):  # bool("false") is True
-            raise PoolFormatError(f"{where}: field 'usable' must be true or false, got {type(usable).__name__} {_short(usable)[:40]}")
+            raise PoolFormatError(f"{where}: field 'usable' must be true or false, "
+                                  f"got {type(usable).__name__} {_short(usable)[:40]}")
         meta = obj.get("meta")
         if meta is not None and not isinstance(meta, dict):
             raise PoolFormatError(f"{where}: field 'meta' must be an object, got {type(meta).__name__}")
@@ -148,7 +152,8 @@ def _check_header(header: Any, where: str) -> None:
         try:
             json.dumps([key, value], ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            raise PoolFormatError(f"{where}: header field {key.encode('utf-8', 'backslashreplace').decode()!r} is not valid Unicode (a lone surrogate)") from None
+            raise PoolFormatError(f"{where}: header field {key.encode('utf-8', 'backslashreplace').decode()!r} "
+                                  "is not valid Unicode (a lone surrogate)") from None
 
 
 def _read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -161,7 +166,8 @@ def _read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
             try:
                 line = fh.readline()
             except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-                raise PoolFormatError(f"{path}: truncated or corrupt gzip ({type(e).__name__}: {e}; at line {lineno + 1})") from None
+                raise PoolFormatError(f"{path}: truncated or corrupt gzip ({type(e).__name__}: {e}; "
+                                      f"at line {lineno + 1})") from None
             if not line:
                 return
             lineno += 1
@@ -193,11 +199,13 @@ def iter_pool(path: str | Path, with_lines: bool = False) -> tuple[dict[str, Any
                     continue
                 where = f"{path}:{lineno}"
                 if not line.endswith(b"\n"):
-                    raise PoolFormatError(f"{where}: truncated last line (a killed writer?); resume the build to repair it")
+                    raise PoolFormatError(f"{where}: truncated last line (a killed writer?); "
+                                          "resume the build to repair it")
                 rec = PoolRecord.from_json(_parse_line(line, where), where)
                 first_at = seen.setdefault((rec.prompt_id, rec.index), lineno)
                 if first_at != lineno:
-                    raise PoolFormatError(f"{where}: duplicate record prompt_id {rec.prompt_id!r} index {rec.index}, first at line {first_at}")
+                    raise PoolFormatError(f"{where}: duplicate record prompt_id {rec.prompt_id!r} index {rec.index}, "
+                                          f"first at line {first_at}")
                 yield (lineno, rec) if with_lines else rec
 
     return header, records()
@@ -324,7 +332,8 @@ class ResumeState:
     dropped_lines: int
 
 
-def repair_pool_for_resume(path: str | Path, per_prompt: int, check_header: Callable[[dict[str, Any]], None] | None = None) -> ResumeState:
+def repair_pool_for_resume(path: str | Path, per_prompt: int,
+                           check_header: Callable[[dict[str, Any]], None] | None = None) -> ResumeState:
     """Check a partially built pool and cut a torn tail so that appending can continue.
 
     The file must be a prefix of whole prompts (``per_prompt`` consecutive records each) possibly followed
@@ -365,11 +374,13 @@ def repair_pool_for_resume(path: str | Path, per_prompt: int, check_header: Call
                 break
             raise
         if group and rec.prompt_id != group[0]:
-            raise PoolFormatError(f"{where}: prompt {group[0]!r} has {len(group)} records before {rec.prompt_id!r} starts (expected {per_prompt})")
+            raise PoolFormatError(f"{where}: prompt {group[0]!r} has {len(group)} records before {rec.prompt_id!r} "
+                                  f"starts (expected {per_prompt})")
         if not group and rec.prompt_id in seen:
             raise PoolFormatError(f"{where}: prompt {rec.prompt_id!r} appears twice")
         if rec.index in indices:
-            raise PoolFormatError(f"{where}: duplicate record prompt_id {rec.prompt_id!r} index {rec.index}, first at line {indices[rec.index]}")
+            raise PoolFormatError(f"{where}: duplicate record prompt_id {rec.prompt_id!r} index {rec.index}, "
+                                  f"first at line {indices[rec.index]}")
         indices[rec.index] = lineno
         group.append(rec.prompt_id)
         records += 1

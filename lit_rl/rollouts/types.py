@@ -102,7 +102,8 @@ class RolloutBatch:
         if self.row is None:
             self.row = torch.arange(n, device=device)
         if self.gen_width is None:
-            self.gen_width = torch.full((n,), self.input_ids.shape[1] - self.prompt_len, dtype=torch.long, device=device)
+            self.gen_width = torch.full((n,), self.input_ids.shape[1] - self.prompt_len, dtype=torch.long,
+                                        device=device)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -115,11 +116,13 @@ class RolloutBatch:
         """A copy of the batch (tensors shared) whose rows carry ``advantages (N,)`` and ``keep (N,)``
         (default: every row)."""
         keep = torch.ones_like(advantages, dtype=torch.bool) if keep is None else keep.bool()
-        return RolloutBatch(**{f.name: getattr(self, f.name) for f in fields(self)} | {"advantages": advantages, "keep": keep})
+        return RolloutBatch(**{f.name: getattr(self, f.name) for f in fields(self)}
+                            | {"advantages": advantages, "keep": keep})
 
     def to(self, device: torch.device | str) -> "RolloutBatch":
         moved = {
-            f.name: getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), torch.Tensor) else getattr(self, f.name)
+            f.name: (getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), torch.Tensor)
+                     else getattr(self, f.name))
             for f in fields(self)
         }
         return RolloutBatch(**moved)

@@ -76,8 +76,10 @@ __all__ = [
 def main(argv: list[str] | None = None) -> int:
     parser = LitArgumentParser(prog="python -m lit_rl sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="a sweep YAML (conf/sweeps/<name>.yaml)")
-    parser.add_argument("--n_trials", type=int, default=None, help="total trials of the study (tops up a resumed study)")
-    parser.add_argument("--max_trials", type=int, default=None, help="this worker runs at most this many trials, then exits")
+    parser.add_argument("--n_trials", type=int, default=None,
+                        help="total trials of the study (tops up a resumed study)")
+    parser.add_argument("--max_trials", type=int, default=None,
+                        help="this worker runs at most this many trials, then exits")
     parser.add_argument("--study_name", default=None, help="override study_name")
     parser.add_argument("--storage", default=None, help="override storage (any SQLAlchemy URL)")
     parser.add_argument("--tracking_uri", default=None, help="override the MLflow tracking URI")

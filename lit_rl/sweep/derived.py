@@ -106,7 +106,8 @@ class DerivedRule:
         for name in self._names:
             if name not in keys and len(short.get(name, [])) != 1:
                 why = "ambiguous" if short.get(name) else "unknown"
-                raise _bad(("derived", self.name), f"{why} name {name!r} in {self.expr!r} (known: {', '.join(keys) or 'none'})")
+                raise _bad(("derived", self.name),
+                           f"{why} name {name!r} in {self.expr!r} (known: {', '.join(keys) or 'none'})")
 
     def __call__(self, params: dict[str, Any]) -> Any:
         short: dict[str, list[str]] = {}
@@ -122,7 +123,8 @@ class DerivedRule:
 
         # each dotted name the rule reads becomes one plain identifier for simpleeval
         values = {f"_v{i}": lookup(n) for i, n in enumerate(self._names)} if self._names else {}
-        tree = _Rename({n: f"_v{i}" for i, n in enumerate(self._names)}).visit(ast.parse(str(self.expr).strip()).body[0])
+        tree = _Rename({n: f"_v{i}" for i, n in enumerate(self._names)}).visit(
+            ast.parse(str(self.expr).strip()).body[0])
         evaluator = simpleeval.SimpleEval(operators=_OPERATORS, functions=_FUNCTIONS, names=values)
         try:
             return evaluator.eval(str(self.expr), previously_parsed=tree)
@@ -132,7 +134,8 @@ class DerivedRule:
             if isinstance(e, (simpleeval.FeatureNotAvailable, simpleeval.FunctionNotDefined)):
                 raise _bad(("derived", self.name), f"unsupported expression in {self.expr!r}: {e}") from None
             used = ", ".join(f"{n}={v!r}" for n, v in zip(self._names, values.values()))
-            raise _bad(("derived", self.name), f"{self.expr!r} failed{' for ' + used if used else ''}: {e or type(e).__name__}") from None
+            raise _bad(("derived", self.name),
+                       f"{self.expr!r} failed{' for ' + used if used else ''}: {e or type(e).__name__}") from None
 
 
 class _Rename(ast.NodeTransformer):

@@ -31,8 +31,8 @@ class StepPruningCallback(_Callback):
     Every ``every_n_steps`` optimizer steps (checked in ``on_train_batch_end``, after the callbacks that log
     there, e.g. :class:`callbacks.PassAtKEvaluation`) and after every validation, rank 0 reports
     ``trainer.callback_metrics[monitor]`` at step ``global_step`` if it is a new value (a validation metric
-    is reported once, at the step it was computed) and asks the pruner. The decision is broadcast so every DDP rank stops together
-    (``trainer.should_stop``); nothing is raised inside ``fit`` (the MLflow run ends cleanly and the last
+    is reported once, at the step it was computed) and asks the pruner. The decision is broadcast so every DDP rank
+    stops together (``trainer.should_stop``); nothing is raised inside ``fit`` (the MLflow run ends cleanly and the last
     checkpoint is written). Call :meth:`check_pruned` right after ``fit``: it raises ``TrialPruned``.
 
     Under DDP rank 0 also writes the reported values and the decision to the trial's system attributes,
@@ -58,7 +58,8 @@ class StepPruningCallback(_Callback):
             from optuna.storages import RDBStorage
 
             if not isinstance(_backend(self._trial.storage), RDBStorage):
-                raise ValueError("StepPruningCallback under DDP needs an RDBStorage (sqlite:/// or another database URL)")
+                raise ValueError("StepPruningCallback under DDP needs an RDBStorage "
+                                 "(sqlite:/// or another database URL)")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -91,7 +92,8 @@ class StepPruningCallback(_Callback):
                     self.reported[step] = number
                     should_stop = self._trial.should_prune()
                     if self._is_ddp:
-                        self._trial.storage.set_trial_system_attr(self._trial._trial_id, INTERMEDIATE_KEY, {str(k): v for k, v in self.reported.items()})
+                        self._trial.storage.set_trial_system_attr(self._trial._trial_id, INTERMEDIATE_KEY,
+                                                                  {str(k): v for k, v in self.reported.items()})
         should_stop = bool(trainer.strategy.broadcast(should_stop))
         if should_stop:
             self.pruned_step = step

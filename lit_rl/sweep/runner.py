@@ -100,7 +100,8 @@ class _StaleTrialHandler:
         import optuna
 
         self.tracking_uri = tracking_uri
-        retry_cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
+        retry_cls = (getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
+                     or optuna.storages.RetryFailedTrialCallback)
         self.retry = retry_cls(max_retry=max_retry)
 
     def __call__(self, study, trial) -> None:
@@ -140,10 +141,12 @@ class SweepRunner:
             )
             self.creator = True
         except optuna.exceptions.DuplicatedStudyError:
-            self.study = optuna.load_study(study_name=cfg.study_name, storage=self.storage, sampler=cfg.make_sampler(), pruner=cfg.make_pruner())
+            self.study = optuna.load_study(study_name=cfg.study_name, storage=self.storage, sampler=cfg.make_sampler(),
+                                           pruner=cfg.make_pruner())
             self.creator = False
             if self.study.direction.name.lower() != direction:
-                raise _bad(("objective", "direction"), f"study {cfg.study_name!r} exists in {cfg.storage} with direction {self.study.direction.name.lower()}, the config says {direction}")
+                raise _bad(("objective", "direction"), f"study {cfg.study_name!r} exists in {cfg.storage} "
+                           f"with direction {self.study.direction.name.lower()}, the config says {direction}")
         self.out = Path(cfg.output_dir) / cfg.study_name
         self.out.mkdir(parents=True, exist_ok=True)
         self.overlay = self.out / "overrides.yaml"
@@ -285,8 +288,10 @@ class SweepRunner:
         else:
             frozen = self.study.tell(trial, state=TS.FAIL, skip_if_finished=True)
         if frozen.state.name != state:
-            log.warning("trial %d was declared stale by another worker while it ran; its %s result is dropped (it was re-enqueued)", trial.number, state)
-            self.tracker.client.set_tag(run_id, "lit_rl.error", f"declared stale while running (late heartbeat); its {state} result (value {value}) was dropped and the trial re-enqueued")
+            log.warning("trial %d was declared stale by another worker while it ran; its %s result is dropped "
+                        "(it was re-enqueued)", trial.number, state)
+            self.tracker.client.set_tag(run_id, "lit_rl.error", "declared stale while running (late heartbeat); its "
+                                        f"{state} result (value {value}) was dropped and the trial re-enqueued")
             self.tracker.client.set_tag(run_id, "optuna.trial_state", frozen.state.name)
             self.tracker.client.set_terminated(run_id, "FAILED")
             self.ran.append(trial.number)
@@ -319,7 +324,8 @@ def objective_from_mlflow(tracking_uri: str, run_id: str, objective: Objective) 
     return pick(m.value for m in history)
 
 
-def fit_trial_with_lightning_cli(cfg: SweepConfig, trial, values: dict[str, Any], run_id: str, trial_dir: Path, overlay: Path) -> float:
+def fit_trial_with_lightning_cli(cfg: SweepConfig, trial, values: dict[str, Any], run_id: str, trial_dir: Path,
+                                 overlay: Path) -> float:
     """Build a fresh model/trainer through the LightningCLI, fit, check pruning, return the objective."""
     import gc
 
@@ -354,7 +360,8 @@ def fit_trial_with_lightning_cli(cfg: SweepConfig, trial, values: dict[str, Any]
 
 
 def run_sweep(
-    cfg: SweepConfig, n_trials: int | None = None, fit_trial: Callable[..., float] | None = None, max_trials: int | None = None,
+    cfg: SweepConfig, n_trials: int | None = None, fit_trial: Callable[..., float] | None = None,
+    max_trials: int | None = None,
 ) -> "Any":
     """Create or join the study, run trials until no slot is left, return the Optuna study.
 
@@ -377,7 +384,8 @@ def summarize(study) -> str:
     for t in study.get_trials(deepcopy=False):
         lines.append(f"  trial {t.number:>3} {t.state.name:<8} value={t.value} params={t.params}")
     states = [t.state for t in study.get_trials(deepcopy=False)]
-    lines.append(f"  complete={states.count(TS.COMPLETE)} pruned={states.count(TS.PRUNED)} failed={states.count(TS.FAIL)}")
+    lines.append(f"  complete={states.count(TS.COMPLETE)} pruned={states.count(TS.PRUNED)} "
+                 f"failed={states.count(TS.FAIL)}")
     try:
         lines.append(f"  best: trial {study.best_trial.number} value={study.best_value} params={study.best_params}")
     except ValueError:

@@ -114,7 +114,8 @@ class SweepConfig:
         clash = set(self.space) & set(self.derived)
         if clash:
             raise _bad(("derived", sorted(clash)[0]), "is also in space")
-        for key, least in (("n_trials", 1), ("report_every_n_steps", 1), ("heartbeat_interval", 1), ("grace_period", 1), ("max_retry", 0)):
+        for key, least in (("n_trials", 1), ("report_every_n_steps", 1), ("heartbeat_interval", 1), ("grace_period", 1),
+                           ("max_retry", 0)):
             v = getattr(self, key)
             if not (_is_int(v) and v >= least) and not (key == "n_trials" and v is None):
                 raise _bad((key,), f"must be an integer >= {least}, got {v!r}")
@@ -124,11 +125,14 @@ class SweepConfig:
         if self.n_trials is None and self.sampler_name != "grid":
             raise _bad(("n_trials",), "required unless sampler.name is grid")
         if self.grace_period <= self.heartbeat_interval:
-            raise _bad(("grace_period",), f"must exceed heartbeat_interval ({self.heartbeat_interval}), got {self.grace_period}")
+            raise _bad(("grace_period",),
+                       f"must exceed heartbeat_interval ({self.heartbeat_interval}), got {self.grace_period}")
         if "://" not in self.storage:
-            raise _bad(("storage",), f"use a database URL such as sqlite:///runs/sweeps/optuna.db, got {self.storage!r}")
+            raise _bad(("storage",),
+                       f"use a database URL such as sqlite:///runs/sweeps/optuna.db, got {self.storage!r}")
         if self.tracking_uri.startswith(("file:", "./", "/")) or "://" not in self.tracking_uri:
-            raise _bad(("tracking_uri",), f"use a database URI such as sqlite:///runs/mlflow.db, got {self.tracking_uri!r}")
+            raise _bad(("tracking_uri",),
+                       f"use a database URI such as sqlite:///runs/mlflow.db, got {self.tracking_uri!r}")
         if self.sampler_name == "grid":
             for spec in self.space.values():
                 if spec.type == "float" and spec.grid is None:
@@ -139,7 +143,8 @@ class SweepConfig:
         return str(self.sampler.get("name", "tpe")).lower()
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], source: str | os.PathLike | None = None, where: dict[tuple, str] | None = None) -> "SweepConfig":
+    def from_dict(cls, raw: dict[str, Any], source: str | os.PathLike | None = None,
+                  where: dict[tuple, str] | None = None) -> "SweepConfig":
         """Build and check a sweep. A problem raises :class:`SweepConfigError`; with ``source`` (the sweep file)
         its message starts with ``<file>:<line>`` of the key (``where``: key path → ``file:line``, as
         :func:`lit_rl.reliability.load_yaml_with_lines` returns it)."""
@@ -190,7 +195,8 @@ class SweepConfig:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, overrides: dict[tuple, tuple[Any, str]] | None = None) -> "SweepConfig":
-        """Load a sweep YAML; ``overrides``: key path → (value, where it came from, e.g. ``command line (--storage)``)."""
+        """Load a sweep YAML; ``overrides``: key path → (value, where it came from, e.g.
+        ``command line (--storage)``)."""
         raw, where = _load_sweep_yaml(Path(path))
         for key, (value, origin) in (overrides or {}).items():
             node = raw

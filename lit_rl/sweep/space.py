@@ -63,7 +63,8 @@ class ParamSpec:
             if not num(getattr(self, k)):
                 raise _bad((*key, k), f"must be {what} (type: {self.type}), got {getattr(self, k)!r}")
         if self.low > self.high:
-            raise _bad(key, f"needs low <= high for a {self.type} parameter, got low={self.low}, high={self.high}", at=(*key, "low"))
+            raise _bad(key, f"needs low <= high for a {self.type} parameter, got low={self.low}, high={self.high}",
+                       at=(*key, "low"))
         if self.step is not None and (not num(self.step) or self.step <= 0):
             raise _bad((*key, "step"), f"must be {what} > 0, got {self.step!r}")
         if self.log and self.low <= 0:

@@ -43,7 +43,9 @@ class StudyTracker:
         params = {
             "objective.metric": cfg.objective.metric, "objective.direction": cfg.objective.direction,
             "sampler": json.dumps(cfg.sampler), "pruner": json.dumps(cfg.pruner), "n_trials": cfg.target_trials(),
-            "base": ",".join(cfg.base), "space": json.dumps({k: {kk: vv for kk, vv in vars(v).items() if vv not in (None, False) and kk != "name"} for k, v in cfg.space.items()}),
+            "base": ",".join(cfg.base),
+            "space": json.dumps({k: {kk: vv for kk, vv in vars(v).items() if vv not in (None, False) and kk != "name"}
+                                 for k, v in cfg.space.items()}),
             "derived": json.dumps({k: v.expr for k, v in cfg.derived.items()}),
         }
         for k, v in params.items():
@@ -74,7 +76,8 @@ class StudyTracker:
 
     _STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 
-    def finish_child(self, run_id: str, state: str, value: float | None = None, step: int | None = None, error: str | None = None) -> None:
+    def finish_child(self, run_id: str, state: str, value: float | None = None, step: int | None = None,
+                     error: str | None = None) -> None:
         self.client.set_tag(run_id, "optuna.trial_state", state)
         if value is not None and math.isfinite(value):
             self.client.log_metric(run_id, "sweep/objective", value, step=step or 0)

@@ -206,7 +206,8 @@ class Task(abc.ABC):
             raise ValueError(
                 f"reward_weights has {len(reward_weights)} entries for {len(self.extra_reward_funcs)} reward_funcs"
             )
-        self.reward_weights = [float(w) for w in reward_weights] if reward_weights is not None else [1.0] * len(self.extra_reward_funcs)
+        self.reward_weights = ([float(w) for w in reward_weights] if reward_weights is not None
+                               else [1.0] * len(self.extra_reward_funcs))
         if reward_completions not in ("conversational", "text"):
             raise ValueError(f"reward_completions must be 'conversational' or 'text', got {reward_completions!r}")
         self.reward_completions = reward_completions
@@ -282,7 +283,8 @@ class Task(abc.ABC):
         return self.total_rewards([completion], [example]).totals[0]
 
     def total_rewards(
-        self, completions: Sequence[str], examples: Sequence[Example], completion_ids: Sequence[Sequence[int]] | None = None
+        self, completions: Sequence[str], examples: Sequence[Example],
+        completion_ids: Sequence[Sequence[int]] | None = None
     ) -> "RewardScores":
         """Rewards of a batch: the task's verifier per row plus ``Σ w_i f_i`` over the extra reward callables,
         each called once for the whole batch as TRL calls it (``None``/NaN adds nothing, as TRL's ``nansum``).
@@ -296,8 +298,8 @@ class Task(abc.ABC):
         if self.extra_reward_funcs:
             prompts = [self.messages(e) for e in examples]
             comps = (
-                [[{"role": "assistant", "content": c}] for c in completions] if self.reward_completions == "conversational"
-                else list(completions)
+                [[{"role": "assistant", "content": c}] for c in completions]
+                if self.reward_completions == "conversational" else list(completions)
             )
             ids = [list(map(int, row)) for row in completion_ids] if completion_ids is not None else None
             kwargs = self.reward_kwargs(examples)
@@ -330,7 +332,8 @@ class Task(abc.ABC):
             if answers is None or len(answers) != n:
                 raise ValueError(f"{self.name} reward: kwargs must hold 'answer' with one entry per completion")
             ids = kwargs.get("prompt_id") or [""] * n
-            columns = {k: v for k, v in kwargs.items() if k not in ("answer", "prompt_id") and isinstance(v, (list, tuple)) and len(v) == n}
+            columns = {k: v for k, v in kwargs.items()
+                       if k not in ("answer", "prompt_id") and isinstance(v, (list, tuple)) and len(v) == n}
             out = []
             for i, c in enumerate(completions):
                 ex = Example(id=str(ids[i]), question="", answer=answers[i], meta={k: v[i] for k, v in columns.items()})

@@ -119,7 +119,8 @@ class ChainSumTask(Task):
 
     def _from_numbers(self, id: str, numbers: list[int]) -> Example:
         text = " ".join(map(str, numbers))
-        return Example(id=id, question=self.format_question(numbers=text), answer=sum(numbers), meta={"numbers": list(numbers), "terms": len(numbers)})
+        return Example(id=id, question=self.format_question(numbers=text), answer=sum(numbers),
+                       meta={"numbers": list(numbers), "terms": len(numbers)})
 
     def train_examples(self) -> list[Example]:
         """``num_train`` problems, none of which is an evaluation problem (same numbers in the same order):
@@ -129,7 +130,8 @@ class ChainSumTask(Task):
             held_out = {tuple(e.meta["numbers"]) for e in self.eval_examples()}
             space = sum(self.max_digit**k for k in range(self.min_terms, self.max_terms + 1))
             if self.num_train and space - len(held_out) <= 0:
-                raise ValueError(f"chainsum: every one of the {space} problems is an evaluation problem; lower num_eval")
+                raise ValueError(f"chainsum: every one of the {space} problems is an evaluation problem; "
+                                 "lower num_eval")
             out, i = [], 0
             while len(out) < self.num_train:
                 ex = self._example("train", i)
@@ -209,4 +211,5 @@ def chainsum_verbose_completion(example: Example, rng: random.Random, error_rate
     return chainsum_completion(example, rng, error_rate=error_rate, restate=0.5)
 
 
-__all__ = ["ChainSumTask", "chainsum_completion", "parse_int_answer", "running_sums", "trace_correct", "chainsum_verbose_completion"]
+__all__ = ["ChainSumTask", "chainsum_completion", "parse_int_answer", "running_sums", "trace_correct",
+           "chainsum_verbose_completion"]

@@ -64,7 +64,8 @@ CTD_EVAL_SYSTEM_PROMPT = (
     "target number. You may use the operations +, -, *, and / as needed, but each number must be used exactly "
     "once. Think step-by-step. After reasoning, provide only your final expression inside \\boxed{} tags "
     "without including an equals sign or the target number. For example: \\boxed{a + b * c}"
-    "Respond in the following format:\n<reasoning>\nYour reasoning here\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>"
+    "Respond in the following format:\n<reasoning>\nYour reasoning here\n</reasoning>\n"
+    "<answer>\n\\boxed{...}\n</answer>"
 )
 COUNTDOWN_EVAL_TEMPLATE = "Numbers: {numbers}\nTarget: {target}"
 
@@ -178,14 +179,17 @@ def read_cd3_test(path: str = str(CD3_TEST_JSONL)) -> tuple[tuple[tuple[int, ...
     for where, rec in read_jsonl(path):
         for key in ("input", "output"):
             if key not in rec:
-                raise ValueError(f"{where}: field {key!r} missing (expected {{\"input\": \"30,100,93\", \"output\": \"23\"}})")
+                raise ValueError(f"{where}: field {key!r} missing "
+                                 f"(expected {{\"input\": \"30,100,93\", \"output\": \"23\"}})")
         raw = rec["input"]
         numbers = [as_int(x) for x in raw.split(",")] if isinstance(raw, str) else [None]
         if None in numbers:
-            raise ValueError(f"{where}: field 'input' must be comma-separated integers such as \"30,100,93\", got {short_repr(raw)}")
+            raise ValueError(f"{where}: field 'input' must be comma-separated integers such as \"30,100,93\", "
+                             f"got {short_repr(raw)}")
         target = as_int(rec["output"])
         if target is None:
-            raise ValueError(f"{where}: field 'output' must be an integer such as \"23\", got {short_repr(rec['output'])}")
+            raise ValueError(f"{where}: field 'output' must be an integer such as \"23\", "
+                             f"got {short_repr(rec['output'])}")
         rows.append((tuple(numbers), target))
     return tuple(rows)
 
@@ -337,12 +341,14 @@ class CountdownTask(Task):
             m_num = re.search(r"Numbers: \[([\d, ]+)\]", question, re.IGNORECASE)
             m_tgt = re.search(r"Target: (\d+)", question, re.IGNORECASE)
             if not (m_num and m_tgt):
-                raise ValueError(f"'ground_truth' must be [numbers, target] or {{'numbers', 'target'}}, got {short_repr(ground_truth)}")
+                raise ValueError(f"'ground_truth' must be [numbers, target] or {{'numbers', 'target'}}, "
+                                 f"got {short_repr(ground_truth)}")
             numbers, target = [x for x in m_num.group(1).split(",") if x.strip()], m_tgt.group(1)
             fields = ("question (Numbers: [...])", "question (Target: ...)")
         ints = [as_int(n) for n in numbers] if isinstance(numbers, (list, tuple)) else [None]
         if not ints or None in ints:
-            raise ValueError(f"'{fields[0]}' must be a non-empty list of integers (|x| < 1e15), got {short_repr(numbers)}")
+            raise ValueError(f"'{fields[0]}' must be a non-empty list of integers (|x| < 1e15), "
+                             f"got {short_repr(numbers)}")
         value: int | float | None = as_int(target)
         if value is None and isinstance(target, float) and math.isfinite(target) and abs(target) < MAX_ABS:
             value = target  # a non-integral target is kept as is

@@ -187,7 +187,8 @@ class MathTask(Task):
             if isinstance(answer, int) and not isinstance(answer, bool):
                 answer = str(answer)
             elif answer is not None and not isinstance(answer, str):
-                raise ValueError(f"{where}: answer field {self.answer_field!r} must be a string, got {type(answer).__name__}")
+                raise ValueError(f"{where}: answer field {self.answer_field!r} must be a string, "
+                                 f"got {type(answer).__name__}")
             if answer is None or not answer.strip():
                 solution = row.get(self.solution_field)
                 if not isinstance(solution, str) or not has_box(solution) or reference_boxed(solution) is None:
@@ -198,7 +199,8 @@ class MathTask(Task):
                 answer = reference_answer(solution)
             meta = {k: row[k] for k in ("unique_id", "level", "subject") if k in row}
             prefix = "math500" if split == "test" else "math"
-            out.append(Example(id=f"{prefix}-{split}-{i}", question=self.format_question(problem=problem), answer=answer, meta=meta))
+            out.append(Example(id=f"{prefix}-{split}-{i}", question=self.format_question(problem=problem),
+                               answer=answer, meta=meta))
         return out
 
     def train_examples(self) -> list[Example]:
@@ -224,7 +226,8 @@ class MathTask(Task):
                     f"MathTask(train_dataset={self.train_dataset!r}, train_split={self.train_split!r}) could not "
                     f"be loaded ({type(e).__name__}: {e}); set train_path to a local JSONL/Parquet file"
                 ) from None
-            self._train = self._rows_to_examples([(f"{self.train_dataset} row {i + 1}", r) for i, r in enumerate(rows)], "train")
+            self._train = self._rows_to_examples([(f"{self.train_dataset} row {i + 1}", r) for i, r in enumerate(rows)],
+                                                 "train")
         else:
             raise ValueError(
                 "MathTask has no training data: set train_path (local JSONL/Parquet with fields "

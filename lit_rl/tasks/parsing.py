@@ -182,7 +182,8 @@ def _sudoku_sixteen_word(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-_SUDOKU_PATTERNS = (_sudoku_fenced, _sudoku_open_to_end, _sudoku_after_close, _sudoku_sixteen_before_close, _sudoku_sixteen_word)
+_SUDOKU_PATTERNS = (_sudoku_fenced, _sudoku_open_to_end, _sudoku_after_close, _sudoku_sixteen_before_close,
+                    _sudoku_sixteen_word)
 _WS = re.compile(r"\s")
 
 

@@ -43,7 +43,8 @@ def _math_verify(completion: str, answer: str) -> bool:
     try:
         from math_verify import parse, verify
     except ImportError:
-        raise RuntimeError("answer_check: math_verify needs the `math-verify` package (pip install 'lit-rl[math]')") from None
+        raise RuntimeError("answer_check: math_verify needs the `math-verify` package "
+                           "(pip install 'lit-rl[math]')") from None
     try:
         return bool(verify(parse(f"${answer}$"), parse(completion)))
     except Exception:  # untrusted text must never crash a training step
@@ -98,7 +99,8 @@ class PromptTask(Task):
             raise ValueError(f"answer_check {answer_check!r} needs answer_column (or set answer_check: none)")
         self.name = name
         self.train_path, self.eval_path, self.dataset = train_path, eval_path, dataset
-        self.dataset_config, self.splits, self.data_files = dataset_config, {"train": train_split, "eval": eval_split}, data_files
+        self.dataset_config, self.splits, self.data_files = (
+            dataset_config, {"train": train_split, "eval": eval_split}, data_files)
         self.prompt_column, self.answer_column, self.id_column = prompt_column, answer_column, id_column
         self.columns = dict(columns or {})
         self.answer_check, self.eval_size = answer_check, eval_size
@@ -134,13 +136,15 @@ class PromptTask(Task):
         if not isinstance(prompt, (str, list)) or isinstance(prompt, list) and not all(
             isinstance(m, dict) and "content" in m for m in prompt
         ):
-            raise ValueError(f"{where}: column {self.prompt_column!r} must be text or chat messages, got {short_repr(prompt)}")
+            raise ValueError(f"{where}: column {self.prompt_column!r} must be text or chat messages, "
+                             f"got {short_repr(prompt)}")
         answer = None
         if self.answer_check != "none":
             if self.answer_column not in row or row[self.answer_column] is None:
                 raise ValueError(f"{where}: no column {self.answer_column!r} (answer_column, needed by answer_check)")
             answer = str(row.pop(self.answer_column))
-        rid = str(row.pop(self.id_column)) if self.id_column and self.id_column in row else f"{self.name}-{which}-{index}"
+        rid = (str(row.pop(self.id_column)) if self.id_column and self.id_column in row
+               else f"{self.name}-{which}-{index}")
         question = prompt if isinstance(prompt, str) else prompt[-1]["content"]
         meta = {k: v for k, v in row.items()}
         if isinstance(prompt, list):

@@ -27,7 +27,8 @@ from lit_rl.tasks.scripted import (
 )
 from lit_rl.tasks.sudoku import SudokuTask
 
-__all__ = ["REGISTRY", "TaskEntry", "format_warmup_text", "known_traces", "register_task", "scripted_tasks", "task_entry"]
+__all__ = ["REGISTRY", "TaskEntry", "format_warmup_text", "known_traces", "register_task", "scripted_tasks",
+           "task_entry"]
 
 TraceWriter = Callable[[Example, random.Random, float], str]
 VerboseWriter = Callable[[str, Example, str, random.Random], str]
@@ -93,7 +94,8 @@ register_task(TaskEntry("sudoku", SudokuTask, {
 }, verbose=verbose_trace))
 register_task(TaskEntry("countdown", CountdownTask, {"search": countdown_completion}, verbose=verbose_trace))
 register_task(TaskEntry("math500", MathTask), "math")
-register_task(TaskEntry("chainsum", ChainSumTask, {"running": chainsum_completion, "verbose": chainsum_verbose_completion}))
+register_task(TaskEntry("chainsum", ChainSumTask,
+                        {"running": chainsum_completion, "verbose": chainsum_verbose_completion}))
 register_task(TaskEntry("prompts", PromptTask))
 
 
@@ -110,7 +112,8 @@ def format_warmup_text(task_name: str, example: Example, rng: random.Random, sty
         g = "".join(ch if ch != "0" else str(rng.randint(1, 4)) for ch in example.meta["puzzle"])
         return f"<reasoning>{g}</reasoning>\n<answer>{g}</answer>"
     if style not in (None, *known_traces(task_name)):
-        raise ValueError(f"no format warm-up style {style!r} for task {task_name!r} (known: {sorted(known_traces(task_name))})")
+        raise ValueError(f"no format warm-up style {style!r} for task {task_name!r} "
+                         f"(known: {sorted(known_traces(task_name))})")
     if task_name == "sudoku":
         puzzle = example.meta["puzzle"]
         n = rng.randint(0, 12)
@@ -130,4 +133,5 @@ def format_warmup_text(task_name: str, example: Example, rng: random.Random, sty
         trace = "".join(rng.choice(chars) for _ in range(rng.randint(0, 8)))
         answer = "".join(rng.choice(chars) for _ in range(len(example.answer)))
         return f"<reasoning>{trace}</reasoning>\n<answer>{answer}</answer>"
-    raise ValueError(f"no format warm-up texts for task {task_name!r} (known: sudoku, countdown, tasks with text answers)")
+    raise ValueError(f"no format warm-up texts for task {task_name!r} "
+                     "(known: sudoku, countdown, tasks with text answers)")

@@ -85,7 +85,8 @@ def resolve_reward_funcs(specs: Iterable[RewardFunc | str] | RewardFunc | str | 
 
 
 def call_reward_func(
-    f: RewardFunc, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None, **kwargs: Any
+    f: RewardFunc, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None,
+    **kwargs: Any
 ) -> list[float]:
     """Call a reward function as TRL does (module doc) and check its output: one float per completion
     (``None`` -> NaN). Raises ``ValueError`` naming the function on a wrong output length."""

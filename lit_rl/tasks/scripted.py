@@ -13,8 +13,9 @@ model. Each writes the ERILS output format ``<reasoning>...</reasoning>\\n<answe
 external rewards are not all 1.0 — as with a real external model.
 
 The task registry (:mod:`lit_rl.tasks.registry`) names each task's trace styles. Also here:
-:func:`verbose_trace` (the scripted backend's wordy first stage); :func:`lit_rl.tasks.registry.format_warmup_text`, the format-only completions of the tiny model's warm-up (random
-reasoning of varying length, an answer that copies the givens), which teach the format but not the task.
+:func:`verbose_trace` (the scripted backend's wordy first stage); :func:`lit_rl.tasks.registry.format_warmup_text`, the
+format-only completions of the tiny model's warm-up (random reasoning of varying length, an answer that copies the
+givens), which teach the format but not the task.
 """
 
 from __future__ import annotations
@@ -100,10 +101,12 @@ def sudoku_grid_verbose_completion(example: Example, rng: random.Random, error_r
     return f"<reasoning>{puzzle}{g}{columns}</reasoning>\n<answer>{g}</answer>"
 
 
-_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b if b else None}
+_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+        "/": lambda a, b: a / b if b else None}
 
 
-def countdown_search(numbers: list[int], target: int, rng: random.Random, max_steps: int = 6) -> tuple[list[str], str | None]:
+def countdown_search(numbers: list[int], target: int, rng: random.Random,
+                     max_steps: int = 6) -> tuple[list[str], str | None]:
     """Short search over ``(a op b) op c`` orders; returns (trace lines, expression or None)."""
     tried: list[str] = []
     orders = list(itertools.permutations(range(3)))
@@ -161,13 +164,15 @@ def verbose_trace(task: str, example: Example, compact: str, rng: random.Random)
         steps = re.findall(r"(\d)(\d)(\d)", reasoning_of(compact))
         lines = [f"The puzzle is {example.meta['puzzle']}; zeros are empty cells. I fill one cell at a time."]
         for r, c, d in steps:
-            why = rng.choice(["the row already holds the other digits", "the column and the 2x2 box rule out the rest", "it is the only candidate left"])
+            why = rng.choice(["the row already holds the other digits", "the column and the 2x2 box rule out the rest",
+                              "it is the only candidate left"])
             lines.append(f"Row {r}, column {c}: {why}, so the cell must be {d}.")
             if rng.random() < 0.3:
                 lines.append(f"Check: row {r} and column {c} now have no repeated digit.")
         lines.append("Every row, column and box now holds 1-4 exactly once.")
     else:
-        lines = [f"I need to reach the target with each number used once. Trying combinations: {reasoning_of(compact)}."]
+        lines = ["I need to reach the target with each number used once. Trying combinations: "
+                 f"{reasoning_of(compact)}."]
         for _ in range(rng.randint(4, 16)):
             lines.append("Let me double-check the arithmetic of that candidate step by step before answering.")
         lines.append(f"So the expression {answer.strip()} works.")

@@ -37,7 +37,8 @@ from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task, read_utf8, rec
 from lit_rl.tasks.parsing import fit16, last_answer_block, sudoku_eval_answer
 
 SUDOKU_SYSTEM_PROMPT = """
-Please solve the following 4x4 Sudoku puzzle. The puzzle is provided as a 16-character string reading left-to-right, top-to-bottom, where '0' represents empty cells.
+Please solve the following 4x4 Sudoku puzzle. The puzzle is provided as a 16-character string reading left-to-right, \
+top-to-bottom, where '0' represents empty cells.
 
 Rules:
 - Fill empty cells with digits 1-4
@@ -45,7 +46,8 @@ Rules:
 - Each column must contain digits 1-4 exactly once
 - Each 2x2 box must contain digits 1-4 exactly once
 
-Important: Your solution must be a COMPLETE 16-character string with only the digits 1-4, representing your final solved grid.
+Important: Your solution must be a COMPLETE 16-character string with only the digits 1-4, representing your final \
+solved grid.
 
 Respond in this exact format:
 <reasoning>
@@ -132,7 +134,8 @@ def solve(puzzle: str) -> str | None:
     return all_grids()[(cand & -cand).bit_length() - 1]
 
 
-def grid_problem(puzzle: Any, solution: Any, puzzle_field: str = "Puzzle", solution_field: str = "Solution") -> str | None:
+def grid_problem(puzzle: Any, solution: Any, puzzle_field: str = "Puzzle",
+                 solution_field: str = "Solution") -> str | None:
     """What is wrong with a ``(puzzle, solution)`` pair (``None``: nothing): the puzzle must be 16 digits
     0-4 (``'0'`` = blank), the solution a valid grid of 16 digits 1-4 that keeps the puzzle's givens."""
     if not isinstance(puzzle, str) or len(puzzle) != 16 or any(ch not in "01234" for ch in puzzle):
@@ -140,10 +143,12 @@ def grid_problem(puzzle: Any, solution: Any, puzzle_field: str = "Puzzle", solut
     if not isinstance(solution, str) or len(solution) != 16 or any(ch not in "1234" for ch in solution):
         return f"field {solution_field!r} must be 16 digits 1-4, got {short_repr(solution)}"
     if not is_valid_grid(solution):
-        return f"field {solution_field!r} is not a valid 4x4 Sudoku (a row, column or box repeats a digit): {solution!r}"
+        return (f"field {solution_field!r} is not a valid 4x4 Sudoku (a row, column or box repeats a digit): "
+                f"{solution!r}")
     wrong = [i for i in range(16) if puzzle[i] != "0" and puzzle[i] != solution[i]]
     if wrong:
-        return f"field {solution_field!r} ({solution}) contradicts the given of {puzzle_field!r} ({puzzle}) at cell {wrong[0]}"
+        return (f"field {solution_field!r} ({solution}) contradicts the given of {puzzle_field!r} ({puzzle}) "
+                f"at cell {wrong[0]}")
     return None
 
 
@@ -154,7 +159,8 @@ def read_sudoku_csv(path: str | Path) -> list[tuple[str, str]]:
     header = next(reader, None)
     names = [h.strip() for h in header or []]
     if "Puzzle" not in names or "Solution" not in names:
-        raise ValueError(f"{path}:1: the header must name the columns 'Puzzle' and 'Solution', got {short_repr(header)}")
+        raise ValueError(f"{path}:1: the header must name the columns 'Puzzle' and 'Solution', "
+                         f"got {short_repr(header)}")
     ip, isol = names.index("Puzzle"), names.index("Solution")
     rows = []
     for row in reader:
@@ -290,7 +296,8 @@ class SudokuTask(Task):
         if eval_set not in ("spg", "d1"):
             raise ValueError(f"eval_set={eval_set!r}: expected 'spg' or 'd1'")
         if not 1 <= min_blanks <= max_blanks <= 12:
-            raise ValueError(f"min_blanks={min_blanks}, max_blanks={max_blanks}: need 1 <= min_blanks <= max_blanks <= 12")
+            raise ValueError(f"min_blanks={min_blanks}, max_blanks={max_blanks}: "
+                             "need 1 <= min_blanks <= max_blanks <= 12")
         if num_train < 0:
             raise ValueError(f"num_train={num_train}: must be >= 0")
         self.eval_set, self.num_train, self.seed = eval_set, num_train, seed
@@ -299,7 +306,8 @@ class SudokuTask(Task):
         self._eval: list[Example] | None = None
 
     def _example(self, id: str, puzzle: str, solution: str) -> Example:
-        return Example(id=id, question=self.format_question(puzzle=puzzle), answer=solution, meta={"puzzle": puzzle, "solution": solution})
+        return Example(id=id, question=self.format_question(puzzle=puzzle), answer=solution,
+                       meta={"puzzle": puzzle, "solution": solution})
 
     def train_puzzle(self, i: int) -> tuple[str, str]:
         """``(puzzle, solution)`` of training puzzle ``i`` (independent of ``num_train``)."""
@@ -338,7 +346,8 @@ class SudokuTask(Task):
         problem = grid_problem(puzzle, ground_truth, pfield, "ground_truth")
         if problem:
             raise ValueError(problem)
-        return Example(id=rid, question=question, answer=ground_truth, meta={"puzzle": puzzle, "solution": ground_truth})
+        return Example(id=rid, question=question, answer=ground_truth,
+                       meta={"puzzle": puzzle, "solution": ground_truth})
 
     @staticmethod
     def _puzzle_solution(example: Example) -> tuple[str, str]:

@@ -64,7 +64,8 @@ class StubBackend(ARBackend):
         return out
 
 
-def batch_of(prompts: list[list[int]], completions: list[list[int]], groups: list[int], rewards: list[float]) -> RolloutBatch:
+def batch_of(prompts: list[list[int]], completions: list[list[int]], groups: list[int],
+             rewards: list[float]) -> RolloutBatch:
     """Rows in the RolloutBatch layout: left-padded prompts, EOS-filled completions."""
     P = max(len(p) for p in prompts)
     L = max(len(c) for c in completions)
@@ -285,7 +286,8 @@ def test_tiny_double_rollout_fit_updates_weights_and_logs_metrics(tmp_path, monk
     assert isinstance(module, DoubleRolloutGRPO) and module.dr.active
     assert trainer.global_step == 4  # 2 rollout batches x 2 updates
     fresh = type(module.policy)(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=128)
-    changed = [n for (n, p), (_, q) in zip(module.policy.named_parameters(), fresh.named_parameters()) if not torch.equal(p.detach(), q)]
+    changed = [n for (n, p), (_, q) in zip(module.policy.named_parameters(), fresh.named_parameters())
+               if not torch.equal(p.detach(), q)]
     assert len(changed) > 5
     assert trainer.datamodule.cursor == 2 and (tmp_path / "prompt_order.jsonl").exists()
     keys = set(_metrics(tmp_path))
@@ -293,7 +295,8 @@ def test_tiny_double_rollout_fit_updates_weights_and_logs_metrics(tmp_path, monk
         "train/loss", "train/lr", "train/on_policy/reward_mean", "train/dr/reward_original", "train/dr/reward_revised",
         "train/dr/reward_final", "train/dr/replaced", "train/dr/cont_reward_std", "train/tokens_per_problem",
         "train/cost/tokens_stage1", "train/cost/tokens_stage2", "time/stage1_s", "time/stage2_s",
-        "time/stage2_over_stage1", "train/grpo/clip_frac", "val/sudoku/greedy/accuracy", "train/entropy", "train/rollout_batch",
+        "time/stage2_over_stage1", "train/grpo/clip_frac", "val/sudoku/greedy/accuracy", "train/entropy",
+        "train/rollout_batch",
     }
     assert expected <= keys, expected - keys
 
@@ -307,14 +310,16 @@ def test_tiny_grpo_baseline_has_no_second_stage(tmp_path, monkeypatch):
     )
     assert not cli.model.dr.active and cli.trainer.global_step == 4
     backend = cli.datamodule.batch_generator()  # the DataModule's generator, built for the module's policy
-    assert type(backend).__name__ == "HFBackend" and backend.share_prefix is False and backend.policy is cli.model.policy
+    assert (type(backend).__name__ == "HFBackend" and backend.share_prefix is False
+            and backend.policy is cli.model.policy)
     keys = set(_metrics(tmp_path))
     assert "train/on_policy/reward_mean" in keys and "time/stage2_s" not in keys
 
 
 # -- the module's KL reference ---------------------------------------------------------------------------
 def _policy_rows(policy):
-    ids, mask = policy.encode_prompts([[{"role": "user", "content": "[1, 2, 3] 6"}], [{"role": "user", "content": "[4, 5] 9"}]])
+    ids, mask = policy.encode_prompts([[{"role": "user", "content": "[1, 2, 3] 6"}],
+                                       [{"role": "user", "content": "[4, 5] 9"}]])
     comp, lengths = policy.encode_completions(["<reasoning>1+2=3</reasoning>", "ab"], 12)
     return RolloutBatch(
         input_ids=torch.cat([ids, comp], 1), attention_mask=torch.cat([mask, torch.ones_like(comp)], 1),

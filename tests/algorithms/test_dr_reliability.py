@@ -38,6 +38,7 @@ def test_table_bins_by_length_tercile_and_difficulty():
     assert cells[("length", short, "correct")] == (2, 0.75) and cells[("length", short, "incorrect")] == (0, None)
     assert cells[("difficulty", "easy", "correct")] == (2, 0.75)
     assert cells[("difficulty", "medium", "incorrect")] == (2, 0.125)
-    assert cells[("difficulty", "hard", "correct")] == (1, 0.75) and cells[("difficulty", "hard", "incorrect")] == (1, 0.5)
+    assert (cells[("difficulty", "hard", "correct")] == (1, 0.75)
+            and cells[("difficulty", "hard", "incorrect")] == (1, 0.5))
     md = table_markdown(reliability_table(rows))
     assert "| all | all | 0.750 (3) | 0.250 (3) |" in md and "| difficulty | medium | - | 0.125 (2) |" in md

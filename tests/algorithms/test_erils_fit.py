@@ -31,7 +31,8 @@ def test_tiny_erils_fit_updates_weights_and_logs_per_source_metrics(tmp_path):
     assert trainer.global_step == 4  # 2 rollout batches x 2 updates
     # parameters changed relative to a freshly built policy with the same seed
     fresh = type(module.policy)(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=128)
-    changed = [n for (n, p), (_, q) in zip(module.policy.named_parameters(), fresh.named_parameters()) if not torch.equal(p.detach(), q)]
+    changed = [n for (n, p), (_, q) in zip(module.policy.named_parameters(), fresh.named_parameters())
+               if not torch.equal(p.detach(), q)]
     assert len(changed) > 10
     # the DataModule produced rollouts at batch start and advanced its cursor past both batches
     assert trainer.datamodule.cursor == 2

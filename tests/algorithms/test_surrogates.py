@@ -204,7 +204,8 @@ def _batch():
     return ids, attn, cm, source, adv
 
 
-@pytest.mark.parametrize("mode, weighting", [("mix", "length"), ("eubo", "length"), ("elbo", "length"), ("mix", "rollout")])
+@pytest.mark.parametrize("mode, weighting",
+                         [("mix", "length"), ("eubo", "length"), ("elbo", "length"), ("mix", "rollout")])
 def test_spg_surrogate_matches_pure_functions(mode, weighting):
     ids, attn, cm, source, adv = _batch()
     model = TinyLogits()
@@ -305,7 +306,8 @@ def test_external_rows_get_uniform_masks_and_on_policy_rows_block_masks():
                 want = spg_block_masks(cm[b : b + 1], bl, 2, g, p_mask_clean=0.0)
             else:
                 want = uniform_random_masks(cm[b : b + 1], 2, g)
-            assert torch.equal(masks.loss[:, b], want.loss[:, 0]) and torch.equal(masks.completion[:, b], want.completion[:, 0])
+            assert (torch.equal(masks.loss[:, b], want.loss[:, 0])
+                    and torch.equal(masks.completion[:, b], want.completion[:, 0]))
     assert non_block_ext > 50  # of 200 external draws; a uniform subset of 10-12 tokens is rarely a block suffix
 
 
@@ -316,4 +318,5 @@ def test_row_masks_do_not_depend_on_the_other_rows():
     full = spg.build_masks(cm, attn[:, :2], source, seeds=seeds)
     for b in range(3):
         one = spg.build_masks(cm[b : b + 1], attn[b : b + 1, :2], source[b : b + 1], seeds=seeds[b : b + 1])
-        assert torch.equal(one.completion[:, 0], full.completion[:, b]) and torch.equal(one.prompt[:, 0], full.prompt[:, b])
+        assert (torch.equal(one.completion[:, 0], full.completion[:, b])
+                and torch.equal(one.prompt[:, 0], full.prompt[:, b]))

@@ -46,7 +46,8 @@ class StepPolicy(torch.nn.Module):
     def generate(self, prompt_ids, prompt_mask, settings, seed):
         self.generate_calls.append(self.step)
         B = prompt_ids.shape[0]
-        return torch.stack([prompt_ids[:, 0], torch.full((B,), seed), torch.full((B,), self.step), torch.zeros(B, dtype=torch.long)], 1)
+        return torch.stack([prompt_ids[:, 0], torch.full((B,), seed), torch.full((B,), self.step),
+                            torch.zeros(B, dtype=torch.long)], 1)
 
     def completion_lengths(self, comp):
         return torch.full((comp.shape[0],), 4)
@@ -215,7 +216,8 @@ def test_state_round_trip_and_resume_continues_the_table(tmp_path):
     assert copy.table.rows == cb.table.rows and copy.last_step == 8
 
     resumed = make_cb()
-    _, _, policy = fit(tmp_path, resumed, max_steps=12, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt2")], ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    _, _, policy = fit(tmp_path, resumed, max_steps=12, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt2")],
+                       ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
     assert resumed.table.steps == [4, 8, 12]  # restored rows + the new evaluation, step 8 not repeated
     assert set(policy.generate_calls) == {12}
     assert resumed.table.metrics_at(4, "det") == cb.table.metrics_at(4, "det")
@@ -230,7 +232,8 @@ def test_validate_evaluates_a_checkpoint_at_its_step(tmp_path):
     policy = StepPolicy(task.eval_examples()[:4])
     policy.step = 8  # what the checkpointed weights produce
     cb = make_cb()
-    trainer = L.Trainer(accelerator="cpu", logger=False, callbacks=[cb], enable_progress_bar=False, default_root_dir=tmp_path / "val")
+    trainer = L.Trainer(accelerator="cpu", logger=False, callbacks=[cb], enable_progress_bar=False,
+                        default_root_dir=tmp_path / "val")
     trainer.validate(StubModule(policy), datamodule=StubData(task), ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
     assert cb.last_eval_step == 8
     assert cb.last_metrics["val/sudoku/det/pass@1"] == pytest.approx(expected_pass(8, 1))
@@ -253,8 +256,10 @@ def test_cli_validate_twice_gives_identical_numbers_and_completions(tmp_path):
                 "class_path": "callbacks.passk.PassAtKEvaluation",
                 "init_args": {
                     "configs": [
-                        {"name": "multi", "generation": {"gen_length": 32, "block_length": 32, "steps": 8, "temperature": 0.9}, "num_samples": 2},
-                        {"name": "det32", "generation": {"gen_length": 32, "block_length": 32, "steps": 8, "temperature": 0.0}},
+                        {"name": "multi", "generation": {"gen_length": 32, "block_length": 32, "steps": 8,
+                                                         "temperature": 0.9}, "num_samples": 2},
+                        {"name": "det32", "generation": {"gen_length": 32, "block_length": 32, "steps": 8,
+                                                         "temperature": 0.0}},
                     ],
                     "subset_size": 3,
                     "batch_size": 2,

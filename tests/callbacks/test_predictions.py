@@ -36,15 +36,19 @@ def _runs(tmp_path: Path) -> int:
 @pytest.mark.parametrize("algorithm", ["erils", "double_rollout"])
 def test_predict_writes_the_checkpoints_eval_completions_for_score(algorithm, tmp_path, capsys):
     if algorithm == "erils":
-        cli = _fit(tmp_path, "conf/erils.yaml", "tests/tiny_overlay.yaml", f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz")
+        cli = _fit(tmp_path, "conf/erils.yaml", "tests/tiny_overlay.yaml",
+                   f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz")
     else:
-        cli = _fit(tmp_path, "conf/double_rollout.yaml", "tests/tiny_dr_overlay.yaml", "--data.init_args.task.init_args.num_train=50")
+        cli = _fit(tmp_path, "conf/double_rollout.yaml", "tests/tiny_dr_overlay.yaml",
+                   "--data.init_args.task.init_args.num_train=50")
     config_before, runs_before = (tmp_path / "config.yaml").read_bytes(), _runs(tmp_path)
     dm, module = cli.datamodule, cli.model
     expected = [dm.evaluate_batch(b, module) for b in dm.val_dataloader()]  # the trained weights, in memory
     out = tmp_path / "preds.jsonl"
-    argv = ["predict", "--config", str(tmp_path / "config.yaml"), "--ckpt_path", str(tmp_path / "checkpoints/last.ckpt")]
-    assert main(argv + ["--trainer.callbacks+=callbacks.predictions.PredictionWriter", f"--trainer.callbacks.path={out}"]) == 0
+    argv = ["predict", "--config", str(tmp_path / "config.yaml"), "--ckpt_path",
+            str(tmp_path / "checkpoints/last.ckpt")]
+    assert main(argv + ["--trainer.callbacks+=callbacks.predictions.PredictionWriter",
+                        f"--trainer.callbacks.path={out}"]) == 0
     assert main(argv) == 0  # without a writer in the config, one is added: <run folder>/predictions.jsonl
     assert "completions -> " in capsys.readouterr().out
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -73,12 +77,14 @@ def test_predict_step_records_score_the_same_as_the_module():
     n = len(texts)
     ro = RolloutBatch(
         input_ids=torch.zeros(n, 3, dtype=torch.long), attention_mask=torch.ones(n, 3, dtype=torch.long), prompt_len=1,
-        completion_mask=torch.ones(n, 2, dtype=torch.bool), lengths=torch.full((n,), 2), source=torch.zeros(n, dtype=torch.long),
+        completion_mask=torch.ones(n, 2, dtype=torch.bool), lengths=torch.full((n,), 2),
+        source=torch.zeros(n, dtype=torch.long),
         rewards=torch.tensor([s.correct for s in scores], dtype=torch.float32), group=torch.arange(n), texts=texts,
         prompt_ids=[e.id for e in examples], hit_limit=torch.zeros(n, dtype=torch.bool),
         eval_total=torch.tensor([s.total for s in scores], dtype=torch.float32),
     )
     records = RLModule(torch.nn.Linear(1, 1)).predict_step(PromptBatch(examples=examples, step=0, rollouts=ro), 0)
     blanks = examples[0].meta["puzzle"].count("0")
-    assert [(r["correct"], r["total"]) for r in records] == [(blanks, blanks), (scores[1].correct, examples[1].meta["puzzle"].count("0"))]
+    assert ([(r["correct"], r["total"]) for r in records]
+            == [(blanks, blanks), (scores[1].correct, examples[1].meta["puzzle"].count("0"))])
     assert records[0]["puzzle"] == examples[0].meta["puzzle"] and records[0]["ground_truth"] == examples[0].answer

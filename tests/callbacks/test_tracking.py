@@ -90,10 +90,12 @@ class RecordingLogger(DummyLogger):
 
 def test_tracker_schedule_samples_and_state(tmp_path):
     logger = RecordingLogger()
-    trainer = SimpleNamespace(global_step=0, loggers=[logger], is_global_zero=True, callbacks=[], log_dir=None, default_root_dir=str(tmp_path))
+    trainer = SimpleNamespace(global_step=0, loggers=[logger], is_global_zero=True, callbacks=[], log_dir=None,
+                              default_root_dir=str(tmp_path))
     module = SimpleNamespace()
     tr = RolloutTracker(every_n_batches=2, samples_every_n_batches=3, samples_per_source=1)
-    rows = RO.with_advantages(*SourceSpecific()(RO.rewards, RO.source, RO.group))  # as the module's processors leave them
+    # as the module's processors leave them
+    rows = RO.with_advantages(*SourceSpecific()(RO.rewards, RO.source, RO.group))
     batch = SimpleNamespace(rollouts=rows, examples=[Example(id="p0", question="0310200404001043", answer="")])
     for b in range(1, 7):
         trainer.global_step = 12 * b
@@ -102,7 +104,8 @@ def test_tracker_schedule_samples_and_state(tmp_path):
     assert logger.records[0][1]["rollouts/on_policy/length_max"] == 8.0
     assert logger.records[0][1]["rollouts/external/advantage_mean"] == pytest.approx(0.75)
     rows = [json.loads(line) for line in (tmp_path / "rollout_samples.jsonl").read_text().splitlines()]
-    assert [(r["step"], r["source"]) for r in rows] == [(36, "on_policy"), (36, "external"), (72, "on_policy"), (72, "external")]
+    assert ([(r["step"], r["source"]) for r in rows]
+            == [(36, "on_policy"), (36, "external"), (72, "on_policy"), (72, "external")])
     assert rows[0]["prompt"] == "0310200404001043" and rows[0]["completion"] == "c0" and rows[1]["reward"] == 1.0
     assert rows[1]["advantage"] == pytest.approx(1.0)
     copy = RolloutTracker(every_n_batches=2)
@@ -128,16 +131,18 @@ def test_tiny_fit_logs_rollout_curves_passk_and_reports_to_mlflow(tmp_path):
             "callbacks": [
                 {
                     "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                    "init_args": {"dirpath": str(tmp_path / "ckpt"), "monitor": "val/sudoku/multi/pass@1", "mode": "max",
-                                  "every_n_train_steps": 2, "save_top_k": 1, "filename": "best-{step}"},
+                    "init_args": {"dirpath": str(tmp_path / "ckpt"), "monitor": "val/sudoku/multi/pass@1",
+                                  "mode": "max", "every_n_train_steps": 2, "save_top_k": 1, "filename": "best-{step}"},
                 },
                 {"class_path": "callbacks.FormatWarmup", "init_args": {"steps": 2, "batch_size": 4, "cache_dir": None}},
                 {
                     "class_path": "callbacks.passk.PassAtKEvaluation",
                     "init_args": {
                         "configs": [
-                            {"name": "multi", "generation": {"gen_length": 32, "block_length": 32, "steps": 4, "temperature": 0.9}, "num_samples": 2},
-                            {"name": "det32", "generation": {"gen_length": 32, "block_length": 32, "steps": 4, "temperature": 0.0}},
+                            {"name": "multi", "generation": {"gen_length": 32, "block_length": 32, "steps": 4,
+                                                             "temperature": 0.9}, "num_samples": 2},
+                            {"name": "det32", "generation": {"gen_length": 32, "block_length": 32, "steps": 4,
+                                                             "temperature": 0.0}},
                         ],
                         "every_n_steps": 2,
                         "subset_size": 2,
@@ -153,7 +158,8 @@ def test_tiny_fit_logs_rollout_curves_passk_and_reports_to_mlflow(tmp_path):
     cli = run_lightning_cli([
         "fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "tests/tiny_overlay.yaml"),
         "--config", str(tmp_path / "cb.yaml"), f"--trainer.default_root_dir={tmp_path}",
-        f"--trainer.logger.init_args.tracking_uri={uri}", f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz",
+        f"--trainer.logger.init_args.tracking_uri={uri}",
+        f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz",
     ])
     client = mlflow.tracking.MlflowClient(tracking_uri=uri)
     run = client.search_runs([client.get_experiment_by_name("lit_rl-embedded").experiment_id])[0]
@@ -164,7 +170,8 @@ def test_tiny_fit_logs_rollout_curves_passk_and_reports_to_mlflow(tmp_path):
     assert hist("val/sudoku/multi/pass_at_2") == [2, 4] and hist("val/sudoku/det32/pass_at_1") == [2, 4]
     # one step axis: the module's own metrics sit at the optimizer step too (2 batches x 2 updates), the
     # rollout batch is a metric of its own; nothing is logged under a metric named "step"
-    assert hist("train/loss") == [2, 4] and hist("train/on_policy/reward_mean") == [2, 4] and hist("train/grad_norm") == [2, 4]
+    assert (hist("train/loss") == [2, 4] and hist("train/on_policy/reward_mean") == [2, 4]
+            and hist("train/grad_norm") == [2, 4])
     assert hist("val/sudoku/greedy/accuracy") == [4]  # val_check_interval 2 batches: after the 2nd, update 4
     assert [(h.step, h.value) for h in client.get_metric_history(rid, "train/rollout_batch")] == [(2, 1.0), (4, 2.0)]
     assert "step" not in run.data.metrics and "epoch" not in run.data.metrics
@@ -175,7 +182,8 @@ def test_tiny_fit_logs_rollout_curves_passk_and_reports_to_mlflow(tmp_path):
     # the monitored ModelCheckpoint kept the step the report calls best
     ckpt = next(c for c in cli.trainer.checkpoint_callbacks if c.monitor)
     best = rep["configs"]["multi"]["best"]
-    assert best["checkpoint"] == ckpt.best_model_path and Path(ckpt.best_model_path).name == f"best-step={best['step']}.ckpt"
+    assert (best["checkpoint"] == ckpt.best_model_path
+            and Path(ckpt.best_model_path).name == f"best-step={best['step']}.ckpt")
     table = json.loads(Path(client.download_artifacts(rid, "rollout_samples.json", str(tmp_path))).read_text())
     assert {"step", "source", "prompt", "completion", "reward"} <= set(table["columns"])
     assert {r[table["columns"].index("source")] for r in table["data"]} == {"on_policy", "external"}

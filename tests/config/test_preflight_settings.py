@@ -20,15 +20,18 @@ def _check(tmp_path, base: str, overlay: str):
 
 def test_a_settings_rule_is_reported_at_its_field(tmp_path):
     # DecodeSettings raises FieldError("steps", ...): the message names the steps line, not the block
-    msg, path = _check(tmp_path, "conf/erils.yaml", "data:\n  init_args:\n    generation:\n      gen_length: 64\n      block_length: 16\n      steps: 6\n")
+    msg, path = _check(tmp_path, "conf/erils.yaml", "data:\n  init_args:\n    generation:\n      gen_length: 64\n"
+                       "      block_length: 16\n      steps: 6\n")
     assert msg.startswith(f"{path}:6: data.init_args.generation.steps: steps = 6 is not divisible"), msg
 
 
 def test_other_settings_classes_are_checked_without_preflight_code_of_their_own(tmp_path):
     # DoubleRolloutSettings' own __post_init__ (no rule of it is written in the preflight)
-    msg, path = _check(tmp_path, "conf/double_rollout.yaml", "model:\n  init_args:\n    double_rollout:\n      rho: 1.5\n")
+    msg, path = _check(tmp_path, "conf/double_rollout.yaml",
+                       "model:\n  init_args:\n    double_rollout:\n      rho: 1.5\n")
     assert f"{path}:3: model.init_args.double_rollout" in msg and "rho must be in (0, 1]" in msg, msg
-    msg, path = _check(tmp_path, "conf/double_rollout.yaml", "model:\n  init_args:\n    loss:\n      aggregation: mean\n")
+    msg, path = _check(tmp_path, "conf/double_rollout.yaml",
+                       "model:\n  init_args:\n    loss:\n      aggregation: mean\n")
     assert f"{path}:3: model.init_args.loss" in msg and "aggregation must be one of" in msg, msg
 
 

@@ -104,7 +104,8 @@ def test_revised_rewards_mean_and_skip():
     # means: [3/4, 0, 1]
     torch.testing.assert_close(revised_rewards(q), torch.tensor([0.75, 0.0, 1.0]))
     # row 1 had no delimiter under missing="skip": keeps its original reward 1.0
-    out = revised_rewards(q, original=torch.tensor([0.0, 1.0, 0.0]), has_continuations=torch.tensor([True, False, True]))
+    out = revised_rewards(q, original=torch.tensor([0.0, 1.0, 0.0]),
+                          has_continuations=torch.tensor([True, False, True]))
     torch.testing.assert_close(out, torch.tensor([0.75, 1.0, 1.0]))
     # bool correctness works too
     torch.testing.assert_close(revised_rewards(q.bool()), torch.tensor([0.75, 0.0, 1.0]))
@@ -229,11 +230,13 @@ class TestLengthPenaltyAZ:
         # correct lengths 10, 20, 30: mean 20, population std sqrt(200/3) = 8.165; z = -1.2247, 0, +1.2247
         r = torch.tensor([1.0, 1.0, 1.0, 0.0])
         c = torch.tensor([True, True, True, False])
-        out = length_penalty_az(r, c, torch.tensor([10, 20, 30, 5]), torch.zeros(4, dtype=torch.long), alpha=0.2, eps=0.0)
+        out = length_penalty_az(r, c, torch.tensor([10, 20, 30, 5]), torch.zeros(4, dtype=torch.long),
+                                alpha=0.2, eps=0.0)
         sig = 1 / (1 + math.exp(1.224744871))  # sigmoid(-1.2247) = 0.22704
         expected = torch.tensor([1 - 0.2 * sig, 1 - 0.2 * 0.5, 1 - 0.2 * (1 - sig), 0.0])  # 0.95459, 0.9, 0.84541, 0
         assert torch.allclose(out, expected, atol=1e-6)
-        assert out[0] > out[1] > out[2] > out[3]  # shorter correct > longer correct > wrong (the short wrong one gains nothing)
+        # shorter correct > longer correct > wrong (the short wrong one gains nothing)
+        assert out[0] > out[1] > out[2] > out[3]
 
     def test_groups_are_separate_and_single_correct_is_constant(self):
         r = torch.tensor([1.0, 0.0, 1.0, 1.0])

@@ -9,7 +9,8 @@ from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 
 
 def test_entropy_by_hand():
-    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [100.0, 0.0, 0.0, 0.0], [math.log(3.0), 0.0, -1e9, -1e9]]])  # (1, 3, 4)
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [100.0, 0.0, 0.0, 0.0],
+                            [math.log(3.0), 0.0, -1e9, -1e9]]])  # (1, 3, 4)
     got = token_entropy(logits)
     # uniform over 4: log 4; (nearly) one-hot: 0; p = (3/4, 1/4): -(3/4 log 3/4 + 1/4 log 1/4)
     want = torch.tensor([[math.log(4), 0.0, -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))]])

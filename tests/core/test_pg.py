@@ -76,16 +76,19 @@ class TestGroupAdvantages:
         # group 2 has no valid row -> 0
         torch.testing.assert_close(group_centered(rewards, group), torch.tensor([0.5, -0.5, 0.0, 0.0, 0.0]))
         # sample std of [1, 0] is sqrt(0.5) = 0.7071 -> +-0.5 / 0.7071 = +-0.7071 (eps 0)
-        torch.testing.assert_close(group_centered(rewards, group, scale_std=True, eps=0.0), torch.tensor([0.7071, -0.7071, 0, 0, 0]), atol=1e-4, rtol=0)
+        torch.testing.assert_close(group_centered(rewards, group, scale_std=True, eps=0.0),
+                                   torch.tensor([0.7071, -0.7071, 0, 0, 0]), atol=1e-4, rtol=0)
         # RLOO over the 2 valid rows: n/(n-1) = 2 -> [1, -1]
-        torch.testing.assert_close(group_centered(rewards, group, leave_one_out=True), torch.tensor([1.0, -1.0, 0, 0, 0]))
+        torch.testing.assert_close(group_centered(rewards, group, leave_one_out=True),
+                                   torch.tensor([1.0, -1.0, 0, 0, 0]))
 
 
 # ----------------------------------------------------------------------------- clipped_pg_loss
 def _single(logratio: float, adv: float, **kw):
     """One sequence, one token, old_logp = 0 so ratio = exp(logratio)."""
     logp = torch.tensor([[logratio]], requires_grad=True)
-    loss, stats = clipped_pg_loss(logp, torch.zeros(1, 1), torch.tensor([adv]), torch.ones(1, 1, dtype=torch.bool), **kw)
+    loss, stats = clipped_pg_loss(logp, torch.zeros(1, 1), torch.tensor([adv]),
+                                  torch.ones(1, 1, dtype=torch.bool), **kw)
     loss.backward()
     return loss, stats, logp.grad
 

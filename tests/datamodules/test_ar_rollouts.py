@@ -54,7 +54,8 @@ def dm_with(backend_good, **kw):
     policy = tiny()
     made = []  # the DataModule builds its generator from the factory, with the policy, on first use
     factory = lambda p: made.append(ScriptedBackend(p, dm, backend_good)) or made[-1]  # noqa: E731
-    dm = ARRolloutDataModule(task(), prompts_per_batch=2, num_generations=3, generation=SamplingSettings(96), eval_size=4, backend=factory, **kw)
+    dm = ARRolloutDataModule(task(), prompts_per_batch=2, num_generations=3, generation=SamplingSettings(96),
+                             eval_size=4, backend=factory, **kw)
     dm.setup("fit")
     backend = dm.generator(policy)
     assert made == [backend] and dm.generator(policy) is backend  # built once
@@ -105,7 +106,8 @@ def test_profiling_drops_always_and_never_solved_prompts_and_caches(tmp_path):
     kept = dm.profile(module.policy, backend)
     assert kept == [f"countdown-train-{i}" for i in range(12) if i % 3 == 2]
     assert {e.id for e in dm.train_examples} == set(kept) and len(dm.all_train_examples) == 12
-    assert dm.profile_stats["data/kept_prompts"] == 4 and dm.profile_stats["data/pass_rate_0_frac"] == pytest.approx(4 / 12)
+    assert (dm.profile_stats["data/kept_prompts"] == 4
+            and dm.profile_stats["data/pass_rate_0_frac"] == pytest.approx(4 / 12))
     assert len(backend.calls) == 3 and backend.calls[0][1] == 4  # 12 prompts in chunks of 5, n = 4 each
     (cache,) = tmp_path.glob("profile_countdown_*.json")
     assert json.loads(cache.read_text())["pass_rates"][:3] == [0.0, 1.0, 0.5]

@@ -15,7 +15,8 @@ POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"
 
 def _dm(**kw):
     task = SudokuTask(system_prompt="", question_template="{puzzle}", num_train=1000)
-    args = dict(pool_path=str(POOL), prompts_per_batch=3, g_on=2, g_ext=2, generation=DecodeSettings(64, 32, 4, 1.0), max_prompt_len=64, eval_size=4)
+    args = dict(pool_path=str(POOL), prompts_per_batch=3, g_on=2, g_ext=2, generation=DecodeSettings(64, 32, 4, 1.0),
+                max_prompt_len=64, eval_size=4)
     args.update(kw)
     dm = RolloutDataModule(task, **args)
     dm.setup()
@@ -82,12 +83,14 @@ def test_cursor_state_round_trip_and_seed_mismatch():
         (dict(g_ext=2, pool_path=None), "data.pool_path is required"),
         (dict(g_on=0, g_ext=0), "g_on"),
         (dict(prompts_per_batch=0), "data.prompts_per_batch must be >= 1, got 0"),
-        (dict(eval_batch_size=0), "data.eval_batch_size must be >= 1, got 0"),  # was a ZeroDivisionError in val_dataloader
+        # was a ZeroDivisionError in val_dataloader
+        (dict(eval_batch_size=0), "data.eval_batch_size must be >= 1, got 0"),
         (dict(eval_size=0), r"data.eval_size must be >= 1 or null \(all\), got 0"),
         (dict(eval_size=-3), r"data.eval_size must be >= 1 or null \(all\), got -3"),  # list[:-3] dropped 3 prompts
         (dict(num_train_prompts=-1), r"data.num_train_prompts must be >= 1 or null \(all\), got -1"),
         (dict(max_prompt_len=0), r"data.max_prompt_len must be >= 1 or null \(no cut\), got 0"),  # ids[-0:] kept all
-        (dict(pool_path="pool.jsonl", group_size=5), r"data.group_size \(G = 5\) must equal data.g_on \+ data.g_ext = 4 \+ 2 = 6"),
+        (dict(pool_path="pool.jsonl", group_size=5),
+         r"data.group_size \(G = 5\) must equal data.g_on \+ data.g_ext = 4 \+ 2 = 6"),
     ],
 )
 def test_bad_arguments_fail_fast(kwargs, message):
@@ -153,7 +156,8 @@ def test_cut_external_rows_are_rewarded_on_the_text_that_is_trained_on():
         assert ro.rewards[i].item() == pytest.approx(dm.task.total_reward(trained, ex))
         assert ro.rewards[i].item() < dm.task.total_reward(full[j], ex)
         # no EOS in frame: a cut row is not taught to stop where it was cut
-        assert ro.lengths[i].item() == 32 and bool(ro.hit_limit[i]) and policy.eos_id not in ro.completion_ids[i].tolist()
+        assert (ro.lengths[i].item() == 32 and bool(ro.hit_limit[i])
+                and policy.eos_id not in ro.completion_ids[i].tolist())
     assert dm.last_stats["train/external/cut_frac"] == 1.0
 
 
@@ -190,7 +194,8 @@ def test_format_rate_counts_on_policy_completions_with_an_answer_block(monkeypat
     # the 6 external rows (all well-formed) must not count
     dm = _dm(generation=DecodeSettings(32, 32, 4, 1.0))
     policy = _tiny_policy()
-    texts = ["<reasoning>1</reasoning>\n<answer>1234</answer>", "<answer>1</answer>", "<answer>12", "1234", "", "</answer>"]
+    texts = ["<reasoning>1</reasoning>\n<answer>1234</answer>", "<answer>1</answer>", "<answer>12",
+             "1234", "", "</answer>"]
     ids = policy.encode_completions(texts, 32)[0]  # (6, 32)
     monkeypatch.setattr(policy, "generate", lambda *a, **k: ids)
     ro = dm.produce_rollouts(dm.prompt_batch(0), policy)

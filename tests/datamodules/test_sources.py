@@ -34,12 +34,15 @@ def _policy():
 
 def test_a_sources_list_gives_the_rows_the_legacy_arguments_give():
     legacy = _dm(pool_path=POOL, g_on=2, g_ext=2, generation=GEN)
-    listed = _dm(sources=[DiffusionOnPolicy(2, GEN), ExternalPool(2, POOL, 512, min_width=GEN.gen_length)], generation=GEN)
+    listed = _dm(sources=[DiffusionOnPolicy(2, GEN), ExternalPool(2, POOL, 512, min_width=GEN.gen_length)],
+                 generation=GEN)
     assert [type(s).__name__ for s in legacy.sources] == ["DiffusionOnPolicy", "ExternalPool"]
     assert [e.id for e in legacy.train_examples] == [e.id for e in listed.train_examples]  # the pool's prompts
     policy = _policy()
-    a, b = legacy.produce_rollouts(legacy.prompt_batch(3), policy), listed.produce_rollouts(listed.prompt_batch(3), policy)
-    for name in ("input_ids", "attention_mask", "completion_mask", "lengths", "rewards", "source", "group", "gen_width", "hit_limit"):
+    a, b = (legacy.produce_rollouts(legacy.prompt_batch(3), policy),
+            listed.produce_rollouts(listed.prompt_batch(3), policy))
+    for name in ("input_ids", "attention_mask", "completion_mask", "lengths", "rewards", "source", "group", "gen_width",
+                 "hit_limit"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     assert a.texts == b.texts and set(legacy.last_stats) == set(listed.last_stats)
 
@@ -75,7 +78,8 @@ def test_sources_in_yaml_through_the_cli(tmp_path):
     overlay.write_text(yaml.safe_dump({"data": {"init_args": {"sources": [
         {"class_path": "datamodules.sources.ExternalPool", "init_args": {"num": 3, "pool_path": POOL, "min_width": 48}},
     ]}}}))
-    argv = ["fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(overlay), f"--trainer.default_root_dir={tmp_path}"]
+    argv = ["fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(overlay),
+            f"--trainer.default_root_dir={tmp_path}"]
     preflight(argv)  # a sources list needs no g_on / g_ext / pool_path
     cli = run_lightning_cli(argv[1:], run=False)  # run=False: no subcommand
     dm = cli.datamodule

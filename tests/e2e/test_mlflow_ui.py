@@ -48,7 +48,8 @@ def chromium() -> str:
     if path is None and (os.environ.get("CI") or os.environ.get("LIT_RL_INSTALL_CHROMIUM") == "1"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update"], check=True, env=env, stdout=subprocess.DEVNULL)
-        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"], check=True, env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
         path = _find_chromium()
     if path is None:
         pytest.skip("chromium is not installed (set LIT_RL_INSTALL_CHROMIUM=1 or CI=1 to install it)")
@@ -68,7 +69,8 @@ def mlflow_server(tmp_path_factory):
     log = (tmp / "server.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db", "--artifacts-destination", str(tmp / "artifacts"), "--workers", "1"],
+         "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db", "--artifacts-destination", str(tmp / "artifacts"),
+         "--workers", "1"],
         cwd=tmp, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
@@ -115,7 +117,8 @@ def _chromium(binary: str, tmp: Path, *args: str, timeout: int = 180) -> subproc
 
 def test_compare_view_shows_both_runs_and_their_metrics(chromium, mlflow_server, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    runs = {name: _fit(mlflow_server, tmp_path, name, lr).trainer.loggers[0].run_id for name, lr in (("browser-erils-a", "0.0002"), ("browser-erils-b", "0.0005"))}
+    runs = {name: _fit(mlflow_server, tmp_path, name, lr).trainer.loggers[0].run_id
+            for name, lr in (("browser-erils-a", "0.0002"), ("browser-erils-b", "0.0005"))}
 
     from mlflow.tracking import MlflowClient
 
@@ -124,7 +127,8 @@ def test_compare_view_shows_both_runs_and_their_metrics(chromium, mlflow_server,
     for run_id in runs.values():  # the server holds both runs with their metrics
         assert set(METRICS) <= set(client.get_run(run_id).data.metrics)
 
-    query = urllib.parse.urlencode({"runs": json.dumps(list(runs.values())), "experiments": json.dumps([exp.experiment_id])})
+    query = urllib.parse.urlencode({"runs": json.dumps(list(runs.values())),
+                                    "experiments": json.dumps([exp.experiment_id])})
     page = f"{mlflow_server}/#/compare-runs?{query}"
     budget = "--virtual-time-budget=30000"  # let the single-page app fetch the runs before dumping
     size = "--window-size=1600,2000"
@@ -137,7 +141,8 @@ def test_compare_view_shows_both_runs_and_their_metrics(chromium, mlflow_server,
     differ = {k for k in params[0] if params[0][k] != params[1].get(k)}
     assert "model.init_args.optimizer.init_args.lr" in differ and len(params[0]) > 100
     shown = ("Parameters", "model.init_args.optimizer.init_args.lr", "0.0002", "0.0005", "data.init_args.eval_size")
-    missing = [s for s in ("Comparing 2 Runs from 1 Experiment", *runs, *runs.values(), *SHOWN, *shown) if s not in html]
+    missing = [s for s in ("Comparing 2 Runs from 1 Experiment", *runs, *runs.values(), *SHOWN, *shown)
+               if s not in html]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / ".gitignore").write_text("*\n")
     (ARTIFACTS / "mlflow_compare.html").write_text(html)

@@ -196,8 +196,10 @@ class FakeLLM:
     resets: int = 0
 
     def __post_init__(self):
-        runner = types.SimpleNamespace(model=types.SimpleNamespace(load_weights=lambda weights: self.loaded.append(list(weights))))
-        self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=types.SimpleNamespace(model_runner=runner)))
+        runner = types.SimpleNamespace(
+            model=types.SimpleNamespace(load_weights=lambda weights: self.loaded.append(list(weights))))
+        self.llm_engine = types.SimpleNamespace(
+            model_executor=types.SimpleNamespace(driver_worker=types.SimpleNamespace(model_runner=runner)))
 
     def get_tokenizer(self):
         return types.SimpleNamespace(eos_token_id=2)

@@ -78,7 +78,8 @@ def test_refresh_and_window_reproduce_the_models_forward(name):
         # a window over unchanged tokens sees exactly the keys/values of the refresh: the same logits
         index = torch.arange(9, 14).expand(2, -1)  # rows 2 and 0 only, in that order
         sub = torch.tensor([2, 0])
-        win = stack.head(stack.window(ids[sub].gather(1, index), pos[sub].gather(1, index), index, mask[sub].bool(), kv, sub))
+        win = stack.head(stack.window(ids[sub].gather(1, index), pos[sub].gather(1, index), index,
+                                      mask[sub].bool(), kv, sub))
     torch.testing.assert_close(full, expected, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(win, expected[sub][:, 9:14], atol=2e-5, rtol=1e-5)
     assert stack.forward_tokens == 3 * 16 + 2 * 5
@@ -127,7 +128,8 @@ def test_refreshing_every_step_is_exact(name, cache):
     shift = kv_stack_for(model).shift
     ids, mask = _prompts()
     ref = diffusion_generate(_model_fn(model, shift), ids, mask, temperature=0.0, **KW)
-    out = cached_diffusion_generate(ids, mask, stack=kv_stack_for(model), cache=cache, refresh_every=1, temperature=0.0, **KW)
+    out = cached_diffusion_generate(ids, mask, stack=kv_stack_for(model), cache=cache, refresh_every=1,
+                                    temperature=0.0, **KW)
     assert torch.equal(out, ref)
 
 
@@ -208,8 +210,8 @@ def test_policy_generate_uses_the_cache_and_names_the_field_when_it_cannot():
 
 @pytest.mark.parametrize(
     "kw, match",
-    [({"cache": "full"}, "cache: must be .none., .prefix. or .dual."), ({"refresh_every": 0}, "refresh_every"), ({"threshold": 0.0}, "threshold"),
-     ({"threshold": 1.5}, "threshold")],
+    [({"cache": "full"}, "cache: must be .none., .prefix. or .dual."), ({"refresh_every": 0}, "refresh_every"),
+     ({"threshold": 0.0}, "threshold"), ({"threshold": 1.5}, "threshold")],
 )
 def test_decode_settings_refuse_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -240,8 +242,10 @@ def test_one_layer_cache_is_exact_through_the_window(name, cache):
     drifted = False
     for tau in (0.3, 0.6, 0.8):
         plain, cached = DecodeStats(), DecodeStats()
-        a = cached_diffusion_generate(ids, mask, model_fn=fn, cache="none", threshold=tau, temperature=0.0, stats=plain, **KW)
-        b = cached_diffusion_generate(ids, mask, stack=stack, cache=cache, threshold=tau, temperature=0.0, stats=cached, **KW)
+        a = cached_diffusion_generate(ids, mask, model_fn=fn, cache="none", threshold=tau, temperature=0.0,
+                                      stats=plain, **KW)
+        b = cached_diffusion_generate(ids, mask, stack=stack, cache=cache, threshold=tau, temperature=0.0,
+                                      stats=cached, **KW)
         assert torch.equal(a, b), tau
         assert plain.row_forwards == cached.row_forwards
         drifted |= plain.row_forwards < 4 * plain.steps  # some rows finished before others

@@ -27,7 +27,8 @@ FIXTURE = ROOT / "tests/fixtures/tiny_llada"
 pytestmark = pytest.mark.slow
 
 
-def fit(out: Path, max_steps: int, ckpt_path: Path | None = None, command: str = "fit", overlay: Path | None = None, path: Path = FIXTURE):
+def fit(out: Path, max_steps: int, ckpt_path: Path | None = None, command: str = "fit", overlay: Path | None = None,
+        path: Path = FIXTURE):
     args = [
         command,
         "--config", str(ROOT / "conf/erils.yaml"),
@@ -66,7 +67,8 @@ def optimizer_state(cli) -> list[torch.Tensor]:
 def native_overlay(out: Path) -> Path:
     """tiny_llada_4bit.yaml with the paper configs' class, NativeLLaDA (no trust_remote_code)."""
     text = (ROOT / "tests/models/tiny_llada_4bit.yaml").read_text()
-    text = text.replace("lit_rl.models.PretrainedDiffusionLM", "lit_rl.models.NativeLLaDA").replace("        trust_remote_code: true\n", "")
+    text = (text.replace("lit_rl.models.PretrainedDiffusionLM", "lit_rl.models.NativeLLaDA")
+            .replace("        trust_remote_code: true\n", ""))
     out.mkdir(parents=True, exist_ok=True)
     (out / "native_4bit.yaml").write_text(text)
     return out / "native_4bit.yaml"

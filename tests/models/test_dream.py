@@ -23,7 +23,8 @@ from lit_rl.generation.settings import DecodeSettings  # noqa: E402
 from lit_rl.models import PretrainedDiffusionLM  # noqa: E402
 from lit_rl.models.policy import LORA_TARGETS, resolve_lora_targets  # noqa: E402
 from lit_rl.models.quantization import PACKING_FLAG, linear4bit_modules, packed_layers  # noqa: E402
-from support.pretrained import PROMPTS, adapter_grads, assert_trap, build_pretrained, eval_pass, fit_tiny_erils, randomize_adapters  # noqa: E402
+from support.pretrained import (  # noqa: E402
+    PROMPTS, adapter_grads, assert_trap, build_pretrained, eval_pass, fit_tiny_erils, randomize_adapters)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests/fixtures/tiny_dream"
@@ -67,13 +68,15 @@ def test_remote_code_4bit_lora_loading(policy):
     assert all(m.weight.quant_state.quant_type == "nf4" for m in q4.values())
     assert all(getattr(m, PACKING_FLAG) is False for m in q4.values())
     # policy.model.base_model.model.<name>.lora_A.default.weight
-    adapted = {n.split(".lora_A")[0].split("base_model.model.", 1)[1] for n, _ in policy.named_parameters() if ".lora_A." in n}
+    adapted = {n.split(".lora_A")[0].split("base_model.model.", 1)[1] for n, _ in policy.named_parameters()
+               if ".lora_A." in n}
     assert adapted == BLOCK_LINEARS
     assert type(base.lm_head) is torch.nn.Linear and not hasattr(base.lm_head, "lora_A")
     assert all("lora_" in n for n, q in policy.named_parameters() if q.requires_grad)
     # ids from the tokenizer (Dream's <|mask|> / <|endoftext|>), left padding
     tok = policy.tokenizer
-    assert (policy.mask_id, policy.eos_id, policy.pad_id) == (tok.mask_token_id, tok.eos_token_id, tok.pad_token_id) == (2, 0, 0)
+    assert ((policy.mask_id, policy.eos_id, policy.pad_id) == (tok.mask_token_id, tok.eos_token_id, tok.pad_token_id)
+            == (2, 0, 0))
     ids, mask = policy.encode_prompts(PROMPTS)
     assert mask[1, 0] == 0 and ids[1, 0] == policy.pad_id
     assert tok.decode(ids[1, mask[1].bool()]).startswith("<|im_start|>system")

@@ -42,7 +42,8 @@ def test_official_dream_loads_through_the_shim_with_real_rotary_frequencies(offi
 
     # the 4.x default RoPE is registered only while loading: transformers 5 merges the registry over every
     # model's own default RoPE (a global entry would break e.g. Phi's partial rotary)
-    assert modeling_rope_utils.ROPE_INIT_FUNCTIONS.get("default") is None or int(__import__("transformers").__version__[0]) < 5
+    assert (modeling_rope_utils.ROPE_INIT_FUNCTIONS.get("default") is None
+            or int(__import__("transformers").__version__[0]) < 5)
 
 
 def test_reinit_rotary_buffers_repairs_garbage_frequencies(official):
@@ -102,7 +103,8 @@ def test_native_dream_reads_the_dream_config_and_refuses_other_folders(official,
     from lit_rl.errors import ConfigError
 
     cfg = qwen2_config_from_dream(official)
-    assert cfg.rope_parameters["rope_theta"] == DREAM_ROPE_THETA and cfg.rms_norm_eps == 1e-5 and cfg.num_key_value_heads == 2
+    assert (cfg.rope_parameters["rope_theta"] == DREAM_ROPE_THETA and cfg.rms_norm_eps == 1e-5
+            and cfg.num_key_value_heads == 2)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llada"}))
     with pytest.raises(ConfigError, match=r"model_type='llada' is not Dream"):
         qwen2_config_from_dream(tmp_path)

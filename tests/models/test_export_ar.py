@@ -27,8 +27,10 @@ def _run(tmp_path, policy_cfg: dict, policy: torch.nn.Module):
     """A run folder as ``fit`` leaves it: config.yaml and a checkpoint holding ``policy.*`` weights."""
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "config.yaml").write_text(yaml.safe_dump({"model": {"class_path": "lit_rl.algorithms.double_rollout.DoubleRolloutGRPO", "init_args": {"policy": policy_cfg}}}))
-    torch.save({"state_dict": {f"policy.{k}": v for k, v in policy.state_dict().items()}}, run / "checkpoints/last.ckpt")
+    (run / "config.yaml").write_text(yaml.safe_dump({"model": {
+        "class_path": "lit_rl.algorithms.double_rollout.DoubleRolloutGRPO", "init_args": {"policy": policy_cfg}}}))
+    torch.save({"state_dict": {f"policy.{k}": v for k, v in policy.state_dict().items()}},
+               run / "checkpoints/last.ckpt")
     return run
 
 
@@ -38,7 +40,8 @@ def test_lora_causal_policy_exports_peft_adapters_and_a_merged_model(tmp_path):
 
     base = _saved_base(tmp_path / "base")
     lora = {"r": 4, "alpha": 8, "dropout": 0.0}
-    policy_cfg = {"class_path": "lit_rl.models.ar.PretrainedCausalLM", "init_args": {"path": str(base), "dtype": "float32", "lora": lora, "think_end": "</reasoning>"}}
+    policy_cfg = {"class_path": "lit_rl.models.ar.PretrainedCausalLM",
+                  "init_args": {"path": str(base), "dtype": "float32", "lora": lora, "think_end": "</reasoning>"}}
     trained = PretrainedCausalLM(str(base), dtype="float32", lora=LoraSettings(**lora), think_end="</reasoning>").eval()
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # "training": every adapter matrix moves (B starts at zero)
@@ -47,9 +50,11 @@ def test_lora_causal_policy_exports_peft_adapters_and_a_merged_model(tmp_path):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     run = _run(tmp_path, policy_cfg, trained)
     out = tmp_path / "export"
-    assert export_main(["--ckpt_path", str(run / "checkpoints/last.ckpt"), "--out", str(out), "--merge", "--dtype", "float32"]) == 0
+    assert export_main(["--ckpt_path", str(run / "checkpoints/last.ckpt"), "--out", str(out), "--merge",
+                        "--dtype", "float32"]) == 0
     manifest = json.loads((out / "export.json").read_text())
-    assert manifest["policy"] == "lit_rl.models.ar.PretrainedCausalLM" and manifest["adapter_tensors"] == 2 * 2 * 7  # 2 layers x A,B x 7 targets
+    # 2 layers x A,B x 7 targets
+    assert manifest["policy"] == "lit_rl.models.ar.PretrainedCausalLM" and manifest["adapter_tensors"] == 2 * 2 * 7
     with torch.no_grad():
         want = trained.model(input_ids=IDS).logits
         peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(out / "adapter")).eval()
@@ -70,7 +75,8 @@ def test_fully_trained_tiny_causal_policy_exports_a_merged_model(tmp_path):
         next(trained.parameters()).add_(0.5)  # differs from a fresh TinyCausalLM(seed=0), what the export builds
     run = _run(tmp_path, {"class_path": "lit_rl.models.ar.TinyCausalLM", "init_args": args}, trained)
     out = tmp_path / "export"
-    assert export_main(["--ckpt", str(run / "checkpoints/last.ckpt"), "--out", str(out), "--dtype", "float32"]) == 0  # the old flag still works
+    # the old flag still works
+    assert export_main(["--ckpt", str(run / "checkpoints/last.ckpt"), "--out", str(out), "--dtype", "float32"]) == 0
     assert not (out / "adapter").exists()
     merged = AutoModelForCausalLM.from_pretrained(out / "merged").eval()
     tok = AutoTokenizer.from_pretrained(out / "merged")
@@ -80,6 +86,7 @@ def test_fully_trained_tiny_causal_policy_exports_a_merged_model(tmp_path):
 
 
 def test_export_refuses_a_config_whose_policy_is_not_a_policy(tmp_path):
-    run = _run(tmp_path, {"class_path": "torch.nn.Linear", "init_args": {"in_features": 2, "out_features": 2}}, torch.nn.Linear(2, 2))
+    run = _run(tmp_path, {"class_path": "torch.nn.Linear", "init_args": {"in_features": 2, "out_features": 2}},
+               torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="not a DiffusionPolicy or CausalPolicy"):
         export_main(["--ckpt_path", str(run / "checkpoints/last.ckpt"), "--out", str(tmp_path / "x")])

@@ -31,7 +31,8 @@ def official(tmp_path_factory):
 
 
 def native_model(path, **kw) -> NativeLLaDAModel:
-    return NativeLLaDAModel.from_pretrained(path, config=NativeLLaDAConfig.from_llada_json(path), dtype=torch.float32, **kw).eval()
+    return NativeLLaDAModel.from_pretrained(path, config=NativeLLaDAConfig.from_llada_json(path),
+                                            dtype=torch.float32, **kw).eval()
 
 
 # -- (1) the official files load -----------------------------------------------------------------------------
@@ -74,7 +75,8 @@ def test_mask_id_outside_the_vocabulary_names_the_field(official, tmp_path):
     cfg = json.loads((copy / "config.json").read_text())
     cfg.pop("mask_token_id")  # the official config class then defaults it to 50256
     (copy / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match=r"policy.mask_id \(config.json's mask_token_id\) = 50256 is outside the vocabulary"):
+    with pytest.raises(ValueError,
+                       match=r"policy.mask_id \(config.json's mask_token_id\) = 50256 is outside the vocabulary"):
         PretrainedDiffusionLM(str(copy), mask_id=None, eos_id=None, dtype="float32")
     with pytest.raises(ValueError, match=r"policy.mask_id = 126336 is outside the vocabulary .* \(128 ids\)"):
         PretrainedDiffusionLM(str(official), mask_id=126336, eos_id=None, dtype="float32")
@@ -85,7 +87,8 @@ def test_still_incompatible_remote_code_raises_an_error_naming_the_fix(official,
     code = (copy / "modeling_llada.py").read_text()
     marker = "        if not model:\n"
     assert marker in code
-    (copy / "modeling_llada.py").write_text(code.replace(marker, "        config.lit_rl_missing_attribute\n" + marker, 1))
+    (copy / "modeling_llada.py").write_text(
+        code.replace(marker, "        config.lit_rl_missing_attribute\n" + marker, 1))
     with pytest.raises(RemoteCodeError, match=r"LLaDAModelLM.*transformers .*lit_rl_missing_attribute.*NativeLLaDA"):
         load_remote_model(str(copy), dtype=torch.float32)
 
@@ -119,7 +122,8 @@ def test_native_rows_under_left_padding_equal_each_prompt_alone_and_official_do_
 
 def test_native_bfloat16_logits_equal_the_official_code_without_padding(official):
     ref = load_remote_model(str(official), dtype=torch.bfloat16).eval()
-    nat = NativeLLaDAModel.from_pretrained(official, config=NativeLLaDAConfig.from_llada_json(official), dtype=torch.bfloat16).eval()
+    nat = NativeLLaDAModel.from_pretrained(official, config=NativeLLaDAConfig.from_llada_json(official),
+                                           dtype=torch.bfloat16).eval()
     assert nat.model.rotary_emb.inv_freq.dtype == torch.float32  # RoPE frequencies are not rounded to bf16
     _, ids, _ = left_padded(lens=(11, 11, 11))
     with torch.no_grad():
@@ -146,7 +150,8 @@ def test_native_loads_a_sharded_checkpoint_by_its_index(official, tmp_path):
         shutil.copy(official / f, sharded / f)
     _, ids, _ = left_padded(lens=(9, 9))
     with torch.no_grad():
-        torch.testing.assert_close(native_model(sharded)(input_ids=ids).logits, ref(input_ids=ids).logits, rtol=0, atol=1e-5)
+        torch.testing.assert_close(native_model(sharded)(input_ids=ids).logits, ref(input_ids=ids).logits,
+                                   rtol=0, atol=1e-5)
 
 
 def test_unsupported_official_option_is_named(official, tmp_path):
@@ -184,7 +189,8 @@ def test_a_checkpoint_whose_weights_do_not_match_is_refused(official, tmp_path):
     state = load_file(copy / "model.safetensors")
     state["model.transformer.blocks.0.q_proj_renamed.weight"] = state.pop("model.transformer.blocks.0.q_proj.weight")
     save_file(state, copy / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ConfigError, match=r"do not match NativeLLaDAModel: missing \['model.transformer.blocks.0.q_proj.weight'\]"):
+    with pytest.raises(ConfigError,
+                       match=r"do not match NativeLLaDAModel: missing \['model.transformer.blocks.0.q_proj.weight'\]"):
         NativeLLaDA(str(copy), mask_id=None, eos_id=None, dtype="float32")
 
 
@@ -222,7 +228,8 @@ def test_activation_checkpointing_gives_the_same_gradients(official):
     grads = []
     for ckpt in (False, True):
         torch.manual_seed(0)
-        policy = NativeLLaDA(str(official), mask_id=None, eos_id=None, dtype="float32", lora=LoraSettings(r=4, alpha=8, dropout=0.0), gradient_checkpointing=ckpt)
+        policy = NativeLLaDA(str(official), mask_id=None, eos_id=None, dtype="float32",
+                             lora=LoraSettings(r=4, alpha=8, dropout=0.0), gradient_checkpointing=ckpt)
         blocks = policy.model.get_base_model().model.transformer.blocks
         assert all(b.gradient_checkpointing is ckpt for b in blocks)  # checkpointing really switched on / off
         with torch.no_grad():
@@ -241,7 +248,8 @@ def test_activation_checkpointing_gives_the_same_gradients(official):
 def test_adapter_trained_on_native_loads_onto_the_official_code_with_peft(official, tmp_path):
     from peft import PeftModel
 
-    policy = NativeLLaDA(str(official), mask_id=None, eos_id=None, dtype="float32", lora=LoraSettings(r=4, alpha=8, dropout=0.0))
+    policy = NativeLLaDA(str(official), mask_id=None, eos_id=None, dtype="float32",
+                         lora=LoraSettings(r=4, alpha=8, dropout=0.0))
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for n, p in sorted(policy.named_parameters()):
@@ -266,7 +274,8 @@ def test_fit_with_incompatible_remote_code_prints_the_shim_error_not_jsonargpars
 
     copy = shutil.copytree(official, tmp_path / "broken")
     code = (copy / "modeling_llada.py").read_text()
-    (copy / "modeling_llada.py").write_text(code.replace("        if not model:\n", "        config.lit_rl_missing_attribute\n        if not model:\n", 1))
+    (copy / "modeling_llada.py").write_text(
+        code.replace("        if not model:\n", "        config.lit_rl_missing_attribute\n        if not model:\n", 1))
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(
         "model:\n  init_args:\n    policy:\n      class_path: lit_rl.models.PretrainedDiffusionLM\n"
@@ -324,7 +333,8 @@ data:
     pool_path: {ROOT}/data/pools/sudoku_scripted.jsonl.gz
 """)
     common = [
-        "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "tests/tiny_overlay.yaml"), "--config", str(overlay),
+        "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "tests/tiny_overlay.yaml"),
+        "--config", str(overlay),
         f"--trainer.default_root_dir={tmp_path}/run", f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
     ]
     torch.manual_seed(0)
@@ -333,8 +343,10 @@ data:
     ckpt = tmp_path / "run/checkpoints/last.ckpt"
     val = run_lightning_cli(["validate", *common, f"--ckpt_path={ckpt}"])
     assert "val/sudoku/greedy/accuracy" in val.trainer.callback_metrics
-    assert export_main(["--ckpt", str(ckpt), "--out", str(tmp_path / "export"), "--config", str(tmp_path / "run/config.yaml"), "--dtype", "float32", "--merge"]) == 0
-    ref = PeftModel.from_pretrained(load_remote_model(str(official), dtype=torch.float32), tmp_path / "export/adapter").eval()
+    assert export_main(["--ckpt", str(ckpt), "--out", str(tmp_path / "export"),
+                        "--config", str(tmp_path / "run/config.yaml"), "--dtype", "float32", "--merge"]) == 0
+    ref = PeftModel.from_pretrained(load_remote_model(str(official), dtype=torch.float32),
+                                    tmp_path / "export/adapter").eval()
     trained = {n.removeprefix("policy.model."): p for n, p in cli.model.named_parameters() if "lora_" in n}
     loaded = {n.replace(".default", ""): p for n, p in ref.named_parameters() if "lora_" in n}
     assert len(loaded) == len(trained) == 2 * 7 * 2

@@ -35,7 +35,8 @@ def test_completion_lengths_decode_and_encode():
 @pytest.mark.parametrize("architecture", ["bert", "llada"])
 def test_position_ids_make_left_padding_invisible(architecture):
     torch.manual_seed(0)
-    p = TinyDiffusionLM(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, architecture=architecture).eval()
+    p = TinyDiffusionLM(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                        architecture=architecture).eval()
     ids, mask = p.encode_prompts([[{"role": "user", "content": "12"}], [{"role": "user", "content": "123456"}]])
     with torch.no_grad():
         batched = p(ids, mask)[0, -3:]
@@ -46,7 +47,8 @@ def test_position_ids_make_left_padding_invisible(architecture):
 
 @pytest.mark.parametrize("architecture", ["bert", "llada"])
 def test_lora_trains_only_adapters(architecture):
-    p = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, lora=LoraSettings(r=4, alpha=8, dropout=0.0), architecture=architecture)
+    p = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
+                        lora=LoraSettings(r=4, alpha=8, dropout=0.0), architecture=architecture)
     trainable = [n for n, q in p.named_parameters() if q.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     ids, mask = p.encode_prompts([[{"role": "user", "content": "12"}]])
@@ -62,7 +64,8 @@ def test_generate_draws_its_gumbel_noise_on_the_prompts_device(monkeypatch):
 
     calls = []
     real = rng.device_generator
-    monkeypatch.setattr(rng, "device_generator", lambda seed, device: calls.append((seed, str(device))) or real(seed, device))
+    monkeypatch.setattr(rng, "device_generator",
+                        lambda seed, device: calls.append((seed, str(device))) or real(seed, device))
     policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
     ids, mask = policy.encode_prompts([[{"role": "user", "content": "12"}]])
     policy.generate(ids, mask, DecodeSettings(8, 8, 4, 1.0), seed=5)
@@ -76,7 +79,8 @@ def test_tiny_llada_architecture_is_the_native_llada_seeded_and_bidirectional():
     b = TinyDiffusionLM(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, architecture="llada", seed=3)
     c = TinyDiffusionLM(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, architecture="llada", seed=4)
     assert isinstance(a.model, NativeLLaDAModel)
-    assert {n for n, _ in a.model.named_parameters()} >= {"model.transformer.blocks.0.ff_proj.weight", "model.transformer.ff_out.weight"}
+    assert {n for n, _ in a.model.named_parameters()} >= {"model.transformer.blocks.0.ff_proj.weight",
+                                                          "model.transformer.ff_out.weight"}
     sa, sb, sc = a.model.state_dict(), b.model.state_dict(), c.model.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa) and not all(torch.equal(sa[k], sc[k]) for k in sa)
     ids = torch.tensor([[10, 11, 12, 13]])

@@ -22,7 +22,8 @@ bnb = pytest.importorskip("bitsandbytes")
 
 from lit_rl.models import PretrainedDiffusionLM  # noqa: E402
 from lit_rl.models.quantization import PACKING_FLAG, disable_cpu_weight_packing, linear4bit_modules, packed_layers  # noqa: E402
-from support.pretrained import PROMPTS, adapter_grads, assert_trap, build_pretrained, eval_pass, fit_tiny_erils, randomize_adapters  # noqa: E402
+from support.pretrained import (  # noqa: E402
+    PROMPTS, adapter_grads, assert_trap, build_pretrained, eval_pass, fit_tiny_erils, randomize_adapters)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests/fixtures/tiny_llada"
@@ -60,7 +61,8 @@ def test_remote_code_4bit_lora_loading():
     assert base.config.model_type == "llada"
     # every block projection is 4-bit NF4; the LM head (model.transformer.ff_out) is not quantised ...
     q4 = dict(linear4bit_modules(base))
-    assert {n.removesuffix(".base_layer").rsplit(".", 1)[-1] for n in q4} == BLOCK_TARGETS and len(q4) == 2 * len(BLOCK_TARGETS)
+    assert ({n.removesuffix(".base_layer").rsplit(".", 1)[-1] for n in q4} == BLOCK_TARGETS
+            and len(q4) == 2 * len(BLOCK_TARGETS))
     assert all(m.weight.quant_state.quant_type == "nf4" for m in q4.values())
     assert all(getattr(m, PACKING_FLAG) is False for m in q4.values())
     # ... and not adapted, although its name (ff_out) is a LLaDA LoRA target
@@ -190,7 +192,8 @@ def test_export_adapters_in_peft_format_and_merge(fitted, tmp_path):
 
     cli, run = fitted
     out = tmp_path / "export"
-    assert main(["--ckpt_path", str(run / "checkpoints/last.ckpt"), "--out", str(out), "--merge", "--dtype", "float32"]) == 0
+    assert main(["--ckpt_path", str(run / "checkpoints/last.ckpt"), "--out", str(out), "--merge",
+                 "--dtype", "float32"]) == 0
     adapter_cfg = json.loads((out / "adapter/adapter_config.json").read_text())
     assert adapter_cfg["r"] == 8 and adapter_cfg["lora_alpha"] == 16
     assert (out / "adapter/adapter_model.safetensors").exists()
@@ -198,7 +201,8 @@ def test_export_adapters_in_peft_format_and_merge(fitted, tmp_path):
     # on a full-precision base
     base = load_remote_model(str(FIXTURE), dtype=torch.float32)
     peft_model = PeftModel.from_pretrained(base, str(out / "adapter")).eval()
-    trained = {n.split("base_model.model.", 1)[-1]: p for n, p in cli.model.policy.model.named_parameters() if "lora_" in n}
+    trained = {n.split("base_model.model.", 1)[-1]: p for n, p in cli.model.policy.model.named_parameters()
+               if "lora_" in n}
     loaded = {n.split("base_model.model.", 1)[-1]: p for n, p in peft_model.named_parameters() if "lora_" in n}
     assert trained.keys() == loaded.keys()
     for n in trained:

@@ -2,9 +2,9 @@
 
 Every case runs the real command line (``python -m lit_rl fit --config conf/erils.yaml --config
 tests/tiny_overlay.yaml --config <bad overlay>``) in-process through ``lit_rl.cli.main``, which runs the
-preflight (:mod:`lit_rl.config`) before LightningCLI. Each must: exit with status 2, print exactly one ``error:`` line that names the config
-file and line (or the command-line option) and the field, and for data files the data file and line; take
-seconds; and leave no trace of a run (no MLflow store, no checkpoint).
+preflight (:mod:`lit_rl.config`) before LightningCLI. Each must: exit with status 2, print exactly one ``error:`` line
+that names the config file and line (or the command-line option) and the field, and for data files the data file and
+line; take seconds; and leave no trace of a run (no MLflow store, no checkpoint).
 """
 
 from __future__ import annotations
@@ -66,10 +66,12 @@ def _truncated(tmp: Path) -> Path:
 CASES: dict[str, tuple] = {
     "gen_length_not_multiple_of_block": (
         "data:\n  init_args:\n    generation: {gen_length: 60, block_length: 32, steps: 4}\n",
-        [], ["data.init_args.generation.gen_length", "L_gen = 60 is not a multiple of block_length = 32"], "generation", None),
+        [], ["data.init_args.generation.gen_length", "L_gen = 60 is not a multiple of block_length = 32"],
+        "generation", None),
     "steps_not_divisible_by_blocks": (
         "data:\n  init_args:\n    generation: {gen_length: 64, block_length: 16, steps: 6}\n",
-        [], ["data.init_args.generation.steps", "steps = 6 is not divisible by the number of blocks", "= 4"], "generation", None),
+        [], ["data.init_args.generation.steps", "steps = 6 is not divisible by the number of blocks", "= 4"],
+        "generation", None),
     "generation_cache_unknown": (
         "data:\n  init_args:\n    generation:\n      cache: full\n",
         [], ["data.init_args.generation.cache", "must be 'none', 'prefix' or 'dual'", "'full'"], "cache", None),
@@ -81,7 +83,8 @@ CASES: dict[str, tuple] = {
         [], ["data.init_args.eval_generation.temperature", "must be >= 0"], "temperature", None),
     "passk_generation_bad_block": (
         "trainer:\n  callbacks:\n    - class_path: callbacks.PassAtKEvaluation\n      init_args:\n        configs:\n"
-        "          - name: det\n            generation: {gen_length: 48, block_length: 32, steps: 32, temperature: 0.0}\n",
+        "          - name: det\n"
+        "            generation: {gen_length: 48, block_length: 32, steps: 32, temperature: 0.0}\n",
         [], ["trainer.callbacks[0].init_args.configs[0].generation.gen_length", "not a multiple"], "generation", None),
     "group_size_mismatch": (
         "data:\n  init_args:\n    g_on: 4\n    g_ext: 2\n    group_size: 5\n",
@@ -100,29 +103,36 @@ CASES: dict[str, tuple] = {
         [], ["data.init_args.pool_path", "external rollout pool not found", "no_such_pool.jsonl"], "pool_path", None),
     "pool_bad_json_line": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
-        [], ["data.init_args.pool_path", "pool.jsonl:4:", "invalid JSON"], "pool_path", _bad_record(lambda r: '{"prompt_id": "sudoku-train-0", "index": 1,')),
+        [], ["data.init_args.pool_path", "pool.jsonl:4:", "invalid JSON"], "pool_path",
+        _bad_record(lambda r: '{"prompt_id": "sudoku-train-0", "index": 1,')),
     "pool_missing_field": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
-        [], ["pool.jsonl:4:", "missing field 'completion'"], "pool_path", _bad_record(lambda r: {k: v for k, v in r.items() if k != "completion"})),
+        [], ["pool.jsonl:4:", "missing field 'completion'"], "pool_path",
+        _bad_record(lambda r: {k: v for k, v in r.items() if k != "completion"})),
     "pool_wrong_field_type": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
-        [], ["pool.jsonl:4:", "field 'num_tokens' has type str"], "pool_path", _bad_record(lambda r: {**r, "num_tokens": "61"})),
+        [], ["pool.jsonl:4:", "field 'num_tokens' has type str"], "pool_path",
+        _bad_record(lambda r: {**r, "num_tokens": "61"})),
     "pool_nan_reward": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
-        [], ["pool.jsonl:4:", "field 'reward' is not finite"], "pool_path", _bad_record(lambda r: json.dumps(r).replace(f'"reward": {json.dumps(r["reward"])}', '"reward": NaN'))),
+        [], ["pool.jsonl:4:", "field 'reward' is not finite"], "pool_path",
+        _bad_record(lambda r: json.dumps(r).replace(f'"reward": {json.dumps(r["reward"])}', '"reward": NaN'))),
     "pool_prompt_id_not_in_dataset": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
-        [], ["pool.jsonl:4:", "prompt_id 'sudoku-train-999999' is not in the task's training set"], "pool_path", _bad_record(lambda r: {**r, "prompt_id": "sudoku-train-999999"})),
+        [], ["pool.jsonl:4:", "prompt_id 'sudoku-train-999999' is not in the task's training set"], "pool_path",
+        _bad_record(lambda r: {**r, "prompt_id": "sudoku-train-999999"})),
     "pool_other_task": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
         [], ["pool.jsonl:1:", "pool is for task 'countdown'"], "pool_path",
-        lambda tmp: _write_pool(tmp, [json.dumps({**json.loads(_pool_lines()[0]), "task": "countdown"}) + "\n"] + _pool_lines()[1:])),
+        lambda tmp: _write_pool(
+            tmp, [json.dumps({**json.loads(_pool_lines()[0]), "task": "countdown"}) + "\n"] + _pool_lines()[1:])),
     "pool_truncated_last_line": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
         [], ["pool.jsonl:40:", "truncated last line"], "pool_path", _truncated),
     "pool_lone_surrogate": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
-        [], ["pool.jsonl:4:", "completion"], "pool_path", _bad_record(lambda r: json.dumps({**r, "completion": "<answer>12\ud80034</answer>"}))),
+        [], ["pool.jsonl:4:", "completion"], "pool_path",
+        _bad_record(lambda r: json.dumps({**r, "completion": "<answer>12\ud80034</answer>"}))),
     "pool_json_nesting_bomb": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
         [], ["pool.jsonl:4:", "invalid JSON"], "pool_path", _bad_record(lambda r: "[" * 100_000 + "]" * 100_000)),
@@ -139,8 +149,10 @@ CASES: dict[str, tuple] = {
         "data:\n  init_args:\n    eval_size: 0\n",
         [], ["data.init_args.eval_size", "evaluation set would be empty"], "eval_size", None),
     "missing_data_path": (
-        "data:\n  init_args:\n    g_ext: 0\n    task:\n      class_path: lit_rl.tasks.MathTask\n      init_args:\n        train_path: {tmp}/math_train.jsonl\n",
-        [], ["data.init_args.task.init_args.train_path", "data file not found", "math_train.jsonl"], "train_path", None),
+        "data:\n  init_args:\n    g_ext: 0\n    task:\n      class_path: lit_rl.tasks.MathTask\n"
+        "      init_args:\n        train_path: {tmp}/math_train.jsonl\n",
+        [], ["data.init_args.task.init_args.train_path", "data file not found", "math_train.jsonl"],
+        "train_path", None),
     "unknown_task": (
         "data:\n  init_args:\n    task:\n      class_path: lit_rl.tasks.SudokuTsak\n",
         [], ["data.init_args.task.class_path", "unknown task 'lit_rl.tasks.SudokuTsak'"], "class_path", None),
@@ -149,7 +161,8 @@ CASES: dict[str, tuple] = {
         [], ["trainer.callbacks[0].class_path", "cannot import 'callbacks.FormatWarmUp'"], "class_path", None),
     "unknown_config_key": (
         "data:\n  init_args:\n    prompts_per_bach: 6\n",
-        [], ["data.init_args.prompts_per_bach", "unknown key for datamodules.RolloutDataModule", "prompts_per_batch"], "prompts_per_bach", None),
+        [], ["data.init_args.prompts_per_bach", "unknown key for datamodules.RolloutDataModule", "prompts_per_batch"],
+        "prompts_per_bach", None),
     "wrong_type": (
         "data:\n  init_args:\n    prompts_per_batch: six\n",
         [], ["data.init_args.prompts_per_batch", "expected int, got str 'six'"], "prompts_per_batch", None),
@@ -167,10 +180,12 @@ CASES: dict[str, tuple] = {
         [], ["YAML syntax error"], None, None),
     "max_steps_not_multiple_of_mu": (
         "trainer:\n  max_steps: 5\n",
-        [], ["trainer.max_steps", "5 optimizer updates is not a multiple of model.updates_per_batch = 2"], "max_steps", None),
+        [], ["trainer.max_steps", "5 optimizer updates is not a multiple of model.updates_per_batch = 2"],
+        "max_steps", None),
     "sequence_longer_than_positions": (
         "data:\n  init_args:\n    generation: {gen_length: 96, block_length: 32, steps: 3}\n",
-        [], ["data.init_args.generation.gen_length", "max_prompt_len + L_gen = 64 + 96 = 160 exceeds the policy's max_positions = 128"], "generation", None),
+        [], ["data.init_args.generation.gen_length",
+             "max_prompt_len + L_gen = 64 + 96 = 160 exceeds the policy's max_positions = 128"], "generation", None),
     "updates_per_batch_zero": (
         "model:\n  init_args:\n    updates_per_batch: 0\n",
         [], ["model.init_args.updates_per_batch", "must be >= 1"], "updates_per_batch", None),
@@ -178,10 +193,13 @@ CASES: dict[str, tuple] = {
         "model:\n  init_args:\n    max_consecutive_skips: 0\n",
         [], ["model.init_args.max_consecutive_skips", "must be >= 1"], "max_consecutive_skips", None),
     "mlflow_server_unreachable": (
-        "trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.MLFlowLogger\n    init_args:\n      tracking_uri: http://127.0.0.1:9\n",
-        [], ["trainer.logger.init_args.tracking_uri", "MLflow tracking server 'http://127.0.0.1:9' unreachable"], "tracking_uri", None),
+        "trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.MLFlowLogger\n"
+        "    init_args:\n      tracking_uri: http://127.0.0.1:9\n",
+        [], ["trainer.logger.init_args.tracking_uri", "MLflow tracking server 'http://127.0.0.1:9' unreachable"],
+        "tracking_uri", None),
     "mlflow_sqlite_unwritable": (
-        "trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.MLFlowLogger\n    init_args:\n      tracking_uri: sqlite:///{tmp}/a_file/mlflow.db\n",
+        "trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.MLFlowLogger\n"
+        "    init_args:\n      tracking_uri: sqlite:///{tmp}/a_file/mlflow.db\n",
         [], ["trainer.logger.init_args.tracking_uri", "unreachable: cannot create or write", "a_file"], "tracking_uri",
         lambda tmp: (tmp / "a_file").write_text("not a folder")),
     "ckpt_path_missing": (
@@ -196,7 +214,8 @@ def _params():
     for name in CASES:
         marks = []
         if name in NEEDS_PATCH and not _pool_patched(NEEDS_PATCH[name]):
-            marks.append(pytest.mark.xfail(strict=True, reason="needs the lit_rl/rollouts/pool.py reader fix from the reliability report"))
+            marks.append(pytest.mark.xfail(
+                strict=True, reason="needs the lit_rl/rollouts/pool.py reader fix from the reliability report"))
         yield pytest.param(name, marks=marks, id=name)
 
 
@@ -260,10 +279,12 @@ def test_missing_config_file(tmp_path):
 
 
 def test_command_line_override_is_named(tmp_path):
-    rc, stderr, _ = _run(["fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "tests/tiny_overlay.yaml"), "--data.init_args.generation.block_length=48"])
+    rc, stderr, _ = _run(["fit", "--config", str(ROOT / "conf/erils.yaml"), "--config",
+                          str(ROOT / "tests/tiny_overlay.yaml"), "--data.init_args.generation.block_length=48"])
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert rc == 2 and len(errors) == 1, stderr[-1500:]
-    assert "command line (--data.init_args.generation.block_length)" in errors[0] or "generation.gen_length" in errors[0], errors[0]
+    assert ("command line (--data.init_args.generation.block_length)" in errors[0]
+            or "generation.gen_length" in errors[0]), errors[0]
     MESSAGES["command_line_override"] = errors[0]
 
 
@@ -282,7 +303,9 @@ def test_unknown_backend_in_pool_build(tmp_path):
     assert not (tmp_path / "pool.jsonl").exists() or (tmp_path / "pool.jsonl").stat().st_size < 1000
 
 
-@pytest.mark.parametrize("extra", [[], ["--config", "conf/spg.yaml"], ["--config", "conf/erils_joint.yaml"], ["--config", "conf/erils_external_only.yaml"]], ids=["erils", "spg", "joint", "external_only"])
+@pytest.mark.parametrize("extra", [[], ["--config", "conf/spg.yaml"], ["--config", "conf/erils_joint.yaml"],
+                                   ["--config", "conf/erils_external_only.yaml"]],
+                         ids=["erils", "spg", "joint", "external_only"])
 def test_shipped_configs_pass_the_preflight(extra):
     reliability.preflight(["fit", "--config", "conf/erils.yaml", *extra])
     reliability.preflight(["fit", "--config", "conf/erils.yaml", *extra, "--config", "tests/tiny_overlay.yaml"])

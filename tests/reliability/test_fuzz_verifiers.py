@@ -32,7 +32,8 @@ from hypothesis import strategies as st
 
 from lit_rl.core.double_rollout import split_thinking, split_thinking_text
 from lit_rl.rollouts.pool import PoolFormatError, PoolRecord
-from lit_rl.tasks import CountdownTask, MathTask, SudokuTask, arith, countdown, math_normalize, math_task, parsing, sudoku
+from lit_rl.tasks import (CountdownTask, MathTask, SudokuTask, arith, countdown, math_normalize, math_task, parsing,
+                          sudoku)
 
 # -- targets ----------------------------------------------------------------------------------------------
 SUDOKU, COUNTDOWN, MATH = SudokuTask(num_train=0), CountdownTask(num_train=0), MathTask()
@@ -78,7 +79,8 @@ TARGETS: dict[str, Callable[[str], Any]] = {
     "parsing.sudoku_eval_answer": lambda t: parsing.fit16(parsing.sudoku_eval_answer(t)),
     "sudoku.reward_answer": sudoku.reward_answer,
     "sudoku.puzzle_from_question": sudoku.puzzle_from_question,
-    "math_normalize.is_equiv": lambda t: (math_normalize.is_equiv(t, MX.answer), math_normalize.is_equiv(t, t), math_normalize.is_equiv(t[:64], "\\frac{1}{2}")),
+    "math_normalize.is_equiv": lambda t: (math_normalize.is_equiv(t, MX.answer), math_normalize.is_equiv(t, t),
+                                          math_normalize.is_equiv(t[:64], "\\frac{1}{2}")),
     "math_task.math_eval_answer": math_task.math_eval_answer,
     "math_task.math_format_reward": math_task.math_format_reward,
     "arith.safe_eval": lambda t: (arith.safe_eval(t), arith.safe_eval(t[:200])),
@@ -86,8 +88,10 @@ TARGETS: dict[str, Callable[[str], Any]] = {
     "arith.uses_exactly": lambda t: arith.uses_exactly(t, CX_NUMBERS),
     "countdown.eval_expression": countdown.eval_expression,
     "countdown.equals_lhs": countdown.equals_lhs,
-    "split_thinking_text": lambda t: (split_thinking_text(t), split_thinking_text(t, missing="skip"), split_thinking_text(t, "</reasoning>")),
-    "split_thinking[tokens]": lambda t: (split_thinking([ord(c) for c in t], DELIM_IDS), split_thinking([ord(c) for c in t], DELIM_IDS, missing="skip")),
+    "split_thinking_text": lambda t: (split_thinking_text(t), split_thinking_text(t, missing="skip"),
+                                      split_thinking_text(t, "</reasoning>")),
+    "split_thinking[tokens]": lambda t: (split_thinking([ord(c) for c in t], DELIM_IDS),
+                                         split_thinking([ord(c) for c in t], DELIM_IDS, missing="skip")),
     "char_tokenizer": _tok_roundtrip,
 }
 
@@ -95,8 +99,10 @@ TARGETS: dict[str, Callable[[str], Any]] = {
 def _pool_record(t: str) -> Any:
     # the record validator on decoded JSON values (whole pool files, JSON decoding included, are fuzzed in
     # test_bad_inputs.py: a file read would trip the audit hook here)
-    for obj in (t, [t], {"prompt_id": t, "index": 0, "source": t, "completion": t, "reward": 1.0, "num_tokens": len(t), "tokenizer": "x"},
-                {"prompt_id": "p", "index": len(t), "source": "s", "completion": t, "reward": float(len(t) % 3) - 1, "num_tokens": -len(t), "tokenizer": t, "meta": {t: t}},
+    for obj in (t, [t], {"prompt_id": t, "index": 0, "source": t, "completion": t, "reward": 1.0, "num_tokens": len(t),
+                         "tokenizer": "x"},
+                {"prompt_id": "p", "index": len(t), "source": "s", "completion": t, "reward": float(len(t) % 3) - 1,
+                 "num_tokens": -len(t), "tokenizer": t, "meta": {t: t}},
                 {"completion": t}):
         try:
             PoolRecord.from_json(obj, "fuzz:1")
@@ -109,7 +115,9 @@ TARGETS["pool.PoolRecord.from_json"] = _pool_record
 # -- tripwires against code execution ------------------------------------------------------------------------
 _ARMED = False
 _EVENTS: list[str] = []
-_FORBIDDEN = ("exec", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen", "socket.connect", "socket.bind", "ctypes.dlopen", "builtins.input", "import", "open", "shutil.", "os.remove", "os.rename")
+_FORBIDDEN = ("exec", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
+              "socket.connect", "socket.bind", "ctypes.dlopen", "builtins.input", "import", "open", "shutil.",
+              "os.remove", "os.rename")
 
 
 def _audit(event: str, args: tuple) -> None:
@@ -176,30 +184,37 @@ def _run_all(text: str, record: dict[str, list[float]] | None, monkeypatch_built
 FRAGMENTS = [
     "<answer>", "</answer>", "<reasoning>", "</reasoning>", "<think>", "</think>", "\\boxed{", "\\boxed ", "\\fbox{",
     "{", "}", "(", ")", "**", "//", "=", "+", "-", "*", "/", ".", "$", "```", "<|eot_id|>", "<|endoftext|>", "\n", " ",
-    "__import__('os').system('touch /tmp/lit_rl_pwned')", "eval('1')", "exec('x=1')", "lambda: 0", "().__class__.__bases__[0]",
+    "__import__('os').system('touch /tmp/lit_rl_pwned')", "eval('1')", "exec('x=1')", "lambda: 0",
+    "().__class__.__bases__[0]",
     "\\frac", "\\dfrac", "\\sqrt", "\\text{ ", "\\left(", "\\right)", "\\!", "^\\circ", "\\%", "\\div", "\\times",
-    "\x00", "\ud800", "\udfff", "\u202e", "\ufeff", "\u0663", "\u00b2", "1e308", "1e-999", "inf", "nan", "0x1F", "1_000",
-    "9" * 50, "9**9**9", "(" * 30, ")" * 30, "1234123412341234", "Sudoku puzzle: ", "30", "100", "93", "23",
+    "\x00", "\ud800", "\udfff", "\u202e", "\ufeff", "\u0663", "\u00b2", "1e308", "1e-999", "inf", "nan", "0x1F",
+    "1_000", "9" * 50, "9**9**9", "(" * 30, ")" * 30, "1234123412341234", "Sudoku puzzle: ", "30", "100", "93", "23",
 ]
 _expr = st.recursive(
     st.integers(-10**6, 10**6).map(str) | st.sampled_from([str(n) for n in CX_NUMBERS]),
-    lambda inner: st.tuples(inner, st.sampled_from(["+", "-", "*", "/", "**", "//", " "]), inner).map(lambda t: f"({t[0]}{t[1]}{t[2]})"),
+    lambda inner: st.tuples(inner, st.sampled_from(["+", "-", "*", "/", "**", "//", " "]), inner).map(
+        lambda t: f"({t[0]}{t[1]}{t[2]})"),
     max_leaves=12,
 )
 TEXT = st.one_of(
     st.text(alphabet=st.characters(exclude_categories=()), max_size=300),  # surrogates included
-    st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=6), st.integers(-10**60, 10**60).map(str)), max_size=50).map("".join),
+    st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=6), st.integers(-10**60, 10**60).map(str)),
+             max_size=50).map("".join),
     st.binary(max_size=400).map(lambda b: b.decode("utf-8", errors="surrogateescape")),  # invalid UTF-8 after decoding
     st.binary(max_size=400).map(lambda b: b.decode("utf-8", errors="replace")),
-    st.tuples(st.sampled_from(["", "<reasoning>x</reasoning>\n", "<think>", "</think>"]), _expr, st.sampled_from(["</answer>", "", "=23", "</answer><answer>"])).map(lambda t: f"{t[0]}<answer>{t[1]}{t[2]}"),
-    st.tuples(st.lists(st.sampled_from(["\\frac", "{", "}", "1", "2", "\\sqrt", "x", "=", "/", "\\text{ m}", " "]), max_size=30)).map(lambda t: "<answer>\\boxed{" + "".join(t[0]) + "}</answer>"),
+    st.tuples(st.sampled_from(["", "<reasoning>x</reasoning>\n", "<think>", "</think>"]), _expr,
+              st.sampled_from(["</answer>", "", "=23", "</answer><answer>"])).map(
+        lambda t: f"{t[0]}<answer>{t[1]}{t[2]}"),
+    st.tuples(st.lists(st.sampled_from(["\\frac", "{", "}", "1", "2", "\\sqrt", "x", "=", "/", "\\text{ m}", " "]),
+                       max_size=30)).map(lambda t: "<answer>\\boxed{" + "".join(t[0]) + "}</answer>"),
     st.text(alphabet="0123456789 \n<>/answer`", max_size=80).map(lambda s: "<answer>" + s),
 )
 
 N_EXAMPLES = 400
 
 
-@settings(max_examples=N_EXAMPLES, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=N_EXAMPLES, derandomize=True, deadline=None, database=None,
+          suppress_health_check=list(HealthCheck))
 @given(TEXT)
 def test_fuzz_all_verifiers_and_parsers(text):
     CASES["generated"] += 1
@@ -280,10 +295,12 @@ def test_timing_summary():
     rows = []
     for name in TARGETS:
         xs = TIMES[name]
-        rows.append((name, len(xs), statistics.median(xs) * 1e3, _p(xs, 0.99) * 1e3, max(xs) * 1e3, ADV_TIMES.get(name, 0.0) * 1e3))
-    print(f"\n[fuzz] cases: {CASES['generated']} generated + {CASES['adversarial']} adversarial, {len(TARGETS)} targets each "
-          f"({(CASES['generated'] + CASES['adversarial']) * len(TARGETS)} calls)")
-    print(f"[fuzz] {'target':32s} {'n':>5s} {'median ms':>10s} {'p99 ms':>8s} {'max ms':>8s} {'max adversarial ms':>19s}")
+        rows.append((name, len(xs), statistics.median(xs) * 1e3, _p(xs, 0.99) * 1e3, max(xs) * 1e3,
+                     ADV_TIMES.get(name, 0.0) * 1e3))
+    print(f"\n[fuzz] cases: {CASES['generated']} generated + {CASES['adversarial']} adversarial, "
+          f"{len(TARGETS)} targets each ({(CASES['generated'] + CASES['adversarial']) * len(TARGETS)} calls)")
+    print(f"[fuzz] {'target':32s} {'n':>5s} {'median ms':>10s} {'p99 ms':>8s} {'max ms':>8s} "
+          f"{'max adversarial ms':>19s}")
     for name, n, med, p99, mx, adv in rows:
         print(f"[fuzz] {name:32s} {n:5d} {med:10.3f} {p99:8.3f} {mx:8.2f} {adv:19.1f}")
     slow = [r for r in rows if r[3] > 50.0]

@@ -93,7 +93,8 @@ class _Stream(IterableDataset):
     def __iter__(self):
         step = 0
         while True:
-            yield PromptBatch(examples=[Example(id=f"p{step}-{k}", question="q", answer="a") for k in range(GROUPS)], step=step)
+            yield PromptBatch(examples=[Example(id=f"p{step}-{k}", question="q", answer="a") for k in range(GROUPS)],
+                              step=step)
             step += 1
 
 
@@ -178,7 +179,8 @@ class FaultySurrogate(SPGSurrogate):
         return loss, stats
 
 
-def _fit(batches: int, module_kw: dict | None = None, dm: FixedRollouts | None = None, grad_fault: tuple[set[int], float] | None = None, max_skips: int = 10):
+def _fit(batches: int, module_kw: dict | None = None, dm: FixedRollouts | None = None,
+         grad_fault: tuple[set[int], float] | None = None, max_skips: int = 10):
     torch.manual_seed(0)
     policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
     kw = dict(
@@ -239,7 +241,8 @@ N = 4
 FAULTS = {
     # name -> (kwargs for _fit, batches with a fault)
     "reward_inf": (lambda: {"dm": FixedRollouts({1: [math.inf] + _clean_rewards(1)[1:]})}, {1}),
-    "reward_-inf_external": (lambda: {"dm": FixedRollouts({2: _clean_rewards(2)[:G_ON] + [-math.inf] + _clean_rewards(2)[G_ON + 1:]})}, {2}),
+    "reward_-inf_external": (
+        lambda: {"dm": FixedRollouts({2: _clean_rewards(2)[:G_ON] + [-math.inf] + _clean_rewards(2)[G_ON + 1:]})}, {2}),
     "advantage_nan": (lambda: {"module_kw": {"advantages": FaultyAdvantages({1}, math.nan)}}, {1}),
     "advantage_inf": (lambda: {"module_kw": {"advantages": FaultyAdvantages({2}, math.inf)}}, {2}),
     "loss_nan": (lambda: {"module_kw": {"surrogate": FaultySurrogate({1}, math.nan, num_t=1, block_length=LC)}}, {1}),
@@ -307,10 +310,12 @@ def test_all_equal_rewards_train_without_a_skip():
     """Through the module: every group constant (on-policy 1.0, external 0) with std scaling and eps = 0."""
     const = {b: [1.0] * G_ON + [0.0] * G_EXT for b in range(3)}
     const = {b: v * GROUPS for b, v in const.items()}
-    module, trainer, logger, snaps, err = _fit(3, module_kw={"advantages": SourceSpecific(scale_std=True, eps=0.0)}, dm=FixedRollouts(const))
+    module, trainer, logger, snaps, err = _fit(3, module_kw={"advantages": SourceSpecific(scale_std=True, eps=0.0)},
+                                               dm=FixedRollouts(const))
     assert err is None and module.skipped_updates == 0
     # every row's advantage is exactly 0: mean and std over each source's rows, every batch
-    for key in ("on_policy/advantage_mean", "on_policy/advantage_std", "external/advantage_mean", "external/advantage_std"):
+    for key in ("on_policy/advantage_mean", "on_policy/advantage_std", "external/advantage_mean",
+                "external/advantage_std"):
         values = logger.values(f"train/{key}")
         assert values and all(v == 0.0 for v in values), (key, values)
     assert all(math.isfinite(v) for v in logger.values("train/loss"))

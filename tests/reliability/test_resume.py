@@ -55,12 +55,15 @@ ALGOS = {
     "double_rollout": (
         ["conf/double_rollout.yaml", "tests/tiny_dr_overlay.yaml"],
         "    - class_path: callbacks.RolloutTracker\n"
-        "    - class_path: callbacks.ar_warmup.ScriptedSFTWarmup\n      init_args: {steps: 2, batch_size: 4, max_completion_len: 48, cache_dir: null}\n",
-        "data:\n  init_args:\n    task:\n      init_args:\n        reward_funcs: [test_double_rollout.digit_reward]\n        num_train: 50\n",
+        "    - class_path: callbacks.ar_warmup.ScriptedSFTWarmup\n"
+        "      init_args: {steps: 2, batch_size: 4, max_completion_len: 48, cache_dir: null}\n",
+        "data:\n  init_args:\n    task:\n      init_args:\n"
+        "        reward_funcs: [test_double_rollout.digit_reward]\n        num_train: 50\n",
         [str(ROOT / "tests/algorithms")],
     ),
 }
-DR_LANDED = all((ROOT / f).is_file() for f in ALGOS["double_rollout"][0]) and (ROOT / "lit_rl/algorithms/double_rollout.py").is_file()
+DR_LANDED = (all((ROOT / f).is_file() for f in ALGOS["double_rollout"][0])
+             and (ROOT / "lit_rl/algorithms/double_rollout.py").is_file())
 
 
 def _overlay(run_dir: Path, extra_callbacks: list[str], algo: str = "erils") -> Path:
@@ -98,17 +101,21 @@ model:
     return p
 
 
-def _start(run_dir: Path, extra_callbacks: list[str] = (), resume: bool = False, algo: str = "erils") -> subprocess.Popen:
+def _start(run_dir: Path, extra_callbacks: list[str] = (), resume: bool = False,
+           algo: str = "erils") -> subprocess.Popen:
     overlay = run_dir / "overlay.yaml" if resume else _overlay(run_dir, list(extra_callbacks), algo)
     if resume:  # the same run without its fault injector
         _overlay(run_dir, [], algo)
     configs, _, _, paths = ALGOS[algo]
-    cmd = [sys.executable, "-m", "lit_rl", "fit"] + [x for c in configs for x in ("--config", c)] + ["--config", str(overlay)]
+    cmd = ([sys.executable, "-m", "lit_rl", "fit"] + [x for c in configs for x in ("--config", c)]
+           + ["--config", str(overlay)])
     if resume:
         cmd += ["--ckpt_path", "last"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), *paths]), OMP_WAIT_POLICY="PASSIVE", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), *paths]), OMP_WAIT_POLICY="PASSIVE",
+               MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
     log = (run_dir / ("resume.log" if resume else "run.log")).open("w")
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(19))
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: os.nice(19))
 
 
 def _wait(procs: dict[str, subprocess.Popen], timeout: float = 900) -> dict[str, int]:
@@ -126,9 +133,12 @@ def runs(tmp_path_factory):
     t0 = time.time()
     first = {
         "ref": _start(dirs["ref"]),
-        "kill": _start(dirs["kill"], [f"{{class_path: rel_faults.KillAt, init_args: {{step: {KILL_STEP}, sig: SIGKILL}}}}"]),
-        "term": _start(dirs["term"], [f"{{class_path: rel_faults.KillAt, init_args: {{step: {TERM_STEP}, sig: SIGTERM}}}}"]),
-        "savekill": _start(dirs["savekill"], [f"{{class_path: rel_faults.KillDuringSave, init_args: {{step: {SAVEKILL_STEP}}}}}"]),
+        "kill": _start(dirs["kill"],
+                       [f"{{class_path: rel_faults.KillAt, init_args: {{step: {KILL_STEP}, sig: SIGKILL}}}}"]),
+        "term": _start(dirs["term"],
+                       [f"{{class_path: rel_faults.KillAt, init_args: {{step: {TERM_STEP}, sig: SIGTERM}}}}"]),
+        "savekill": _start(dirs["savekill"],
+                           [f"{{class_path: rel_faults.KillDuringSave, init_args: {{step: {SAVEKILL_STEP}}}}}"]),
     }
     # each faulted run is resumed as soon as it has exited (while the others still run: no idle core)
     rc1: dict[str, int] = {}
@@ -142,8 +152,10 @@ def runs(tmp_path_factory):
             if name == "ref":
                 continue
             state_after_fault[name] = {
-                "files": sorted(p.name for p in (dirs[name] / "checkpoints").iterdir()) if (dirs[name] / "checkpoints").exists() else [],
-                "last_step": _ckpt(dirs[name] / "checkpoints" / "last.ckpt")["global_step"] if (dirs[name] / "checkpoints" / "last.ckpt").exists() else None,
+                "files": (sorted(p.name for p in (dirs[name] / "checkpoints").iterdir())
+                          if (dirs[name] / "checkpoints").exists() else []),
+                "last_step": (_ckpt(dirs[name] / "checkpoints" / "last.ckpt")["global_step"]
+                              if (dirs[name] / "checkpoints" / "last.ckpt").exists() else None),
                 "ledger_lines": len(_ledger(dirs[name])),
             }
             second[name] = _start(dirs[name], resume=True)
@@ -151,9 +163,11 @@ def runs(tmp_path_factory):
             pytest.fail(f"first runs did not finish in 900 s (finished: {sorted(rc1)})")
         time.sleep(0.2)
     rc2 = _wait(second)
-    for name, rc in {**{f"{k} (1st)": v for k, v in rc1.items()}, **{f"{k} (resume)": v for k, v in rc2.items()}}.items():
+    for name, rc in {**{f"{k} (1st)": v for k, v in rc1.items()},
+                     **{f"{k} (resume)": v for k, v in rc2.items()}}.items():
         print(f"[resume] {name}: exit status {rc}")
-    print(f"[resume] wall time {time.time() - t0:.0f}s; kill before update {KILL_STEP + 1}, SIGTERM before update {TERM_STEP + 1}, SIGKILL while saving step {SAVEKILL_STEP}")
+    print(f"[resume] wall time {time.time() - t0:.0f}s; kill before update {KILL_STEP + 1}, "
+          f"SIGTERM before update {TERM_STEP + 1}, SIGKILL while saving step {SAVEKILL_STEP}")
     return {"dirs": dirs, "rc1": rc1, "rc2": rc2, "after_fault": state_after_fault}
 
 
@@ -211,7 +225,8 @@ def _compare(runs, name: str, ref_name: str = "ref") -> dict:
         assert torch.equal(t, u), f"{name}: weight {k} differs"
     for (k, sa), sb in zip(a["optimizer_states"][0]["state"].items(), b["optimizer_states"][0]["state"].values()):
         for field in sa:
-            assert torch.equal(torch.as_tensor(sa[field]), torch.as_tensor(sb[field])), f"{name}: optimizer state {k}.{field} differs"
+            assert torch.equal(torch.as_tensor(sa[field]), torch.as_tensor(sb[field])), (
+                f"{name}: optimizer state {k}.{field} differs")
     assert a["lr_schedulers"] == b["lr_schedulers"]
     # 3. prompts: the same batches, in order, each once
     la, lb = _ledger(ref_dir), _ledger(dirs[name])
@@ -268,16 +283,19 @@ def dr_runs(tmp_path_factory):
     dirs = {"dr_ref": base / "ref", "dr_kill": base / "kill"}
     t0 = time.time()
     ref = _start(dirs["dr_ref"], algo="double_rollout")
-    kill = _start(dirs["dr_kill"], [f"{{class_path: rel_faults.KillAt, init_args: {{step: {DR_KILL_STEP}, sig: SIGKILL}}}}"], algo="double_rollout")
+    kill = _start(dirs["dr_kill"], [f"{{class_path: rel_faults.KillAt, init_args: {{step: {DR_KILL_STEP}, "
+                                    f"sig: SIGKILL}}}}"], algo="double_rollout")
     rc_kill = kill.wait(timeout=900)
     after = {"dr_kill": {
-        "last_step": _ckpt(dirs["dr_kill"] / "checkpoints" / "last.ckpt")["global_step"] if (dirs["dr_kill"] / "checkpoints" / "last.ckpt").exists() else None,
+        "last_step": (_ckpt(dirs["dr_kill"] / "checkpoints" / "last.ckpt")["global_step"]
+                      if (dirs["dr_kill"] / "checkpoints" / "last.ckpt").exists() else None),
         "ledger_lines": len(_ledger(dirs["dr_kill"])),
     }}
     resumed = _start(dirs["dr_kill"], resume=True, algo="double_rollout")  # while the reference still runs
     rc1 = {"dr_ref": ref.wait(timeout=900), "dr_kill": rc_kill}
     rc2 = _wait({"dr_kill": resumed})
-    print(f"[resume] double-rollout: exit statuses {rc1} then {rc2}; wall time {time.time() - t0:.0f}s; kill before update {DR_KILL_STEP + 1}")
+    print(f"[resume] double-rollout: exit statuses {rc1} then {rc2}; wall time {time.time() - t0:.0f}s; "
+          f"kill before update {DR_KILL_STEP + 1}")
     return {"dirs": dirs, "rc1": rc1, "rc2": rc2, "after_fault": after}
 
 

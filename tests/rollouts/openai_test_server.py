@@ -68,7 +68,8 @@ def canned_completion(content: str, seed: int) -> str:
         answers = re.findall(r"<answer>(.*?)</answer>", original, flags=re.S)
         answer = answers[-1].strip() if answers else ""
         steps = re.findall(r"cell (\d),(\d) is (\d)", original)
-        return "<reasoning>" + "".join(f"{r}{c}{d}" for r, c, d in steps) + "</reasoning>\n<answer>" + answer + "</answer>"
+        return ("<reasoning>" + "".join(f"{r}{c}{d}" for r, c, d in steps) + "</reasoning>\n<answer>" + answer
+                + "</answer>")
     m = PUZZLE.search(content)
     if not m:
         return "<reasoning>no puzzle found</reasoning>\n<answer>0</answer>"
@@ -197,7 +198,8 @@ class FakeOpenAIServer:
                 if fault == "401":
                     return self._json(401, {"error": {"message": "invalid API key"}})
                 if fault == "400":
-                    return self._json(400, {"error": {"message": "max_tokens is too large for this model's context length"}})
+                    return self._json(400, {"error": {
+                        "message": "max_tokens is too large for this model's context length"}})
                 if fault == "500":
                     return self._json(500, {"error": {"message": "internal server error (injected)"}})
                 if fault == "503":
@@ -210,8 +212,9 @@ class FakeOpenAIServer:
                 if fault in ("huge_int", "deep"):
                     text = '"<reasoning>x</reasoning>\\n<answer>1</answer>"'
                     if fault == "huge_int":
-                        data = ('{"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": %s}, "text": %s}], '
-                                '"usage": {"completion_tokens": 1%s}}' % (text, text, "0" * 5000)).encode()
+                        data = ('{"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": %s}, '
+                                '"text": %s}], "usage": {"completion_tokens": 1%s}}'
+                                % (text, text, "0" * 5000)).encode()
                     else:
                         data = b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
                     return self._raw(200, data)
@@ -234,7 +237,10 @@ class FakeOpenAIServer:
                     choice["message"] = {"role": "assistant", "content": text}
                 else:
                     choice["text"] = text
-                resp = {"id": f"cmpl-{index}", "object": "chat.completion" if chat else "text_completion", "model": server.model, "choices": [choice], "usage": {"prompt_tokens": len(content), "completion_tokens": len(text), "total_tokens": len(content) + len(text)}}
+                resp = {"id": f"cmpl-{index}", "object": "chat.completion" if chat else "text_completion",
+                        "model": server.model, "choices": [choice],
+                        "usage": {"prompt_tokens": len(content), "completion_tokens": len(text),
+                                  "total_tokens": len(content) + len(text)}}
                 if fault == "truncated":
                     data = json.dumps(resp).encode()
                     self.send_response(200)

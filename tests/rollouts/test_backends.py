@@ -51,19 +51,23 @@ def test_openai_backend_answers_and_reports_usage(api):
     with FakeOpenAIServer() as srv:
         hooks = GenHooks()
         got = []
-        res = _client(srv.url, api=api, tokenizer="none").generate(_reqs(3), Sampling(max_tokens=64), on_result=lambda i, r: got.append(i), hooks=hooks)
-    assert [r.text for r in res] == [canned_completion(MESSAGES[0]["content"] + ("\n" if api == "completions" else ""), 100 + i) for i in range(3)]
+        res = _client(srv.url, api=api, tokenizer="none").generate(
+            _reqs(3), Sampling(max_tokens=64), on_result=lambda i, r: got.append(i), hooks=hooks)
+    assert [r.text for r in res] == [
+        canned_completion(MESSAGES[0]["content"] + ("\n" if api == "completions" else ""), 100 + i) for i in range(3)]
     assert all(r.finish_reason == "stop" and r.completion_tokens == len(r.text) and r.attempts == 1 for r in res)
     assert sorted(got) == [0, 1, 2] and hooks.requests == 3 and hooks.in_flight == 0 and hooks.retries == 0
 
 
-@pytest.mark.parametrize("fault", ["timeout", "500", "503", "malformed", "no_choices", "truncated", "reset", "surrogate", "huge_int", "deep"])
+@pytest.mark.parametrize("fault", ["timeout", "500", "503", "malformed", "no_choices", "truncated", "reset",
+                                   "surrogate", "huge_int", "deep"])
 def test_transient_fault_is_retried_to_the_same_text(fault):
     # the first attempt of every request fails; the retry returns exactly the fault-free text
     # (generous client timeouts: the test machine may be loaded; only the injected timeout should fire)
     with FakeOpenAIServer(fault=lambda i, body, attempt: fault if attempt == 1 else None, timeout_sleep_s=4.0) as srv:
         hooks = GenHooks()
-        res = _client(srv.url, timeout_s=1.5 if fault == "timeout" else 10.0, max_retries=4).generate(_reqs(2), Sampling(), hooks=hooks)
+        res = _client(srv.url, timeout_s=1.5 if fault == "timeout" else 10.0, max_retries=4).generate(
+            _reqs(2), Sampling(), hooks=hooks)
         assert srv.faults_sent[fault] == 2
     assert [r.text for r in res] == [canned_completion(MESSAGES[0]["content"], 100 + i) for i in range(2)]
     assert all(r.attempts >= 2 for r in res) and hooks.retries == sum(r.attempts - 1 for r in res)
@@ -89,14 +93,16 @@ def test_persistent_fault_gives_up_after_max_retries(fault, reason):
     retries = 1 if fault == "timeout" else 2  # (timeouts are slow to test)
     with FakeOpenAIServer(fault=lambda i, body, attempt: fault, timeout_sleep_s=4.0) as srv:
         with pytest.raises(BackendError, match=f"failed after {retries + 1} attempts; last error: .*" + reason):
-            _client(srv.url, timeout_s=1.5 if fault == "timeout" else 10.0, max_retries=retries).generate(_reqs(1), Sampling())
+            _client(srv.url, timeout_s=1.5 if fault == "timeout" else 10.0, max_retries=retries).generate(
+                _reqs(1), Sampling())
         assert srv.attempts[100] == retries + 1  # 1 + max_retries, then a clear error
 
 
 def test_malformed_reply_error_names_the_prompt_and_endpoint():
     # a server that always answers with a lone surrogate: never written to the pool, a clear error instead
     with FakeOpenAIServer(fault=lambda i, body, attempt: "surrogate") as srv:
-        with pytest.raises(BackendError, match=rf"request p0 \(seed 100\) to {srv.url}/chat/completions failed after 2 attempts; last error: malformed: response text"):
+        with pytest.raises(BackendError, match=rf"request p0 \(seed 100\) to {srv.url}/chat/completions failed "
+                           r"after 2 attempts; last error: malformed: response text"):
             _client(srv.url, max_retries=1).generate(_reqs(1), Sampling())
 
 
@@ -109,7 +115,8 @@ def test_auth_error_is_immediate_and_says_what_to_do():
     assert res[0].text.startswith("<reasoning>")
 
 
-@pytest.mark.parametrize("fault, exc, msg", [("400", BackendRequestError, "HTTP 400 .*max_tokens is too large"), ("401", BackendAuthError, "HTTP 401")])
+@pytest.mark.parametrize("fault, exc, msg", [("400", BackendRequestError, "HTTP 400 .*max_tokens is too large"),
+                                             ("401", BackendAuthError, "HTTP 401")])
 def test_client_errors_are_not_retried(fault, exc, msg):
     with FakeOpenAIServer(fault=lambda i, body, attempt: fault) as srv:
         with pytest.raises(exc, match=msg):
@@ -127,7 +134,8 @@ def test_unreachable_server_is_retried_then_reported():
     srv = FakeOpenAIServer().start()
     url = srv.url
     srv.stop()  # nothing listens on the port any more
-    with pytest.raises(BackendError, match=r"failed after 2 attempts; last error: connection: cannot reach .*Connection refused"):
+    with pytest.raises(BackendError,
+                       match=r"failed after 2 attempts; last error: connection: cannot reach .*Connection refused"):
         _client(url, max_retries=1).generate(_reqs(1), Sampling())
 
 
@@ -200,15 +208,18 @@ def test_vllm_backend_with_fake_module(monkeypatch):
         def chat(self, conversations, sampling_params, use_tqdm, **kw):
             calls.setdefault("chat", []).append((len(conversations), [p.kw for p in sampling_params], kw))
             out = types.SimpleNamespace
-            return [out(outputs=[out(text=f"t{p.kw['seed']}", finish_reason="stop", token_ids=[1, 2, 3])]) for p in sampling_params]
+            return [out(outputs=[out(text=f"t{p.kw['seed']}", finish_reason="stop", token_ids=[1, 2, 3])])
+                    for p in sampling_params]
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
-    be = build_backend({"type": "vllm", "model": "Qwen/Qwen3-30B-A3B-Instruct-2507", "tensor_parallel_size": 8, "batch_size": 2, "chat_template_kwargs": {"enable_thinking": False}})
+    be = build_backend({"type": "vllm", "model": "Qwen/Qwen3-30B-A3B-Instruct-2507", "tensor_parallel_size": 8,
+                        "batch_size": 2, "chat_template_kwargs": {"enable_thinking": False}})
     got = []
     res = be.generate(_reqs(3), Sampling(temperature=1.0, max_tokens=4096), on_result=lambda i, r: got.append(i))
     assert [r.text for r in res] == ["t100", "t101", "t102"] and res[0].completion_tokens == 3
     assert got == [0, 1, 2]
-    assert calls["init"] == ("Qwen/Qwen3-30B-A3B-Instruct-2507", {"tensor_parallel_size": 8, "gpu_memory_utilization": 0.9, "dtype": "auto"})
+    assert calls["init"] == ("Qwen/Qwen3-30B-A3B-Instruct-2507",
+                             {"tensor_parallel_size": 8, "gpu_memory_utilization": 0.9, "dtype": "auto"})
     assert [c[0] for c in calls["chat"]] == [2, 1]  # batch_size 2
     assert calls["chat"][0][1][0] == {"n": 1, "temperature": 1.0, "top_p": 1.0, "max_tokens": 4096, "seed": 100}
     assert calls["chat"][0][2] == {"chat_template_kwargs": {"enable_thinking": False}}
@@ -223,8 +234,11 @@ def test_vllm_backend_without_vllm_says_how_to_install(monkeypatch):
 
 # -- HF generate with a tiny Llama -----------------------------------------------------------------------
 def test_hf_backend_tiny_llama_is_seeded_per_group():
-    be = HFPoolBackend(tiny_llama={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 256}, batch_size=4)
-    reqs = [GenRequest(MESSAGES, seed=7, group="a"), GenRequest(MESSAGES, seed=8, group="a"), GenRequest(MESSAGES, seed=9, group="b")]
+    be = HFPoolBackend(tiny_llama={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+                                   "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 256},
+                       batch_size=4)
+    reqs = [GenRequest(MESSAGES, seed=7, group="a"), GenRequest(MESSAGES, seed=8, group="a"),
+            GenRequest(MESSAGES, seed=9, group="b")]
     s = Sampling(temperature=1.0, max_tokens=12)
     res = be.generate(reqs, s)
     assert len(res) == 3 and all(r.finish_reason in ("stop", "length") for r in res)
@@ -255,4 +269,5 @@ def test_build_backend_errors_name_the_key():
         build_backend({"type": "openai", "base_url": "http://h/v1", "model": "m", "temprature": 1})
     with pytest.raises(ValueError, match="expected a mapping with 'type'"):
         build_backend({"model": "m"})
-    assert isinstance(build_backend({"type": "lit_rl.rollouts.backends.ScriptedBackend", "task": "countdown"}), ScriptedBackend)
+    assert isinstance(build_backend({"type": "lit_rl.rollouts.backends.ScriptedBackend", "task": "countdown"}),
+                      ScriptedBackend)

@@ -34,7 +34,8 @@ def _config(tmp_path, url, name="pool", **over):
         "prompts_per_wave": 3,
         "sampling": {"temperature": 1.0, "max_tokens": 4096},
         "length_control": {"mode": "two_stage", "target_total_tokens": 256},
-        "backend": {"type": "openai", "base_url": "${LIT_RL_TEST_URL}", "model": "fake-qwen3", "concurrency": 4, "timeout_s": 10, "max_retries": 3, "backoff_s": 0.01, "max_backoff_s": 0.05},
+        "backend": {"type": "openai", "base_url": "${LIT_RL_TEST_URL}", "model": "fake-qwen3", "concurrency": 4,
+                    "timeout_s": 10, "max_retries": 3, "backoff_s": 0.01, "max_backoff_s": 0.05},
     }
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(cfg.get(k), dict):
@@ -92,7 +93,8 @@ def test_resume_after_torn_tail_reproduces_the_pool(reference, tmp_path):
         lines = reference.split(b"\n")
         header_len = len(lines[0]) + 1
         # cut points: right after the header, inside a prompt (line boundary), in the middle of a line
-        for cut in (header_len, header_len + sum(len(x) + 1 for x in lines[1:3]), header_len + sum(len(x) + 1 for x in lines[1:5]) + 40):
+        for cut in (header_len, header_len + sum(len(x) + 1 for x in lines[1:3]),
+                    header_len + sum(len(x) + 1 for x in lines[1:5]) + 40):
             out.write_bytes(reference[:cut])
             res = build_pool(load_build_config(cfg_path), progress=False)
             assert out.read_bytes() == reference and res.prompts_done == N_PROMPTS
@@ -118,20 +120,23 @@ def test_transient_faults_during_a_build_lose_nothing(reference, tmp_path):
         return faults[body["seed"] % len(faults)] if attempt == 1 else None
 
     with FakeOpenAIServer(fault=fault, timeout_sleep_s=3.0) as srv:
-        cfg_path = _config(tmp_path, srv.url, backend={"timeout_s": 1.5, "max_retries": 4, "concurrency": 8}, prompts_per_wave=8)
+        cfg_path = _config(tmp_path, srv.url, backend={"timeout_s": 1.5, "max_retries": 4, "concurrency": 8},
+                           prompts_per_wave=8)
         res = build_pool(load_build_config(cfg_path), progress=False)
         assert set(srv.faults_sent) == set(faults) - {None}
     assert (tmp_path / "pool.jsonl").read_bytes() == reference
     info = json.loads(build_info_path(tmp_path / "pool.jsonl").read_text())
     assert res.retries >= sum(srv.faults_sent.values()) and info["sessions"][0]["retries"] == res.retries
-    assert set(info["sessions"][0]["retry_reasons"]) >= {"timeout", "http_500", "http_503", "malformed", "truncated", "connection"}
+    assert set(info["sessions"][0]["retry_reasons"]) >= {"timeout", "http_500", "http_503", "malformed", "truncated",
+                                                         "connection"}
 
 
 def test_server_dies_mid_build_then_resume(reference, tmp_path):
     srv = FakeOpenAIServer(die_after=20).start()  # dies during the second wave
     try:
         cfg_path = _config(tmp_path, srv.url, backend={"max_retries": 2})
-        with pytest.raises(BackendError, match=r"(?s)failed after 3 attempts; last error: connection: cannot reach.*keeps the \d+ complete prompts; rerun"):
+        with pytest.raises(BackendError, match=r"(?s)failed after 3 attempts; last error: connection: cannot reach"
+                           r".*keeps the \d+ complete prompts; rerun"):
             build_pool(load_build_config(cfg_path), progress=False)
         out = tmp_path / "pool.jsonl"
         header, records = iter_pool(out)  # valid file: whole prompts only
@@ -155,7 +160,9 @@ def test_kill_and_resume_subprocess(reference, tmp_path):
         cfg_path = _config(tmp_path, srv.url, backend={"concurrency": 2}, prompts_per_wave=2)
         out = tmp_path / "pool.jsonl"
         env = {**os.environ, "LIT_RL_TEST_URL": srv.url, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([sys.executable, "-m", "lit_rl", "rollouts", "build", "--config", str(cfg_path), "--no_progress", "--no_stats"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen([sys.executable, "-m", "lit_rl", "rollouts", "build", "--config", str(cfg_path),
+                                 "--no_progress", "--no_stats"], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.time() + 120
         lines = 0
         while time.time() < deadline and proc.poll() is None:
@@ -185,7 +192,8 @@ def test_resume_with_a_different_config_is_refused(reference, tmp_path):
     out.write_bytes(reference)
     with FakeOpenAIServer() as srv:
         cfg_path = _config(tmp_path, srv.url, sampling={"temperature": 0.7})
-        with pytest.raises(BuildConfigError, match=r"different settings \(sampling: pool has .*\"temperature\": 1.0.*--overwrite"):
+        with pytest.raises(BuildConfigError,
+                           match=r"different settings \(sampling: pool has .*\"temperature\": 1.0.*--overwrite"):
             build_pool(load_build_config(cfg_path), progress=False)
         # a larger limit (or an unchanged config) extends/keeps the pool; --overwrite starts over
         res = build_pool(load_build_config(_config(tmp_path, srv.url)), progress=False)
@@ -195,13 +203,16 @@ def test_resume_with_a_different_config_is_refused(reference, tmp_path):
 def test_instruction_mode_appends_the_instruction(tmp_path):
     seen = []
     with FakeOpenAIServer(fault=lambda i, body, attempt: seen.append(body["messages"]) or None) as srv:
-        cfg = load_build_config(_config(tmp_path, srv.url, length_control={"mode": "instruction", "target_total_tokens": 77, "instruction": "Be brief: about {target_total_tokens} tokens."}, n=2), {"limit": 2})
+        cfg = load_build_config(_config(tmp_path, srv.url, length_control={
+            "mode": "instruction", "target_total_tokens": 77,
+            "instruction": "Be brief: about {target_total_tokens} tokens."}, n=2), {"limit": 2})
         res = build_pool(cfg, progress=False)
     assert res.prompts_done == 2 and len(seen) == 4
     task = get_task("sudoku", num_train=2)
     # requests run concurrently, so the server sees them in any order: compare as a multiset
     expected = sorted(
-        task.messages(e)[-1]["content"].rstrip() + "\n\nBe brief: about 77 tokens." for e in task.train_examples() for _ in range(2)
+        task.messages(e)[-1]["content"].rstrip() + "\n\nBe brief: about 77 tokens." for e in task.train_examples()
+        for _ in range(2)
     )
     assert sorted(m[-1]["content"] for m in seen) == expected
     recs = list(iter_pool(res.pool)[1])
@@ -234,7 +245,8 @@ class _Canned(ScriptedBackend):
     def generate(self, requests, sampling, on_result=None, hooks=None):
         out = []
         for i, r in enumerate(requests):
-            res = GenResult(self.texts[r.example.id][i % len(self.texts[r.example.id])])  # n consecutive requests per prompt
+            # n consecutive requests per prompt
+            res = GenResult(self.texts[r.example.id][i % len(self.texts[r.example.id])])
             out.append(res)
             if on_result:
                 on_result(i, res)
@@ -252,7 +264,8 @@ def test_filtering_and_ordering_by_length_only(tmp_path):
         # prompt 1: only one usable candidate -> not usable with G_ext = 2
         e1.id: [pad(900) + right1, pad(5) + right1, pad(800) + right1, pad(501) + right1],
     }
-    cfg = load_build_config(_config(tmp_path, "http://unused", n=4, length_control={"mode": "instruction"}, task={"init_args": {"num_train": 2}}))
+    cfg = load_build_config(_config(tmp_path, "http://unused", n=4, length_control={"mode": "instruction"},
+                                    task={"init_args": {"num_train": 2}}))
     res = build_pool(cfg, progress=False, backend=_Canned(texts), task=task)
     recs = list(iter_pool(res.pool)[1])
     p0 = [r for r in recs if r.prompt_id == e0.id]
@@ -265,14 +278,17 @@ def test_filtering_and_ordering_by_length_only(tmp_path):
 
 def test_config_errors_are_clear(tmp_path, monkeypatch):
     monkeypatch.delenv("LIT_RL_EXTERNAL_URL", raising=False)
-    with pytest.raises(BuildConfigError, match=r"backend.base_url uses \$\{LIT_RL_EXTERNAL_URL\}, but the environment variable LIT_RL_EXTERNAL_URL is not set"):
+    with pytest.raises(BuildConfigError, match=r"backend.base_url uses \$\{LIT_RL_EXTERNAL_URL\}, "
+                       r"but the environment variable LIT_RL_EXTERNAL_URL is not set"):
         load_build_config(ROOT / "conf/external/sudoku.yaml")
     assert resolve_env({"a": "${NOPE_NOT_SET:-dflt}/v1", "b": "$x$ ${x}"}) == {"a": "dflt/v1", "b": "$x$ ${x}"}
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"task": "sudoku", "out": "x", "backend": {"type": "scripted", "task": "sudoku"}, "temprature": 1}))
+    bad.write_text(yaml.safe_dump({"task": "sudoku", "out": "x", "backend": {"type": "scripted", "task": "sudoku"},
+                                   "temprature": 1}))
     with pytest.raises(BuildConfigError, match=r"unknown key\(s\) \['temprature'\]"):
         load_build_config(bad)
-    bad.write_text(yaml.safe_dump({"task": "sudoku", "out": "x", "backend": {"type": "scripted", "task": "sudoku"}, "n": 2, "g_ext": 3}))
+    bad.write_text(yaml.safe_dump({"task": "sudoku", "out": "x", "backend": {"type": "scripted", "task": "sudoku"},
+                                   "n": 2, "g_ext": 3}))
     with pytest.raises(BuildConfigError, match="g_ext=3 > n=2"):
         load_build_config(bad)
 
@@ -285,7 +301,8 @@ def test_every_external_config_parses(name, monkeypatch):
     assert cfg.n >= cfg.g_ext and cfg.max_usable_tokens == 500 and cfg.length_control.target_total_tokens == 256
     if name in ("sudoku.yaml", "countdown.yaml", "math500.yaml"):  # the paper's settings (Table III)
         assert cfg.backend_spec["type"] == "openai" and cfg.backend_spec["base_url"] == "http://vllm-host:8000/v1"
-        assert cfg.backend_spec["model"] == "Qwen/Qwen3-30B-A3B-Instruct-2507" and cfg.length_tokenizer == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+        assert (cfg.backend_spec["model"] == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+                and cfg.length_tokenizer == "Qwen/Qwen3-30B-A3B-Instruct-2507")
         assert (cfg.n, cfg.seed, cfg.sampling.temperature) == (6, 42, 1.0)
         assert cfg.sampling.max_tokens == (4096 if name == "sudoku.yaml" else 2048)
         assert cfg.length_control.mode == ("two_stage" if name == "sudoku.yaml" else "instruction")
@@ -293,7 +310,8 @@ def test_every_external_config_parses(name, monkeypatch):
 
 
 def test_embedded_config_builds_here(tmp_path):
-    cfg = load_build_config(ROOT / "conf/external/sudoku_embedded.yaml", {"out": str(tmp_path / "emb.jsonl"), "limit": 12})
+    cfg = load_build_config(ROOT / "conf/external/sudoku_embedded.yaml",
+                            {"out": str(tmp_path / "emb.jsonl"), "limit": 12})
     res = build_pool(cfg, progress=False)
     header, recs = iter_pool(res.pool)
     recs = list(recs)
@@ -319,13 +337,18 @@ BASE = "task: sudoku\nbackend: {type: scripted, task: sudoku}\n"
         (BASE + "out: x.jsonl\ng_ext: true\n", r"bad.yaml: g_ext=True: must be an integer >= 1"),
         (BASE + "out: x.jsonl\nlimit: true\n", r"bad.yaml: limit=True: must be null or an integer >= 0"),
         (BASE + "out: x.jsonl\nseed: true\n", r"bad.yaml: seed=True: must be an integer"),
-        ("task: {class_path: lit_rl.tasks.SudokuTask, init_args: [1]}\nbackend: {type: scripted, task: sudoku}\nout: x.jsonl\n", r"bad.yaml: task.init_args=\[1\]: expected a mapping"),
+        ("task: {class_path: lit_rl.tasks.SudokuTask, init_args: [1]}\nbackend: {type: scripted, task: sudoku}\n"
+         "out: x.jsonl\n", r"bad.yaml: task.init_args=\[1\]: expected a mapping"),
         (BASE + "out: null\n", r"bad.yaml: out=None: expected the pool's file path"),
-        (BASE + "out: x.jsonl\nsampling: {temperature: hot}\n", r"bad.yaml: sampling.temperature='hot': must be a number"),
-        (BASE + "out: x.jsonl\nsampling: {max_tokens: 1.5}\n", r"bad.yaml: sampling.max_tokens=1.5: must be an integer"),
-        (BASE + "out: x.jsonl\nsampling: {temprature: 1}\n", r"bad.yaml: sampling: .*unexpected keyword argument 'temprature'"),
+        (BASE + "out: x.jsonl\nsampling: {temperature: hot}\n",
+         r"bad.yaml: sampling.temperature='hot': must be a number"),
+        (BASE + "out: x.jsonl\nsampling: {max_tokens: 1.5}\n",
+         r"bad.yaml: sampling.max_tokens=1.5: must be an integer"),
+        (BASE + "out: x.jsonl\nsampling: {temprature: 1}\n",
+         r"bad.yaml: sampling: .*unexpected keyword argument 'temprature'"),
         (BASE + "out: x.jsonl\nsampling: [1]\n", r"bad.yaml: sampling: expected a mapping, got list"),
-        (BASE + "out: x.jsonl\nlength_control: {target_total_tokens: true}\n", r"bad.yaml: length_control.target_total_tokens=True: must be an integer >= 1"),
+        (BASE + "out: x.jsonl\nlength_control: {target_total_tokens: true}\n",
+         r"bad.yaml: length_control.target_total_tokens=True: must be an integer >= 1"),
         (BASE + "out: [x\n", r"(?s)bad.yaml: invalid YAML: while parsing a flow sequence\n  in \".*bad.yaml\", line 3"),
     ],
 )

@@ -3,11 +3,13 @@ import json
 
 import pytest
 
-from lit_rl.rollouts.pool import PoolFormatError, PoolRecord, _header, load_pool, reorder_usable_first, repair_pool_for_resume, write_pool_atomic
+from lit_rl.rollouts.pool import (PoolFormatError, PoolRecord, _header, load_pool, reorder_usable_first,
+                                  repair_pool_for_resume, write_pool_atomic)
 
 
 def _rec(pid, i, tokens, reward=1.0):
-    return PoolRecord(prompt_id=pid, index=i, source="s", completion=f"c{i}", reward=reward, num_tokens=tokens, tokenizer="t")
+    return PoolRecord(prompt_id=pid, index=i, source="s", completion=f"c{i}", reward=reward, num_tokens=tokens,
+                      tokenizer="t")
 
 
 def test_reorder_usable_first_keeps_order_and_ignores_reward():
@@ -21,7 +23,8 @@ def test_reorder_usable_first_keeps_order_and_ignores_reward():
 
 def test_load_pool_takes_first_g_ext_usable_and_drops_short_prompts(tmp_path):
     path = tmp_path / "pool.jsonl"
-    recs = reorder_usable_first([_rec("a", 0, 10), _rec("a", 1, 900), _rec("a", 2, 20)]) + reorder_usable_first([_rec("b", 0, 10), _rec("b", 1, 900)])
+    recs = (reorder_usable_first([_rec("a", 0, 10), _rec("a", 1, 900), _rec("a", 2, 20)])
+            + reorder_usable_first([_rec("b", 0, 10), _rec("b", 1, 900)]))
     write_pool_atomic(path, _header("sudoku", "s", "t"), recs)
     pool = load_pool(path, g_ext=2, valid_ids=["a", "b"], task="sudoku")
     # "a" has 2 usable (c0, c2); "b" only 1 usable < G_ext=2 -> left out
@@ -34,8 +37,10 @@ def test_load_pool_takes_first_g_ext_usable_and_drops_short_prompts(tmp_path):
     [
         ("{not json", "pool.jsonl:3: invalid JSON"),
         (json.dumps({"prompt_id": "a", "index": 0}), "pool.jsonl:3: missing field 'source'"),
-        (json.dumps({"prompt_id": "zzz", "index": 0, "source": "s", "completion": "c", "reward": 1.0, "num_tokens": 3, "tokenizer": "t"}), "pool.jsonl:3: prompt_id 'zzz' is not in the task's training set"),
-        (json.dumps({"prompt_id": "a", "index": 0, "source": "s", "completion": "c", "reward": "high", "num_tokens": 3, "tokenizer": "t"}), "pool.jsonl:3: field 'reward' has type str"),
+        (json.dumps({"prompt_id": "zzz", "index": 0, "source": "s", "completion": "c", "reward": 1.0, "num_tokens": 3,
+                     "tokenizer": "t"}), "pool.jsonl:3: prompt_id 'zzz' is not in the task's training set"),
+        (json.dumps({"prompt_id": "a", "index": 0, "source": "s", "completion": "c", "reward": "high", "num_tokens": 3,
+                     "tokenizer": "t"}), "pool.jsonl:3: field 'reward' has type str"),
     ],
 )
 def test_bad_lines_name_file_and_line(tmp_path, line, message):
@@ -71,7 +76,8 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
 
 
 # -- bad input: every malformed pool is a PoolFormatError naming file:line and field ---------------------
-GOOD = {"prompt_id": "a", "index": 0, "source": "s", "completion": "c", "reward": 1.0, "num_tokens": 3, "tokenizer": "t"}
+GOOD = {"prompt_id": "a", "index": 0, "source": "s", "completion": "c", "reward": 1.0, "num_tokens": 3,
+        "tokenizer": "t"}
 
 
 @pytest.mark.parametrize(
@@ -79,10 +85,14 @@ GOOD = {"prompt_id": "a", "index": 0, "source": "s", "completion": "c", "reward"
     [
         (json.dumps({**GOOD, "meta": "abc"}), "pool.jsonl:2: field 'meta' must be an object, got str"),
         (json.dumps({**GOOD, "meta": [1, 2]}), "pool.jsonl:2: field 'meta' must be an object, got list"),
-        (json.dumps(GOOD).replace('"reward": 1.0', '"reward": 1' + "0" * 400), "pool.jsonl:2: field 'reward' is not finite"),
-        (json.dumps(GOOD).replace('"num_tokens": 3', '"num_tokens": 1' + "0" * 5000), "pool.jsonl:2: invalid JSON .*4300 digits"),
-        (json.dumps({**GOOD, "usable": "false"}), "pool.jsonl:2: field 'usable' must be true or false, got str 'false'"),
-        (json.dumps({**GOOD, "index": -1}), r"pool.jsonl:2: field 'index' must be an integer in \[0, 2\*\*63\), got -1"),
+        (json.dumps(GOOD).replace('"reward": 1.0', '"reward": 1' + "0" * 400),
+         "pool.jsonl:2: field 'reward' is not finite"),
+        (json.dumps(GOOD).replace('"num_tokens": 3', '"num_tokens": 1' + "0" * 5000),
+         "pool.jsonl:2: invalid JSON .*4300 digits"),
+        (json.dumps({**GOOD, "usable": "false"}),
+         "pool.jsonl:2: field 'usable' must be true or false, got str 'false'"),
+        (json.dumps({**GOOD, "index": -1}),
+         r"pool.jsonl:2: field 'index' must be an integer in \[0, 2\*\*63\), got -1"),
         (json.dumps({**GOOD, "num_tokens": -5}), "pool.jsonl:2: field 'num_tokens' must be an integer in"),
         (json.dumps({**GOOD, "num_tokens": 10**30}), "pool.jsonl:2: field 'num_tokens' must be an integer in"),
         ("[" * 100_000 + "]" * 100_000, "pool.jsonl:2: invalid JSON .nested too deeply"),
@@ -154,7 +164,8 @@ def test_damaged_gzip_is_a_pool_format_error(tmp_path):
     bad_crc = bytearray(data)
     bad_crc[-8] ^= 0xFF  # the CRC32 in the trailer
     path.write_bytes(bytes(bad_crc))
-    with pytest.raises(PoolFormatError, match=r"pool.jsonl.gz: truncated or corrupt gzip \(BadGzipFile: CRC check failed"):
+    with pytest.raises(PoolFormatError,
+                       match=r"pool.jsonl.gz: truncated or corrupt gzip \(BadGzipFile: CRC check failed"):
         load_pool(path, g_ext=1)
     path.write_bytes(b"not gzip at all\n")
     with pytest.raises(PoolFormatError, match=r"pool.jsonl.gz: truncated or corrupt gzip \(BadGzipFile"):
@@ -168,6 +179,7 @@ def test_damaged_gzip_is_a_pool_format_error(tmp_path):
 
 def test_header_lone_surrogate_is_rejected(tmp_path):
     path = tmp_path / "pool.jsonl"
-    path.write_text('{"lit_rl_pool": 1, "task": "sudoku", "policy": "q\\ud800"}\n' + json.dumps(GOOD) + "\n", encoding="utf-8")
+    path.write_text('{"lit_rl_pool": 1, "task": "sudoku", "policy": "q\\ud800"}\n' + json.dumps(GOOD) + "\n",
+                    encoding="utf-8")
     with pytest.raises(PoolFormatError, match=r"pool.jsonl:1: header field 'policy' is not valid Unicode"):
         load_pool(path, g_ext=1)

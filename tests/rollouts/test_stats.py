@@ -25,33 +25,45 @@ def _write(path, pool=POOL, two_stage=True, **header):
     recs = []
     for pid, cands in pool.items():
         group = [
-            PoolRecord(pid, j, "ext", f"c{j}", r, n, "qwen3", meta={"candidate": j, **({"stage1": {"completion": "long", "reward": r1, "num_tokens": n1}} if two_stage else {})})
+            PoolRecord(pid, j, "ext", f"c{j}", r, n, "qwen3", meta={"candidate": j, **(
+                {"stage1": {"completion": "long", "reward": r1, "num_tokens": n1}} if two_stage else {})})
             for j, (n, r, n1, r1) in enumerate(cands)
         ]
         recs += reorder_usable_first(group)
-    write_pool_atomic(path, _header("sudoku", "Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3", n=3, g_ext=2, max_usable_tokens=500, max_reward=1.0, length_control={"mode": "two_stage"}, **header), recs)
+    write_pool_atomic(path, _header("sudoku", "Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3", n=3, g_ext=2,
+                                    max_usable_tokens=500, max_reward=1.0, length_control={"mode": "two_stage"},
+                                    **header), recs)
     return path
 
 
 def test_tables_iv_and_v_by_hand(tmp_path):
     path = _write(tmp_path / "pool.jsonl")
-    build_info_path(path).write_text(json.dumps({"generation_wall_time_s": 16733.0, "sessions": [{"requests": 18, "retries": 2}, {"requests": 4, "retries": 0}], "status": "complete"}))
+    build_info_path(path).write_text(json.dumps({
+        "generation_wall_time_s": 16733.0, "sessions": [{"requests": 18, "retries": 2}, {"requests": 4, "retries": 0}],
+        "status": "complete"}))
     s = pool_stats(path)
     # >500: 600, 501, 700; default usable: p0 (100, 200) and p2 (all) but not p1 (only 50); all-3 valid: p2
-    assert s["table_iv"] == {"task": "sudoku", "source_prompts": 3, "generated_completions": 9, "over_max_tokens": 3, "default_usable": 2, "all_n_valid": 1, "n": 3, "g_ext": 2, "max_tokens": 500}
+    assert s["table_iv"] == {"task": "sudoku", "source_prompts": 3, "generated_completions": 9, "over_max_tokens": 3,
+                             "default_usable": 2, "all_n_valid": 1, "n": 3, "g_ext": 2, "max_tokens": 500}
     final, first, used = s["table_v"]["final"], s["table_v"]["first_stage"], s["table_v"]["default_training"]
     # final: lengths sum 2211 / 9; rewards 7.5 / 9; correct (reward 1.0): 7
-    assert final["completions"] == 9 and final["mean_length"] == pytest.approx(2211 / 9) and final["mean_reward"] == pytest.approx(7.5 / 9)
+    assert (final["completions"] == 9 and final["mean_length"] == pytest.approx(2211 / 9)
+            and final["mean_reward"] == pytest.approx(7.5 / 9))
     assert final["correct"] == 7 and final["correct_pct"] == pytest.approx(700 / 9)
     # first stage: lengths 3100 + 6000 + 2400 = 11500; rewards 6.5; correct 6
-    assert first["mean_length"] == pytest.approx(11500 / 9) and first["mean_reward"] == pytest.approx(6.5 / 9) and first["correct"] == 6
+    assert (first["mean_length"] == pytest.approx(11500 / 9) and first["mean_reward"] == pytest.approx(6.5 / 9)
+            and first["correct"] == 6)
     # default training set: p0 -> c0 (100, 1.0), c2 (200, 0.0); p2 -> c0 (10, 0.5), c1 (20, 1.0)
-    assert used["completions"] == 4 and used["mean_length"] == pytest.approx(82.5) and used["mean_reward"] == pytest.approx(0.625) and used["correct"] == 2
+    assert (used["completions"] == 4 and used["mean_length"] == pytest.approx(82.5)
+            and used["mean_reward"] == pytest.approx(0.625) and used["correct"] == 2)
     # p0: c0 kept, c1 became correct, c2 stayed wrong; p1: 3 kept; p2: c0 stayed wrong, 2 kept
-    assert s["two_stage_transitions"] == {"kept_correct": 6, "became_correct": 1, "became_incorrect": 0, "stayed_incorrect": 2}
-    assert s["generation"] == {"wall_time_s": 16733.0, "wall_time": "4h 38m 53s", "sessions": 2, "requests": 22, "retries": 2, "status": "complete"}
+    assert s["two_stage_transitions"] == {"kept_correct": 6, "became_correct": 1, "became_incorrect": 0,
+                                          "stayed_incorrect": 2}
+    assert s["generation"] == {"wall_time_s": 16733.0, "wall_time": "4h 38m 53s", "sessions": 2, "requests": 22,
+                               "retries": 2, "status": "complete"}
     # the old flat keys stay
-    assert (s["source_prompts"], s["completions"], s["over_500_tokens"], s["usable_prompts_g_ext_2"], s["all_valid_prompts"], s["correct"]) == (3, 9, 3, 2, 1, 7)
+    assert (s["source_prompts"], s["completions"], s["over_500_tokens"], s["usable_prompts_g_ext_2"],
+            s["all_valid_prompts"], s["correct"]) == (3, 9, 3, 2, 1, 7)
     md = stats_markdown(s)
     assert "| sudoku | 3 | 9 | 3 | 2 | 1 |" in md
     assert "| First stage | 9 | 1,277.78 | 0.7222 | 6 (66.67%) |" in md
@@ -63,15 +75,18 @@ def test_tables_iv_and_v_by_hand(tmp_path):
 def test_other_limits_and_g_ext(tmp_path):
     path = _write(tmp_path / "pool.jsonl")
     s = pool_stats(path, g_ext=1, max_tokens=150)  # usable: 100, 50, 10, 20, 30
-    assert s["table_iv"]["over_max_tokens"] == 4 and s["table_iv"]["default_usable"] == 3 and s["table_iv"]["all_n_valid"] == 1
+    assert (s["table_iv"]["over_max_tokens"] == 4 and s["table_iv"]["default_usable"] == 3
+            and s["table_iv"]["all_n_valid"] == 1)
     s = pool_stats(path, g_ext=3)
     assert s["table_iv"]["default_usable"] == 1
 
 
 def test_single_stage_math_pool_and_char_fallback(tmp_path):
     path = tmp_path / "math.jsonl"
-    recs = reorder_usable_first([PoolRecord("m0", j, "ext", "c", r, 10, "chars") for j, r in enumerate([3.0, 2.0, 1.0])])
-    write_pool_atomic(path, _header("math500", "ext", "chars", length_unit="chars", length_fallback=True), recs)  # no max_reward: from the task
+    recs = reorder_usable_first([PoolRecord("m0", j, "ext", "c", r, 10, "chars")
+                                 for j, r in enumerate([3.0, 2.0, 1.0])])
+    # no max_reward: from the task
+    write_pool_atomic(path, _header("math500", "ext", "chars", length_unit="chars", length_fallback=True), recs)
     s = pool_stats(path)
     assert "first_stage" not in s["table_v"] and s["two_stage_transitions"] is None
     # correct = a correct answer (MATH's 2.0 correctness term), whatever its format credit: 3.0 and 2.0, not 1.0
@@ -108,7 +123,8 @@ def test_build_cli_writes_stats_and_logs_to_mlflow(tmp_path, capsys):
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     out = tmp_path / "emb.jsonl"
-    rc = main(["build", "--config", str(ROOT / "conf/external/sudoku_embedded.yaml"), "--out", str(out), "--limit", "5", "--no_progress", "--mlflow_uri", uri])
+    rc = main(["build", "--config", str(ROOT / "conf/external/sudoku_embedded.yaml"), "--out", str(out), "--limit", "5",
+               "--no_progress", "--mlflow_uri", uri])
     assert rc == 0
     printed = capsys.readouterr().out
     summary = json.loads(printed.splitlines()[0])
@@ -120,9 +136,11 @@ def test_build_cli_writes_stats_and_logs_to_mlflow(tmp_path, capsys):
     assert run.data.metrics["pool/source_prompts"] == 5 and run.data.metrics["pool/generated_completions"] == 30
     assert run.data.params["policy"] == "scripted-sudoku" and run.data.params["length_control"] == "two_stage"
     assert "pool/generation_wall_time_s" in run.data.metrics
-    assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == ["emb.lengths.png", "emb.stats.json", "emb.stats.md"]
+    assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == [
+        "emb.lengths.png", "emb.stats.json", "emb.stats.md"]
     # rerunning resumes: nothing to generate
-    assert main(["build", "--config", str(ROOT / "conf/external/sudoku_embedded.yaml"), "--out", str(out), "--limit", "5", "--no_progress", "--no_stats"]) == 0
+    assert main(["build", "--config", str(ROOT / "conf/external/sudoku_embedded.yaml"), "--out", str(out),
+                 "--limit", "5", "--no_progress", "--no_stats"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[0])["prompts_generated"] == 0
 
 
@@ -135,11 +153,15 @@ def test_build_cli_reports_config_errors(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda lines: lines[:1] + [lines[1].replace('"meta": {', '"meta": "abc", "x": {')] + lines[2:], "pool.jsonl:2: field 'meta' must be an object"),
-        (lambda lines: lines[:2] + [lines[1]] + lines[2:], "pool.jsonl:3: duplicate record prompt_id 'p0' index 0, first at line 2"),
+        (lambda lines: lines[:1] + [lines[1].replace('"meta": {', '"meta": "abc", "x": {')] + lines[2:],
+         "pool.jsonl:2: field 'meta' must be an object"),
+        (lambda lines: lines[:2] + [lines[1]] + lines[2:],
+         "pool.jsonl:3: duplicate record prompt_id 'p0' index 0, first at line 2"),
         (lambda lines: ["[" * 100_000 + "\n"] + lines[1:], "pool.jsonl:1: header: invalid JSON"),
-        (lambda lines: [lines[0].replace('"g_ext": 2', '"g_ext": [2]')] + lines[1:], "pool.jsonl:1: header field 'g_ext' must be an integer >= 1, got [2]"),
-        (lambda lines: lines[:1] + [lines[1].replace('"num_tokens": 1000', '"num_tokens": [1000]')] + lines[2:], "pool.jsonl:2: field 'meta.stage1' must be an object"),
+        (lambda lines: [lines[0].replace('"g_ext": 2', '"g_ext": [2]')] + lines[1:],
+         "pool.jsonl:1: header field 'g_ext' must be an integer >= 1, got [2]"),
+        (lambda lines: lines[:1] + [lines[1].replace('"num_tokens": 1000', '"num_tokens": [1000]')] + lines[2:],
+         "pool.jsonl:2: field 'meta.stage1' must be an object"),
     ],
 )
 def test_stats_cli_reports_bad_pools_and_writes_nothing(tmp_path, capsys, mutate, message):

@@ -39,7 +39,8 @@ class _TaskDM(L.LightningDataModule):
         return DataLoader(_Fixed(self.ro), batch_size=None)
 
 
-def fixed_rollouts(policy, sources: list[int], rewards: list[float], completions: list[str] | None = None) -> RolloutBatch:
+def fixed_rollouts(policy, sources: list[int], rewards: list[float],
+                   completions: list[str] | None = None) -> RolloutBatch:
     """One prompt group; row ``i`` completes with ``completions[i]`` (default ``COMPLETIONS[i % 4]``)."""
     n = len(rewards)
     prompt_ids, prompt_mask = policy.encode_prompts([PROMPT])

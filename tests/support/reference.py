@@ -26,11 +26,13 @@ LLADA_DIR = REFERENCE / "llada-8b-instruct"
 DREAM_DIR = REFERENCE / "dream-v0-instruct-7b"
 
 # LLaDA's special token strings, in tiny ids 0..6 (official: 126081, 126080, 126336, 126348, 126346, 126347)
-LLADA_SPECIALS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|unk|>"]
+LLADA_SPECIALS = ["<|endoftext|>", "<|startoftext|>", "<|mdm_mask|>", "<|eot_id|>", "<|start_header_id|>",
+                  "<|end_header_id|>", "<|unk|>"]
 # Dream's (Qwen2) special strings (official: mask 151666, eos <|endoftext|> 151643, im_start/im_end)
 DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>", "<|beginoftext|>", "<|unk|>"]
 DREAM_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
+    " + '\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 VOCAB = 128
@@ -55,7 +57,8 @@ def _char_tokenizer(specials: list[str], *, mask: str | None, chat_template: str
 
 
 def _save_random(out: Path, seed: int) -> Path:
-    from lit_rl.models.remote_compat import compat_class, default_rope_registered, prepare_config, remote_config, remote_model_class
+    from lit_rl.models.remote_compat import (
+        compat_class, default_rope_registered, prepare_config, remote_config, remote_model_class)
 
     config = prepare_config(remote_config(str(out)))
     cls = compat_class(remote_model_class(config, str(out)))
@@ -81,7 +84,8 @@ def tiny_official_llada(out: Path, seed: int = 0) -> Path:
     # implementation that ignored one of them would fail the parity tests
     config.update(
         d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=96, vocab_size=VOCAB, embedding_size=VOCAB,
-        max_sequence_length=512, rope_theta=12345.0, rms_norm_eps=1e-6, mask_token_id=LLADA_SPECIALS.index("<|mdm_mask|>"),
+        max_sequence_length=512, rope_theta=12345.0, rms_norm_eps=1e-6,
+        mask_token_id=LLADA_SPECIALS.index("<|mdm_mask|>"),
         eos_token_id=LLADA_SPECIALS.index("<|endoftext|>"), pad_token_id=LLADA_SPECIALS.index("<|endoftext|>"),
     )
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -105,7 +109,8 @@ def tiny_official_dream(out: Path, seed: int = 0) -> Path:
         "architectures": ["DreamModel"],
         "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
         "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512, "rope_theta": DREAM_ROPE_THETA,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+        "rope_theta": DREAM_ROPE_THETA,
         "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "use_cache": False, "use_sliding_window": False,
         "mask_token_id": DREAM_SPECIALS.index("<|mask|>"), "pad_token_id": 0, "eos_token_id": 0, "bos_token_id": 4,
         "attention_dropout": 0.0, "hidden_act": "silu", "torch_dtype": "float32",

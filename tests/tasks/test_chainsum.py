@@ -66,7 +66,8 @@ def test_teacher_is_right_without_errors_and_slips_with_them():
     assert all(task.reward(c, e) == 1.0 for c, e in zip(exact, task.train_examples()))
     rng = random.Random(0)
     slipped = [chainsum_completion(e, rng, 1.0) for e in task.train_examples()]
-    traces_wrong = [c for c, e in zip(slipped, task.train_examples()) if c != chainsum_completion(e, random.Random(0), 0.0)]
+    traces_wrong = [c for c, e in zip(slipped, task.train_examples())
+                    if c != chainsum_completion(e, random.Random(0), 0.0)]
     assert len(traces_wrong) == 200  # every trace has a slip
     rewards = [task.reward(c, e) for c, e in zip(slipped, task.train_examples())]
     # half the slipped traces answer their own wrong sum, half the true total (unsupported by the trace)

@@ -97,7 +97,8 @@ def test_safe_eval():
     assert safe_eval("(1 + 2) * 3") == 9
     assert safe_eval("7 / 2") == 3.5
     assert safe_eval(" 1+2") == 3  # eval() ignores leading spaces
-    for bad in ["2**3", "1/0", "1 2", "abs(1)", "x", "1;2", "[1]", "1 if 1 else 2", "", "(" * 300 + "1" + ")" * 300, "-" * 2000 + "1"]:
+    for bad in ["2**3", "1/0", "1 2", "abs(1)", "x", "1;2", "[1]", "1 if 1 else 2", "", "(" * 300 + "1" + ")" * 300,
+                "-" * 2000 + "1"]:
         assert safe_eval(bad) is None, bad
     assert uses_exactly("(3 + 3) * 4", [3, 4, 3]) and not uses_exactly("3 * 4", [3, 4, 3])
 
@@ -138,7 +139,8 @@ def test_prompts():
     t = CountdownTask(num_train=1)
     (msg,) = t.messages(t.eval_examples()[0])
     assert msg["content"].startswith("\nRespond in the following format:\n<reasoning>\n")
-    assert "</answer>\n\nUsing only the numbers [30, 100, 93], create an arithmetic expression that evaluates to exactly 23." in msg["content"]
+    assert ("</answer>\n\nUsing only the numbers [30, 100, 93], create an arithmetic expression that evaluates to "
+            "exactly 23." in msg["content"])
     ev = CountdownTask(num_train=1, prompt_style="d1_eval")
     (msg,) = ev.messages(ev.eval_examples()[0])
     assert msg["content"].endswith("</answer>\n\nNumbers: [30, 100, 93]\nTarget: 23")

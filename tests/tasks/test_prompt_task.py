@@ -49,7 +49,8 @@ def test_parquet_renamed_columns_chat_prompts_and_math_check(tmp_path):
     a, b = task.eval_examples()
     assert (a.id, a.answer) == ("prompts-eval-0", "\\frac{1}{2}")
     assert task.reward("so \\boxed{0.5}", a) == 1.0 and task.reward("\\boxed{1/3}", a) == 0.0
-    chat = _write(tmp_path, [{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1"}], "answer": "2"}])
+    chat = _write(tmp_path, [{"prompt": [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "1+1"}], "answer": "2"}])
     ex = PromptTask(eval_path=str(chat)).eval_examples()[0]
     assert PromptTask(eval_path=str(chat)).messages(ex)[0] == {"role": "system", "content": "Be brief."}
 
@@ -94,7 +95,8 @@ def test_registry_score_records_and_format_warmup():
     assert (ex.id, ex.answer) == ("prompts-record-3", "4")
     assert task.reward("<answer>4</answer>", ex) == 1.0
     text = format_warmup_text("prompts", ex, random.Random(0))
-    assert text.startswith("<reasoning>") and text.endswith("</answer>") and len(text.split("<answer>")[1]) == 1 + len("</answer>")
+    assert (text.startswith("<reasoning>") and text.endswith("</answer>")
+            and len(text.split("<answer>")[1]) == 1 + len("</answer>"))
 
 
 def test_cli_trains_on_a_local_file_with_a_trl_reward(tmp_path):
@@ -113,7 +115,8 @@ def test_cli_trains_on_a_local_file_with_a_trl_reward(tmp_path):
     assert cli.trainer.global_step == 4
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     run = client.search_runs([client.get_experiment_by_name("lit_rl-prompts").experiment_id])[0]
-    assert {"rewards/think_format_reward/mean", "rewards/prompts_reward/mean", "val/prompts/greedy/accuracy"} <= set(run.data.metrics)
+    assert ({"rewards/think_format_reward/mean", "rewards/prompts_reward/mean", "val/prompts/greedy/accuracy"}
+            <= set(run.data.metrics))
     assert run.data.params["data.init_args.task.class_path"] == "lit_rl.tasks.PromptTask"
 
 

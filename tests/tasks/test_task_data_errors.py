@@ -62,7 +62,8 @@ GOOD_SUDOKU = "3102200002100320,3142243142131324\n"
         (HEADER + "3102200002100320,1234\n", "s.csv:2: field 'Solution' must be 16 digits 1-4, got '1234'"),
         (HEADER + "0000000000000000,1111111111111111\n", "s.csv:2: field 'Solution' is not a valid 4x4 Sudoku"),
         # a valid grid, but not the one the givens describe (cell 0 is given as 3)
-        (HEADER + "3102200002100320,1234341221434321\n", "s.csv:2: field 'Solution' (1234341221434321) contradicts the given of 'Puzzle'"),
+        (HEADER + "3102200002100320,1234341221434321\n",
+         "s.csv:2: field 'Solution' (1234341221434321) contradicts the given of 'Puzzle'"),
         # a quoted field over lines 3-4 (line 2 blank): the line is where the row ends
         (HEADER + '\n"31022000\n02100320",3142243142131324\n', "s.csv:4: field 'Puzzle' must be 16 digits"),
     ],
@@ -164,9 +165,11 @@ def test_countdown_record_accepts_the_reference_shapes():
         ({"puzzle": "12"}, "1234341221434321", "field 'puzzle' must be 16 digits 0-4"),
         ({"puzzle": "1034341221434321"}, 1234341221434321, "field 'ground_truth' must be 16 digits 1-4"),
         ({"puzzle": "1034341221434321"}, "1234", "field 'ground_truth' must be 16 digits 1-4"),
-        ({"puzzle": "4034341221434321"}, "1234341221434321", "field 'ground_truth' (1234341221434321) contradicts the given of 'puzzle'"),
+        ({"puzzle": "4034341221434321"}, "1234341221434321",
+         "field 'ground_truth' (1234341221434321) contradicts the given of 'puzzle'"),
         ({}, "1234341221434321", "no 16-digit puzzle in 'puzzle' or 'question'"),
-        ({"puzzle": "1034341221434321", "prompt_id": ["a"]}, "1234341221434321", "'prompt_id' must be a string, got list"),
+        ({"puzzle": "1034341221434321", "prompt_id": ["a"]}, "1234341221434321",
+         "'prompt_id' must be a string, got list"),
     ],
 )
 def test_sudoku_record_types(extra, ground_truth, message):
@@ -175,7 +178,8 @@ def test_sudoku_record_types(extra, ground_truth, message):
 
 
 def test_record_question_must_be_text():
-    for task, gt in ((MathTask(), "2"), (CountdownTask(num_train=0), [[1, 2], 3]), (SudokuTask(num_train=0), "1234341221434321")):
+    for task, gt in ((MathTask(), "2"), (CountdownTask(num_train=0), [[1, 2], 3]),
+                     (SudokuTask(num_train=0), "1234341221434321")):
         with pytest.raises(ValueError, match="'question' must be a string, got dict"):
             task.example_from_record({"q": 1}, gt, puzzle="1034341221434321")
     with pytest.raises(ValueError, match=r"'ground_truth' must be the reference answer string, got \['x'\]"):

@@ -23,7 +23,8 @@ class Holder:
 
 
 def test_resolve_callables_and_strings():
-    funcs = resolve_reward_funcs([length_penalty, f"{__name__}.length_penalty", f"{__name__}:Holder.bonus", "lit_rl.tasks.rewards.zero_reward"])
+    funcs = resolve_reward_funcs([length_penalty, f"{__name__}.length_penalty", f"{__name__}:Holder.bonus",
+                                  "lit_rl.tasks.rewards.zero_reward"])
     assert funcs[0] is length_penalty and funcs[1] is length_penalty
     assert funcs[2]([None], ["x"]) == [0.5] and funcs[3] is zero_reward
     assert resolve_reward_funcs(None) == [] and resolve_reward_funcs(length_penalty) == [length_penalty]
@@ -31,7 +32,8 @@ def test_resolve_callables_and_strings():
 
 @pytest.mark.parametrize(
     "spec, match",
-    [("no_such_module_xyz.f", "cannot import"), ("lit_rl.tasks.rewards.nope", "no attribute"), ("nodots", "expected"), (42, "not callable")],
+    [("no_such_module_xyz.f", "cannot import"), ("lit_rl.tasks.rewards.nope", "no attribute"), ("nodots", "expected"),
+     (42, "not callable")],
 )
 def test_resolve_errors(spec, match):
     with pytest.raises(ValueError, match=match):
