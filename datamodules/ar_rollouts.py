@@ -169,6 +169,8 @@ class ARRolloutDataModule(PromptStreamDataModule):
         if num_generations < 1:
             raise ValueError(f"data.num_generations must be >= 1, got {num_generations}")
         self.num_generations = num_generations
+        if generation is None and sources is not None:  # the list's first-stage sampling is the run's
+            generation = next((s.generation for s in sources if isinstance(s, AROnPolicy)), None)
         self.generation = generation or SamplingSettings()
         self.eval_generation = eval_generation or SamplingSettings(
             max_new_tokens=self.generation.max_new_tokens, temperature=0.0

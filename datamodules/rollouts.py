@@ -15,9 +15,9 @@
    and external, is scored with the task's verifier, and the batch carries a source-tagged
    :class:`~lit_rl.rollouts.types.RolloutBatch`.
 
-Steps 2 and 3 are this DataModule's default sources (:mod:`datamodules.sources`: ``ExternalPool`` and
-``DiffusionOnPolicy``, built from ``g_on``, ``g_ext``, ``pool_path``, ``generation``); ``sources`` in YAML
-gives any list instead.
+Steps 3 and 2 are this DataModule's default sources, in that row order (:mod:`datamodules.sources`:
+``DiffusionOnPolicy``, then ``ExternalPool``, built from ``g_on``, ``g_ext``, ``pool_path``, ``generation``);
+``sources`` in YAML gives any list instead (``generation`` then defaults to its on-policy source's).
 4. **Validation batches** are decoded greedily (T=0) and scored with the task's evaluation rule.
 """
 
@@ -103,6 +103,8 @@ class RolloutDataModule(PromptStreamDataModule):
             raise ValueError("data.pool_path is required when data.g_ext > 0 (the external rollout pool file)")
         self.pool_path = pool_path
         self.g_on, self.g_ext = g_on, g_ext
+        if generation is None and sources is not None:  # the list's on-policy decoding is the run's
+            generation = next((s.generation for s in sources if isinstance(s, DiffusionOnPolicy)), None)
         self.generation = generation or DecodeSettings()
         self.eval_generation = eval_generation or DecodeSettings(
             gen_length=self.generation.gen_length,

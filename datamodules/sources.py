@@ -166,12 +166,16 @@ class ExternalPool(RolloutSource):
         num: external rows per prompt (G_ext).
         pool_path: the pool file (JSONL or JSONL.gz, :mod:`lit_rl.rollouts.pool`).
         max_external_len: longest external completion kept, in policy tokens (plus EOS).
-        min_width: the rows' width is at least this (the on-policy L_gen, so that every row of a batch has
-            one width when the pool's completions are shorter).
+        min_width: the rows' width is at least this (so that every row of a batch has one width when the pool's
+            completions are shorter); ``null``: the DataModule's generation length (dLLM ``gen_length``, AR
+            ``max_new_tokens``), as the legacy ``g_ext`` rows.
+
+    Several pools may be listed: each keeps its own records (``batch.external`` holds them all, in source
+    order, for sample tables).
     """
 
     def __init__(self, num: int = 2, pool_path: str | None = None, max_external_len: int = 512,
-                 min_width: int = 0) -> None:
+                 min_width: int | None = None) -> None:
         if num < 1:
             raise ValueError(f"ExternalPool.num must be >= 1, got {num}")
         if not pool_path:
@@ -180,6 +184,9 @@ class ExternalPool(RolloutSource):
         self._pool: dict[str, list[Any]] = {}
 
     def setup(self, dm: Any) -> None:
+        if self.min_width is None:
+            gen = getattr(dm, "generation", None)
+            self.min_width = int(getattr(gen, "gen_length", getattr(gen, "max_new_tokens", 0)) or 0)
         valid = [e.id for e in dm.task.train_examples()]
         self._pool = load_pool(self.pool_path, self.num, valid_ids=valid, task=dm.task.name)
         kept = [e for e in dm.train_examples if e.id in self._pool]
@@ -191,10 +198,13 @@ class ExternalPool(RolloutSource):
         dm._set_train_examples(kept)
 
     def attach(self, batch: PromptBatch) -> None:
-        batch.external = [self._pool.get(e.id, [])[: self.num] for e in batch.examples]
+        mine = [self._pool.get(e.id, [])[: self.num] for e in batch.examples]
+        batch.records[id(self)] = mine
+        batch.external = [old + new for old, new in zip(batch.external, mine)] if batch.external else mine
 
     def rows(self, batch, policy, prompt_ids, prompt_mask, dm) -> Rows | None:
-        ext = [(g, r.completion) for g, recs in enumerate(batch.external) for r in recs]
+        mine = batch.records.get(id(self), batch.external)  # own records (a batch built by hand: .external)
+        ext = [(g, r.completion) for g, recs in enumerate(mine) for r in recs]
         if not ext:
             return None
         n_tok = [policy.count_tokens(t) for _, t in ext]

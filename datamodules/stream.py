@@ -1,6 +1,6 @@
 """A seeded prompt stream with a checkpointed cursor, the base of rollout DataModules.
 
-Shared by :class:`datamodules.rollouts.RolloutDataModule` (dLLM-ERILS: adds the external-pool alignment)
+Shared by :class:`datamodules.rollouts.RolloutDataModule` (dLLM-ERILS: on-policy and external-pool rows)
 and :class:`datamodules.ar_rollouts.ARRolloutDataModule` (double-rollout GRPO).
 
 * The training prompts are permuted with ``seed`` (a new permutation per pass, ``seed + pass``); batch

@@ -73,16 +73,16 @@ class LitRLCLI(LightningCLI):
 
 
 def resolve_checkpoint_dirs(trainer) -> None:
-    """A ``ModelCheckpoint`` without ``dirpath`` saves to ``<run folder>/checkpoints`` (the run folder:
-    :func:`lit_rl.runs.run_dir`, ``trainer.default_root_dir`` for the shipped configs), decided when the
-    trainer is built so that ``--ckpt_path last`` finds the same folder. Lightning's own default would be
-    ``<default_root_dir>/<experiment id>/<run id>/checkpoints`` with MLflow, a new folder per run. So a
-    sibling config that changes only ``trainer.default_root_dir`` needs no copy of the callback list."""
+    """A ``ModelCheckpoint`` without ``dirpath`` saves to ``<trainer.default_root_dir>/checkpoints``, decided
+    when the trainer is built so that ``--ckpt_path last`` finds the same folder (whatever the logger).
+    Lightning's own default would be ``<default_root_dir>/<experiment id>/<run id>/checkpoints`` with MLflow,
+    a new folder per run. So a sibling config that changes only ``trainer.default_root_dir`` needs no copy
+    of the callback list."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     for cb in trainer.callbacks:
         if isinstance(cb, ModelCheckpoint) and cb.dirpath is None:
-            cb.dirpath = os.path.realpath(str(run_dir(trainer) / "checkpoints"))
+            cb.dirpath = os.path.realpath(os.path.join(str(trainer.default_root_dir), "checkpoints"))
 
 
 class SaveConfigToRun(SaveConfigCallback):

@@ -180,16 +180,6 @@ class DoubleRolloutGRPO(RLModule):
         self.loss_settings = settings
         self.reference: nn.Module | None = None  # frozen copy, built when training starts (KL only)
 
-    @property
-    def uninformative_batches(self) -> int:
-        """Batches with no informative row (their μ updates have zero gradient); checkpointed by ExactResume."""
-        return getattr(self.loss_fn, "uninformative_batches", 0)
-
-    @uninformative_batches.setter
-    def uninformative_batches(self, value: int) -> None:
-        if hasattr(self.loss_fn, "uninformative_batches"):
-            self.loss_fn.uninformative_batches = int(value)
-
     # -- setup -----------------------------------------------------------------------------------------
     def configure_model(self) -> None:
         """Refuses FSDP2 sharding (``ModelParallelStrategy``): the HF generation loop stops early per rank
@@ -202,8 +192,14 @@ class DoubleRolloutGRPO(RLModule):
                 "trainer.strategy: ddp (or a LoRA / 4-bit policy to fit memory)"
             )
 
+    @property
+    def kl_settings(self) -> GRPOLossSettings:
+        """The settings of the KL term: the loss part's own when it is a :class:`ClippedPGLoss` (``loss_fn``),
+        else ``loss``."""
+        return self.loss_fn.settings if isinstance(self.loss_fn, ClippedPGLoss) else self.loss_settings
+
     def _reference_mode(self) -> str:
-        mode = self.loss_settings.reference
+        mode = self.kl_settings.reference
         if mode == "auto":
             mode = "adapter" if hasattr(self.policy.model, "disable_adapter") else "copy"
         if mode == "adapter" and not hasattr(self.policy.model, "disable_adapter"):
@@ -218,7 +214,7 @@ class DoubleRolloutGRPO(RLModule):
 
     def on_train_start(self) -> None:
         # after warm-up callbacks (on_fit_start): the reference is the policy RL starts from
-        if self.loss_settings.kl_beta > 0 and self._reference_mode() == "copy" and self.reference is None:
+        if self.kl_settings.kl_beta > 0 and self._reference_mode() == "copy" and self.reference is None:
             self._make_reference()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -54,7 +54,7 @@ class DoubleRolloutSettings:
         length_bonus: λ of the upward-only length bonus on positive-advantage rollouts (0: off; paper up
             to 3).
         length_bonus_unbiased_std: divide the length variance over S by |S|-1 instead of |S|.
-        length_penalty: α of Arora & Zanette's penalty (``double_rollout_math.length_penalty_az``; 0: off;
+        length_penalty: α of Arora & Zanette's penalty (``lit_rl.core.double_rollout.length_penalty_az``; 0: off;
             paper 0.05-0.4), the comparator of DR Fig. 3: each correct rollout's verifier reward times
             ``1 - α·σ(z)``, z its length's z-score among the group's correct rollouts. GRPO only (second
             stage off): DR's own length term is ``length_bonus``.

@@ -103,6 +103,11 @@ class SPGLoss(Loss):
 class GRPOLossSettings:
     """GRPO advantages and the token-level clipped policy-gradient loss (:mod:`lit_rl.core.pg`).
 
+    :class:`ClippedPGLoss` reads the loss fields (clip range, KL, aggregation, truncation, zero-advantage rows);
+    the advantage fields (``scale_std``, ``leave_one_out``, ``std_eps``) configure the group baseline that
+    :class:`~lit_rl.algorithms.double_rollout.DoubleRolloutGRPO` builds from its ``loss`` argument (with a
+    ``processors`` list, set them on its ``GroupBaseline``).
+
     Attributes:
         eps_low: lower clip, ratio >= 1 - eps_low (PPO/DAPO 0.2).
         eps_high: upper clip, ratio <= 1 + eps_high (DAPO clip-higher 0.28; ``null``: eps_low).

@@ -182,6 +182,24 @@ class RLModule(L.LightningModule):
         self.log_step_axis(batch)
         return loss
 
+    @property
+    def uninformative_batches(self) -> int:
+        """Batches the loss found nothing to learn from (``ClippedPGLoss``); checkpointed by ``ExactResume``."""
+        return getattr(self.loss_fn, "uninformative_batches", 0)
+
+    @uninformative_batches.setter
+    def uninformative_batches(self, value: int) -> None:
+        if hasattr(self.loss_fn, "uninformative_batches"):
+            self.loss_fn.uninformative_batches = int(value)
+
+    def reference_logprobs(self, mb: RolloutBatch) -> Tensor:
+        """π_ref log-probs of a micro-batch, for a loss with a KL term; modules that keep a reference
+        policy override it (:class:`~lit_rl.algorithms.double_rollout.DoubleRolloutGRPO`)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} keeps no KL reference policy: use kl_beta: 0 with this module, or "
+            "lit_rl.algorithms.double_rollout.DoubleRolloutGRPO"
+        )
+
     def batch_metrics(self, ro: RolloutBatch, batch: PromptBatch) -> dict[str, float]:
         """The module's own per-batch metrics of the processed rows (subclasses; default none)."""
         return {}

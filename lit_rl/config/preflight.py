@@ -193,9 +193,11 @@ def _check_semantics(cfg: ConfigView) -> None:
     mcls, dcls = _class_of(cfg, "model"), _class_of(cfg, "data")
     # rollout groups: G_on + G_ext (= G where configured)
     dparams = sig.params(dcls)[0] if dcls is not None else {}
-    if ("g_on" in dparams or "g_on" in dargs or "g_ext" in dargs) and not dargs.get("sources"):
-        g_on = dargs.get("g_on", _default(dcls, "g_on", 0))
-        g_ext = dargs.get("g_ext", _default(dcls, "g_ext", 0))
+    if "g_on" in dparams or "g_on" in dargs or "g_ext" in dargs:
+        # a sources list (datamodules.sources) says the group itself: the legacy G_on / G_ext rules do not apply
+        legacy = not dargs.get("sources")
+        g_on = dargs.get("g_on", _default(dcls, "g_on", 0)) if legacy else None
+        g_ext = dargs.get("g_ext", _default(dcls, "g_ext", 0)) if legacy else None
         if _is_int(g_on) and _is_int(g_ext):
             for name, v in (("g_on", g_on), ("g_ext", g_ext)):
                 if v < 0:
@@ -312,7 +314,7 @@ def _check_task_and_pool(cfg: ConfigView) -> None:
     dcls = _class_of(cfg, "data")
     g_ext = dargs.get("g_ext", _default(dcls, "g_ext", 0))
     pool = dargs.get("pool_path")
-    if _is_int(g_ext) and g_ext > 0 and isinstance(pool, str):
+    if _is_int(g_ext) and g_ext > 0 and isinstance(pool, str) and not dargs.get("sources"):
         from lit_rl.rollouts.pool import PoolFormatError, load_pool
 
         try:

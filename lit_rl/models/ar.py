@@ -155,7 +155,7 @@ class CausalPolicy(TextPolicy, nn.Module):
         return out.to(prompt_ids.device)  # (B, max_new_tokens)
 
     def think_end_ids(self) -> list[int]:
-        """Token ids of :attr:`think_end` (for ``double_rollout_math.split_thinking``)."""
+        """Token ids of :attr:`think_end` (for ``lit_rl.core.double_rollout.split_thinking``)."""
         return list(self.tokenizer(self.think_end, add_special_tokens=False)["input_ids"])
 
 

@@ -27,7 +27,9 @@ class PromptBatch:
     Attributes:
         examples: the ``B_p`` prompts of this batch.
         step: index of this batch in the recorded prompt stream (for exact resume and logging).
-        external: for each prompt, its external completion records (``PoolRecord``), ``G_ext`` each.
+        external: for each prompt, its external completion records (``PoolRecord``), ``G_ext`` each (every
+            pool's, in source order).
+        records: each external source's own records per prompt, by source (``id(source)``).
         rollouts: filled at the start of the training batch by the DataModule (on-policy generation), then
             replaced by the processed rows (with ``advantages`` and ``keep``).
         task: the task whose verifier scored the rows (processors that score new rows use it).
@@ -43,6 +45,7 @@ class PromptBatch:
     examples: list[Example]
     step: int
     external: list[list[Any]] = field(default_factory=list)
+    records: dict[int, list[list[Any]]] = field(default_factory=dict)
     rollouts: "RolloutBatch | None" = None
     task: Any = None
     generation: Any = None

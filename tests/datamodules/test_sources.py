@@ -85,3 +85,19 @@ def test_sources_in_yaml_through_the_cli(tmp_path):
     dm = cli.datamodule
     assert [type(s).__name__ for s in dm.sources] == ["ExternalPool"] and dm.sources[0].num == 3
     assert (dm.g_on, dm.g_ext) == (0, 3)
+
+
+def test_two_pools_keep_their_own_records_and_the_generation_follows_the_list():
+    grid = str(ROOT / "data/pools/sudoku_grid.jsonl.gz")
+    dm = _dm(sources=[DiffusionOnPolicy(1, GEN), ExternalPool(1, POOL), ExternalPool(2, grid)])
+    assert dm.generation == GEN and dm.eval_generation.gen_length == GEN.gen_length  # from the on-policy source
+    assert [s.min_width for s in dm.sources[1:]] == [GEN.gen_length] * 2  # as wide as that generation
+    batch = dm.prompt_batch(0)
+    ro = dm.produce_rollouts(batch, _policy())
+    ext = (ro.source == int(Source.EXTERNAL)).nonzero().squeeze(-1).tolist()
+    assert len(ext) == 3 * (1 + 2) and [len(r) for r in batch.external] == [3, 3, 3]
+    first, second = ext[:3], ext[3:]  # the first pool's row per prompt, then the second pool's two
+    assert all(ro.texts[i] == batch.records[id(dm.sources[1])][g][0].completion for g, i in enumerate(first))
+    texts = [r.completion for g in range(3) for r in batch.records[id(dm.sources[2])][g]]
+    assert [ro.texts[i] for i in second] == texts
+    assert {r.completion for g in range(3) for r in batch.records[id(dm.sources[1])][g]}.isdisjoint(texts)

@@ -379,8 +379,8 @@ def test_build_info_is_fsynced_before_the_rename(tmp_path, monkeypatch):
 
     calls = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(build.os, "fsync", lambda fd: calls.append("fsync") or real_fsync(fd))
-    monkeypatch.setattr(build.os, "replace", lambda a, b: calls.append("replace") or real_replace(a, b))
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: calls.append("replace") or real_replace(a, b))
     build._write_json_atomic(tmp_path / "x.build.json", {"a": 1})
     # the file's data is fsynced before the rename (then the folder: lit_rl.atomic)
     assert calls[:2] == ["fsync", "replace"] and json.loads((tmp_path / "x.build.json").read_text()) == {"a": 1}
