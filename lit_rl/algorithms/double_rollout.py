@@ -90,12 +90,10 @@ the original's correctness, DR Fig. 1-2), length-bonus stats (``train/dr/length_
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Sequence
 
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from torch import Tensor, nn
 
 from lit_rl.algorithms.dr_estimate import (  # noqa: F401  (re-exported: the estimate's public names)
     DoubleRolloutEstimate,
@@ -108,7 +106,6 @@ from lit_rl.algorithms.losses import ClippedPGLoss, GRPOLossSettings, Loss
 from lit_rl.algorithms.processors import GroupBaseline, Processor
 from lit_rl.algorithms.rl_module import RLModule
 from lit_rl.models.ar import CausalPolicy
-from lit_rl.rollouts.types import RolloutBatch
 
 __all__ = [
     "DoubleRolloutGRPO",
@@ -128,8 +125,8 @@ class DoubleRolloutGRPO(RLModule):
     """Double-rollout GRPO (and vanilla / large-rollout GRPO) for a causal LM policy.
 
     The training step is :class:`~lit_rl.algorithms.rl_module.RLModule`'s; this class chooses the parts (the
-    double-rollout estimate with the GRPO baseline of ``loss``, and the clipped policy gradient) and owns the
-    KL reference.
+    double-rollout estimate with the GRPO baseline of ``loss``, and the clipped policy gradient); the KL
+    reference is the base class's (:meth:`RLModule.reference_policy`).
 
     Args:
         policy: the causal LM (``TinyCausalLM``, ``PretrainedCausalLM``).
@@ -178,7 +175,6 @@ class DoubleRolloutGRPO(RLModule):
         )
         self.dr = dr
         self.loss_settings = settings
-        self.reference: nn.Module | None = None  # frozen copy, built when training starts (KL only)
 
     # -- setup -----------------------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -192,42 +188,3 @@ class DoubleRolloutGRPO(RLModule):
                 "trainer.strategy: ddp (or a LoRA / 4-bit policy to fit memory)"
             )
 
-    @property
-    def kl_settings(self) -> GRPOLossSettings:
-        """The settings of the KL term: the loss part's own when it is a :class:`ClippedPGLoss` (``loss_fn``),
-        else ``loss``."""
-        return self.loss_fn.settings if isinstance(self.loss_fn, ClippedPGLoss) else self.loss_settings
-
-    def _reference_mode(self) -> str:
-        mode = self.kl_settings.reference
-        if mode == "auto":
-            mode = "adapter" if hasattr(self.policy.model, "disable_adapter") else "copy"
-        if mode == "adapter" and not hasattr(self.policy.model, "disable_adapter"):
-            raise ValueError("model.loss.reference='adapter' needs a LoRA policy (policy.lora)")
-        return mode
-
-    def _make_reference(self) -> None:
-        ref = copy.deepcopy(self.policy)
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        self.reference = ref.eval()
-
-    def on_train_start(self) -> None:
-        # after warm-up callbacks (on_fit_start): the reference is the policy RL starts from
-        if self.kl_settings.kl_beta > 0 and self._reference_mode() == "copy" and self.reference is None:
-            self._make_reference()
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # a resumed run restores the reference saved with the checkpoint (strict loading needs the module)
-        if self.reference is None and any(k.startswith("reference.") for k in checkpoint.get("state_dict", {})):
-            self._make_reference()
-        super().on_load_checkpoint(checkpoint)
-
-    def reference_logprobs(self, mb: RolloutBatch) -> Tensor:
-        """π_ref log-probs ``(b, L)`` of a micro-batch (for the KL term of the loss)."""
-        if self._reference_mode() == "adapter":
-            with self.policy.model.disable_adapter():
-                return self.policy.token_logprobs(mb.input_ids, mb.attention_mask, mb.prompt_len)
-        if self.reference is None:
-            self._make_reference()
-        return self.reference.to(self.device).token_logprobs(mb.input_ids, mb.attention_mask, mb.prompt_len)

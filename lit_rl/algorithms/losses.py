@@ -40,6 +40,9 @@ class Loss:
     """Base of the losses (module docstring). ``stats_prefix``: where the loss's statistics are logged."""
 
     stats_prefix = "train/loss"
+    reference_mode: str | None = None
+    """The KL reference the loss needs (``None``: none; ``"auto"`` | ``"adapter"`` | ``"copy"``, kept by the
+    module: :meth:`~lit_rl.algorithms.rl_module.RLModule.reference_policy`)."""
 
     def bind(self, policy: torch.nn.Module) -> None:
         """Called once by the module with its policy (e.g. the mask token id)."""
@@ -178,6 +181,10 @@ class ClippedPGLoss(Loss):
     def __init__(self, settings: GRPOLossSettings | None = None) -> None:
         self.settings = settings if settings is not None else GRPOLossSettings()
         self.uninformative_batches = 0
+
+    @property
+    def reference_mode(self) -> str | None:  # type: ignore[override]
+        return self.settings.reference if self.settings.kl_beta > 0 else None
 
     def prepare(self, rollouts: RolloutBatch, module: Any) -> PreparedPG:
         s = self.settings

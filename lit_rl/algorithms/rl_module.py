@@ -30,8 +30,10 @@ double-rollout estimate and the clipped policy gradient); ``processors`` and ``l
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import lightning as L
 import torch
@@ -115,6 +117,7 @@ class RLModule(L.LightningModule):
                 part.bind(policy)
         self._val_correct, self._val_total = 0.0, 0.0
         self._val_len: list[Tensor] = []
+        self.reference: torch.nn.Module | None = None  # frozen copy of the policy (a KL loss, reference "copy")
 
     # -- checkpoints ------------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -125,6 +128,10 @@ class RLModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         from lit_rl.models.frozen_state import expect_frozen_4bit
+
+        # a resumed run restores the KL reference saved with the checkpoint (strict loading needs the module)
+        if self.reference is None and any(k.startswith("reference.") for k in checkpoint.get("state_dict", {})):
+            self._make_reference()
 
         state = getattr(self._trainer, "state", None) if self._trainer is not None else None
         expect_frozen_4bit(self, checkpoint, resuming_fit=getattr(state, "fn", None) == "fit")
@@ -192,13 +199,52 @@ class RLModule(L.LightningModule):
         if hasattr(self.loss_fn, "uninformative_batches"):
             self.loss_fn.uninformative_batches = int(value)
 
+    # -- the KL reference -------------------------------------------------------------------------------
+    def _reference_mode(self) -> str | None:
+        """How the loss's KL reference is kept (``loss_fn.reference_mode``): ``None`` (the loss has no KL
+        term), ``"adapter"`` (the policy with its LoRA adapter disabled) or ``"copy"`` (a frozen copy of the
+        policy taken when training starts); ``"auto"`` picks ``"adapter"`` for a LoRA policy."""
+        mode = getattr(self.loss_fn, "reference_mode", None)
+        if mode is None:
+            return None
+        has_adapter = hasattr(getattr(self.policy, "model", None), "disable_adapter")
+        if mode == "auto":
+            mode = "adapter" if has_adapter else "copy"
+        if mode == "adapter" and not has_adapter:
+            raise ValueError("model.loss.reference='adapter' needs a LoRA policy (policy.lora)")
+        return mode
+
+    def _make_reference(self) -> None:
+        ref = copy.deepcopy(self.policy)
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        self.reference = ref.eval()
+
+    def on_train_start(self) -> None:
+        # after the warm-up callbacks (on_fit_start): the reference is the policy RL starts from
+        if self._reference_mode() == "copy" and self.reference is None:
+            self._make_reference()
+
+    @contextlib.contextmanager
+    def reference_policy(self) -> Iterator[torch.nn.Module]:
+        """The KL reference as a policy (same calls as ``self.policy``): the policy with its adapter disabled,
+        or the frozen copy on the policy's device."""
+        mode = self._reference_mode()
+        if mode is None:
+            raise RuntimeError(f"{type(self).__name__}.loss_fn has no KL term (no reference_mode)")
+        if mode == "adapter":
+            with self.policy.model.disable_adapter():
+                yield self.policy
+            return
+        if self.reference is None:
+            self._make_reference()
+        yield self.reference.to(self.device)
+
     def reference_logprobs(self, mb: RolloutBatch) -> Tensor:
-        """π_ref log-probs of a micro-batch, for a loss with a KL term; modules that keep a reference
-        policy override it (:class:`~lit_rl.algorithms.double_rollout.DoubleRolloutGRPO`)."""
-        raise NotImplementedError(
-            f"{type(self).__name__} keeps no KL reference policy: use kl_beta: 0 with this module, or "
-            "lit_rl.algorithms.double_rollout.DoubleRolloutGRPO"
-        )
+        """π_ref log-probs ``(b, L)`` of a micro-batch under a causal policy (the KL term of
+        :class:`~lit_rl.algorithms.losses.ClippedPGLoss`)."""
+        with self.reference_policy() as ref:
+            return ref.token_logprobs(mb.input_ids, mb.attention_mask, mb.prompt_len)
 
     def batch_metrics(self, ro: RolloutBatch, batch: PromptBatch) -> dict[str, float]:
         """The module's own per-batch metrics of the processed rows (subclasses; default none)."""

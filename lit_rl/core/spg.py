@@ -40,6 +40,7 @@ __all__ = [
     "spg_select",
     "token_logprobs_from_logits",
     "wd1_loss",
+    "wd1_weights",
 ]
 
 
@@ -186,10 +187,22 @@ def wd1_loss(
 
     Shapes: ``seq_logp (B,)``, ``advantages (B,)``, ``group (B,)`` -> scalar.
     """
-    adv = advantages.to(seq_logp.dtype)
-    if adv.numel() == 0:  # an empty batch: a zero still connected to the graph
+    w_pos, w_neg = wd1_weights(advantages.to(seq_logp.dtype), group)
+    if w_pos.numel() == 0:  # an empty batch: a zero still connected to the graph
         loss = seq_logp.sum() * 0.0
         return loss, {"loss": loss.detach(), "seq_logp_mean": loss.detach()}
+    loss = -(w_pos * seq_logp).sum() + (w_neg * seq_logp).sum()
+    return loss, {"loss": loss.detach(), "seq_logp_mean": seq_logp.detach().mean()}
+
+
+def wd1_weights(advantages: torch.Tensor, group: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """wd1's row weights ``(softmax(A), softmax(−A))``, each softmax within a group (``None``: one group).
+
+    They depend on the advantages only, so a batch can fix them once and split its rows into micro-batches:
+    the wd1 loss is ``Σ_i (w−_i − w+_i) · S_i``. Shapes: ``(B,), (B,) -> (B,), (B,)``.
+    """
+    if advantages.numel() == 0:
+        return advantages.clone(), advantages.clone()
     if group is None:
         group = torch.zeros_like(advantages, dtype=torch.long)
     _, g = torch.unique(group, return_inverse=True)  # (B,) dense group ids
@@ -199,6 +212,4 @@ def wd1_loss(
         z = torch.where(onehot, x[None, :], float("-inf"))  # (G, B)
         return torch.softmax(z, dim=-1).nan_to_num(0.0).sum(0)  # (B,)
 
-    w_pos, w_neg = group_softmax(adv), group_softmax(-adv)
-    loss = -(w_pos * seq_logp).sum() + (w_neg * seq_logp).sum()
-    return loss, {"loss": loss.detach(), "seq_logp_mean": seq_logp.detach().mean()}
+    return group_softmax(advantages), group_softmax(-advantages)

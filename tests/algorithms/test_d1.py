@@ -1,0 +1,189 @@
+"""d1 and wd1 as losses of the pipeline (lit_rl/algorithms/d1.py): the one-step estimator's inputs, π_old per
+update draw, hand-computed losses, micro-batch equivalence, the KL reference, and a fit through the CLI."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import mlflow
+import pytest
+import torch
+
+from lit_rl.algorithms.advantages import OnPolicyOnly
+from lit_rl.algorithms.d1 import D1Loss, WD1Loss, one_step_logprobs, one_step_prompt_masks
+from lit_rl.algorithms.erils import ERILSModule
+from lit_rl.cli import run_lightning_cli
+from lit_rl.core.spg import wd1_loss
+from lit_rl.models import TinyDiffusionLM
+from lit_rl.rollouts.types import RolloutBatch
+
+ROOT = Path(__file__).resolve().parents[2]
+B, P, L = 4, 3, 5
+
+
+def _policy(seed: int = 0) -> TinyDiffusionLM:
+    torch.manual_seed(seed)
+    return TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+
+
+def _rows(adv=(1.0, -1.0, 0.5, -0.5)) -> RolloutBatch:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, 40, (B, P + L), generator=g)
+    attn = torch.ones_like(ids)
+    attn[0, 0] = 0  # a left-padded prompt: its pad is never masked
+    lengths = torch.tensor([5, 2, 4, 1])
+    ro = RolloutBatch(
+        input_ids=ids, attention_mask=attn, prompt_len=P, completion_mask=torch.arange(L)[None] < lengths[:, None],
+        lengths=lengths, rewards=torch.zeros(B), source=torch.zeros(B, dtype=torch.long),
+        group=torch.tensor([0, 0, 1, 1]), texts=[""] * B, prompt_ids=["a", "a", "b", "b"],
+        hit_limit=torch.zeros(B, dtype=torch.bool), eval_total=None,
+    )
+    return ro.with_advantages(torch.tensor(adv))
+
+
+def _module(loss, mu: int = 1, micro: int | None = None, seed: int = 0) -> ERILSModule:
+    module = ERILSModule(_policy(seed), processors=[OnPolicyOnly()], loss_fn=loss, updates_per_batch=mu,
+                         micro_batch_size=micro)
+    module.manual_backward = lambda loss: loss.backward()  # no trainer needed for the accumulation itself
+    return module
+
+
+def test_prompt_masks_follow_the_row_seed_and_skip_padding():
+    pm = torch.ones(3, 400, dtype=torch.bool)
+    pm[2, :200] = False
+    m = one_step_prompt_masks(pm, [1, 2, 3], 0.15)
+    assert m.shape == (3, 400) and not m[2, :200].any()
+    assert abs(float(m[:2].float().mean()) - 0.15) < 0.03  # ~Bernoulli(0.15)
+    assert torch.equal(one_step_prompt_masks(pm[:1], [1], 0.15), m[:1])  # a row's draw ignores its batch-mates
+    assert not torch.equal(one_step_prompt_masks(pm[:1], [9], 0.15), m[:1])
+    assert not one_step_prompt_masks(pm, [1, 2, 3], 0.0).any()
+
+
+def test_one_step_input_masks_the_whole_completion_and_the_drawn_prompt_tokens():
+    policy = _policy()
+    ro = _rows()
+    seen = []
+    real = policy.forward
+    policy.forward = lambda ids, attn=None: (seen.append(ids.clone()), real(ids, attn))[1]
+    prompt_masked = torch.tensor([[False, True, False]] * B)
+    logp, ent = one_step_logprobs(policy, ro.input_ids, ro.attention_mask, P, prompt_masked)
+    noisy = seen[0]
+    assert (noisy[:, P:] == policy.mask_id).all()
+    assert (noisy[:, 1] == policy.mask_id).all() and torch.equal(noisy[:, [0, 2]], ro.input_ids[:, [0, 2]])
+    # the scores are the original tokens' log-probs under that input
+    logits = real(noisy, ro.attention_mask)[:, P:]
+    want = torch.log_softmax(logits.float(), -1).gather(-1, ro.input_ids[:, P:, None])[..., 0]
+    torch.testing.assert_close(logp, want)
+    assert ent.shape == (B, L) and (ent >= 0).all()
+
+
+def test_d1_with_one_update_is_the_token_mean_policy_gradient():
+    # μ = 1: π_old = π_θ detached (d1), ratio 1, β = 0: loss = −Σ_i A_i·L_i / Σ_i L_i, hand-computed
+    module = _module(D1Loss(beta=0.0))
+    p = module.loss_fn.prepare(_rows(), module)
+    assert p.old_logp is None and p.ref_logp is None
+    loss, stats = module.loss_fn.backward(p, module)
+    want = -(1.0 * 5 - 1.0 * 2 + 0.5 * 4 - 0.5 * 1) / (5 + 2 + 4 + 1)
+    assert float(loss) == pytest.approx(want, abs=1e-6)
+    assert float(stats["ratio_mean"]) == pytest.approx(1.0)
+    assert 0.0 < float(stats["entropy"]) <= math.log(len(module.policy.tokenizer)) + 1e-4
+
+
+def test_d1_takes_pi_old_of_each_updates_draw_before_the_first_update():
+    module = _module(D1Loss(beta=0.0), mu=2)
+    ro = _rows()
+    p = module.loss_fn.prepare(ro, module)
+    assert p.old_logp.shape == (2, B, L) and p.prompt_masked.shape == (2, B, P)
+    assert not torch.equal(p.prompt_masked[0], p.prompt_masked[1])  # a fresh draw per update
+    for k in range(2):  # π_old of draw k is the one-step score under draw k of the starting policy
+        with torch.no_grad():
+            want, _ = one_step_logprobs(module.policy.eval(), ro.input_ids, ro.attention_mask, P, p.prompt_masked[k])
+        torch.testing.assert_close(p.old_logp[k], want)
+    module.policy.train()
+    _, stats = module.loss_fn.backward(p, module)  # update 0: the policy has not moved, ratio exactly 1
+    assert float(stats["ratio_mean"]) == pytest.approx(1.0, abs=1e-6)
+    with torch.no_grad():  # "an optimizer step"
+        for q in module.policy.parameters():
+            q.add_(0.05 * torch.randn_like(q))
+    _, stats = module.loss_fn.backward(p, module)  # update 1: draw 1 against its own π_old
+    assert abs(float(stats["ratio_mean"]) - 1.0) > 1e-4
+    assert p.calls == 2
+
+
+def test_d1_kl_reference_is_the_starting_policy():
+    module = _module(D1Loss(beta=0.04), mu=2)
+    module.on_train_start()  # the frozen copy, taken when training starts
+    assert module.reference is not None and not any(q.requires_grad for q in module.reference.parameters())
+    p = module.loss_fn.prepare(_rows(), module)
+    torch.testing.assert_close(p.ref_logp, p.old_logp)  # before training, π_ref = π_old on every draw
+    with torch.no_grad():
+        for q in module.policy.parameters():
+            q.add_(0.05 * torch.randn_like(q))
+    p2 = module.loss_fn.prepare(_rows(), module)
+    torch.testing.assert_close(p2.ref_logp, p.ref_logp)  # the reference did not move
+    _, stats = module.loss_fn.backward(p2, module)
+    assert float(stats["kl"]) > 0
+
+
+def test_wd1_loss_matches_the_pure_function_by_group():
+    module = _module(WD1Loss())
+    ro = _rows()
+    p = module.loss_fn.prepare(ro, module)
+    # group [1, -1]: softmax(A) = (e/(e+1/e), ...) so w− − w+ = (−0.7616, 0.7616); group [0.5, −0.5]: ∓0.4621
+    torch.testing.assert_close(p.weights, torch.tensor([-math.tanh(1.0), math.tanh(1.0), -math.tanh(0.5),
+                                                        math.tanh(0.5)]))
+    loss, _ = module.loss_fn.backward(p, module)
+    with torch.no_grad():
+        logp, _ = one_step_logprobs(module.policy, ro.input_ids, ro.attention_mask, P, p.prompt_masked[0])
+    seq = torch.where(ro.completion_mask, logp, 0.0).sum(-1)
+    want, _ = wd1_loss(seq, ro.advantages, ro.group)
+    assert float(loss) == pytest.approx(float(want), rel=1e-5)
+
+
+@pytest.mark.parametrize("make", [lambda: D1Loss(beta=0.04), WD1Loss], ids=["d1", "wd1"])
+@pytest.mark.parametrize("micro", [1, 3])
+def test_micro_batches_match_the_full_batch(make, micro):
+    def grads(mb):
+        module = _module(make(), mu=2, micro=mb)
+        module.on_train_start()
+        p = module.loss_fn.prepare(_rows(), module)
+        loss, _ = module.loss_fn.backward(p, module)
+        return float(loss), {n: q.grad.clone() for n, q in module.policy.named_parameters() if q.grad is not None}
+
+    full_loss, full = grads(None)
+    loss, part = grads(micro)
+    assert loss == pytest.approx(full_loss, rel=1e-5, abs=1e-7)
+    assert full and part.keys() == full.keys()
+    for n in full:
+        torch.testing.assert_close(part[n], full[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_bad_settings_name_the_field():
+    with pytest.raises(ValueError, match="epsilon"):
+        D1Loss(epsilon=1.5)
+    with pytest.raises(ValueError, match="beta"):
+        D1Loss(beta=-1)
+    with pytest.raises(ValueError, match="p_mask_prompt"):
+        WD1Loss(p_mask_prompt=1.0)
+
+
+@pytest.mark.parametrize("name,prefix", [("d1", "train/d1"), ("wd1", "train/wd1")])
+def test_the_configs_fit_through_the_cli(tmp_path, name, prefix):
+    torch.manual_seed(0)
+    cli = run_lightning_cli([
+        "fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / f"conf/{name}.yaml"),
+        "--config", str(ROOT / "tests/tiny_overlay.yaml"), f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+    ])
+    module = cli.model
+    assert isinstance(module.loss_fn, D1Loss if name == "d1" else WD1Loss)
+    assert cli.trainer.global_step == 4
+    assert (module.reference is not None) == (name == "d1")  # d1's KL reference, taken at train start
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    run = client.search_runs([client.get_experiment_by_name("lit_rl-embedded").experiment_id])[0]
+    keys = set(run.data.metrics)
+    assert {f"{prefix}/entropy", "train/loss", "val/sudoku/greedy/accuracy"} <= keys
+    assert "train/external/reward_mean" not in keys  # all on-policy
+    if name == "d1":
+        assert {"train/d1/kl", "train/d1/clip_frac", "train/d1/ratio_mean"} <= keys
