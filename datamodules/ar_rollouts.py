@@ -199,7 +199,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
             self._synced_step = step
         return self._generator
 
-    def batch_generator(self) -> ARBackend | None:
+    def batch_generator(self, policy: Any = None) -> ARBackend | None:
         return self._generator
 
     # -- data ----------------------------------------------------------------------------------------

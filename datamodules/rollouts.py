@@ -23,7 +23,7 @@ Steps 3 and 2 are this DataModule's default sources, in that row order (:mod:`da
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -118,6 +118,13 @@ class RolloutDataModule(PromptStreamDataModule):
             if g_ext:
                 sources.append(ExternalPool(g_ext, pool_path, max_external_len, min_width=self.generation.gen_length))
         self.sources = list(sources)
+
+    def batch_generator(self, policy: Any) -> Any:
+        """Double-rollout continuations from the policy's current weights on the training decode's block
+        schedule (:class:`lit_rl.generation.continuations.DiffusionContinuations`)."""
+        from lit_rl.generation.continuations import DiffusionContinuations
+
+        return DiffusionContinuations(policy, self.generation)
 
     def evaluate_batch(self, batch: PromptBatch, module: torch.nn.Module) -> RolloutBatch:
         """Greedy (``eval_generation``) completions of eval prompts, with eval scores in ``rewards``.

@@ -245,13 +245,14 @@ class PromptStreamDataModule(L.LightningDataModule):
             # what later stages need travels with the batch (no stage reads the DataModule through the trainer)
             batch.task, batch.generation, batch.rank = self.task, getattr(self, "generation", None), self._world()[0]
             batch.stats = dict(self.last_stats)
-            batch.generator = self.batch_generator()
+            batch.generator = self.batch_generator(getattr(module, "policy", module))
         else:
             batch.rollouts = self.evaluate_batch(batch, module)
         return batch
 
-    def batch_generator(self) -> Any:
-        """The generation engine later stages may reuse for this batch (AR continuations); ``None`` here."""
+    def batch_generator(self, policy: Any) -> Any:
+        """The generation engine later stages may reuse for this batch (double-rollout continuations);
+        ``None`` here."""
         return None
 
     def produce_rollouts(self, batch: PromptBatch, module: Any) -> RolloutBatch:

@@ -243,8 +243,12 @@ def estimate_rewards(
     stage2_tokens = 0
     if rows:
         prefixes = [prompt_rows[i] + bodies[i][: cuts[i]] for i in rows]
+        # a dLLM canvas starts after the prompt (lit_rl.generation.continuations): tell it where
+        wants_split = getattr(backend, "needs_prompt_lens", False)
+        split = {"prompt_lens": [len(prompt_rows[i]) for i in rows]} if wants_split else {}
         out = backend.continue_from(
-            prefixes, n=N, max_new_tokens=[budgets[i] for i in rows], temperature=temperature, top_p=top_p, seed=seed
+            prefixes, n=N, max_new_tokens=[budgets[i] for i in rows], temperature=temperature, top_p=top_p, seed=seed,
+            **split,
         )  # (R*N, W)
         texts_ids, groups = [], []
         for k, i in enumerate(rows):
@@ -321,12 +325,13 @@ def _rebuild(
         toks, ended = cont_tokens[(i, int(replaced[i]))]
         new_rows[i] = (bodies[i][: cuts[i]] + toks, ended)
     comp = ro.completion_ids  # (B, L)
-    L = max(comp.shape[1], max(len(t) for t, _ in new_rows.values()))
+    comp_width = comp.shape[1]
+    L = max(comp_width, max(len(t) for t, _ in new_rows.values()))
     device = comp.device
     if L > comp.shape[1]:
         comp = torch.cat([comp, comp.new_full((comp.shape[0], L - comp.shape[1]), eos_id)], 1)  # (B, L')
     comp = comp.clone()
-    lengths, hit, source = ro.lengths.clone(), ro.hit_limit.clone(), ro.source.clone()
+    lengths, hit, source, kept = ro.lengths.clone(), ro.hit_limit.clone(), ro.source.clone(), ro.kept_prefix.clone()
     texts = list(ro.texts)
     for i, (toks, ended) in new_rows.items():
         comp[i] = eos_id
@@ -334,6 +339,7 @@ def _rebuild(
         lengths[i] = len(toks)
         hit[i] = not ended
         source[i] = int(Source.CONTINUATION)
+        kept[i] = cuts[i]
         texts[i] = ""  # filled by the caller's decode if wanted; see DoubleRolloutGRPO
     P = ro.prompt_len
     input_ids = torch.cat([ro.input_ids[:, :P], comp], 1)  # (B, P+L')
@@ -343,6 +349,8 @@ def _rebuild(
         input_ids=input_ids, attention_mask=attention_mask, prompt_len=P, completion_mask=completion_mask,
         lengths=lengths, rewards=ro.rewards.clone(), source=source, group=ro.group, texts=texts,
         prompt_ids=list(ro.prompt_ids), hit_limit=hit, eval_total=ro.eval_total, row=ro.row,
+        gen_width=None if L > comp_width else ro.gen_width,  # a dLLM row keeps its canvas width
+        kept_prefix=kept,
     )
 
 
@@ -391,7 +399,10 @@ class DoubleRolloutEstimate(Processor):
             return task.total_rewards(texts, [examples[g] for g in groups]).totals
 
         s = self.settings
-        delim = s.delimiter if s.delimiter is not None else self.policy.think_end
+        delim = s.delimiter if s.delimiter is not None else getattr(self.policy, "think_end", None)
+        if delim is None:
+            raise ValueError(f"model.double_rollout.delimiter: {type(self.policy).__name__} has no think_end; "
+                             "set the text that closes the thinking trace (e.g. '</reasoning>')")
         delim_ids = list(self.policy.tokenizer(delim, add_special_tokens=False)["input_ids"])
         est = estimate_rewards(
             rollouts, batch.generator, score, self.policy.decode_completions, delim_ids, self.policy.eos_id, s,
@@ -453,7 +464,7 @@ def estimate_metrics(est: Estimate, first_stage: RolloutBatch, batch: PromptBatc
                 m["train/dr/cont_acc_given_wrong"] = float(cc[~oc].mean())
         m["train/cost/tokens_stage2"] = est.stage2_tokens / max(bs, 1)
         m["time/stage2_s"] = est.stage2_seconds
-        t1 = dm_stats.get("time/stage1_s")
+        t1 = dm_stats.get("time/stage1_s") or dm_stats.get("time/generation_s")  # AR | dLLM first stage
         if t1:
             m["time/stage2_over_stage1"] = est.stage2_seconds / t1
     if settings.length_bonus > 0:

@@ -93,7 +93,7 @@ class SPGLoss(Loss):
         for mb, mb_adv, mb_seeds in zip(ro.micro_batches(size), adv.split(size), seeds.split(size)):
             loss, stats = self.surrogate(
                 module.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source, mb_adv,
-                seeds=mb_seeds, gen_width=mb.gen_width,
+                seeds=mb_seeds, gen_width=mb.gen_width, kept_prefix=mb.kept_prefix,
             )
             loss = loss * (self.surrogate.loss_weights(mb.lengths).sum().clamp(min=1) / total_w)
             module.manual_backward(loss)

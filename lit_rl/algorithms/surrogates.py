@@ -68,6 +68,12 @@ class SPGSurrogate:
         micro_batch_size: rows per forward; ``None`` = all ``num_t·B`` at once.
         weighting: how :func:`spg_loss` weighs the rollouts: ``"length"`` (default; the SPG reference code,
             a rollout weighs its completion length) or ``"rollout"`` (ERILS Eq. 10, every rollout equally).
+        continuation_masks: masks of double rollout's replaced rows (``Source.CONTINUATION``, a cut trace
+            ``t[:cut]`` from the first stage and a tail re-decoded from the cut, both by the current policy
+            on the same block schedule): ``"whole"`` (default) draws on-policy block masks over the whole
+            row, as for any on-policy decode, so the row's ELBO bounds ``log π(o | p)`` of the completion it
+            stands for; ``"tail"`` draws the same masks, then leaves the kept ``t[:cut]`` clean and unscored
+            (the ELBO of the tail given the cut: only what the second stage decoded gets the credit).
     """
 
     def __init__(
@@ -84,6 +90,7 @@ class SPGSurrogate:
         mask_id: int = 126336,
         micro_batch_size: int | None = None,
         weighting: str = "length",
+        continuation_masks: str = "whole",
     ) -> None:
         if mode not in ("mix", "eubo", "elbo"):
             raise ValueError(f"mode must be 'mix', 'eubo' or 'elbo', got {mode!r}")
@@ -101,7 +108,10 @@ class SPGSurrogate:
             raise ValueError(f"micro_batch_size must be >= 1 or None, got {micro_batch_size}")
         if weighting not in ("length", "rollout"):
             raise ValueError(f"weighting must be 'length' or 'rollout', got {weighting!r}")
+        if continuation_masks not in ("whole", "tail"):
+            raise ValueError(f"continuation_masks must be 'whole' or 'tail', got {continuation_masks!r}")
         self.weighting = weighting
+        self.continuation_masks = continuation_masks
         self.beta = beta
         self.num_t = num_t
         self.mode = mode
@@ -127,8 +137,11 @@ class SPGSurrogate:
         *,
         seeds: Sequence[int] | torch.Tensor | None = None,
         gen_width: torch.Tensor | None = None,
+        kept_prefix: torch.Tensor | None = None,
     ) -> DiffusionMasks:
-        """Block masks for on-policy rows, uniform masks for external rows, then prompt masking.
+        """Block masks for on-policy rows, uniform masks for external rows, then prompt masking; continuation
+        rows (double rollout) get on-policy block masks, their kept prefix ``kept_prefix (B,)`` left clean and
+        unscored under ``continuation_masks: tail``.
 
         ``seeds (B,)``: one seed per rollout; each row then draws all its masks from its own CPU stream
         (:func:`lit_rl.rng.cpu_generator`), so a row's masks do not depend on which rows share its batch
@@ -140,9 +153,12 @@ class SPGSurrogate:
         """
         completion_mask = completion_mask.bool()
         B, L = completion_mask.shape
-        bad = (source != int(Source.ON_POLICY)) & (source != int(Source.EXTERNAL))
-        if bad.any():
-            raise ValueError(f"source must hold 0 (on-policy) or 1 (external), got {source[bad].unique().tolist()}")
+        known = torch.isin(source, torch.tensor([int(s) for s in Source], device=source.device))
+        if not known.all():
+            raise ValueError(f"source must hold 0 (on-policy), 1 (external) or 2 (continuation), got "
+                             f"{source[~known].unique().tolist()}")
+        continuation = source == int(Source.CONTINUATION)  # (B,) masked as on-policy decodes
+        source = torch.where(continuation, int(Source.ON_POLICY), source)
         if seeds is not None and len(seeds) != B:
             raise ValueError(f"seeds must hold one seed per row ({B}), got {len(seeds)}")
         widths = [L] * B if gen_width is None else [int(w) for w in gen_width.tolist()]
@@ -168,6 +184,9 @@ class SPGSurrogate:
                 m = uniform_random_masks(completion_mask[idx], self.num_t, g, rule=self.external_rule)
             m = mask_prompt_tokens(m, prompt_mask[idx], self.p_mask_prompt, g)
             comp[:, idx], loss[:, idx], prompt[:, idx] = m.completion, m.loss, m.prompt
+        if self.continuation_masks == "tail" and kept_prefix is not None and bool(continuation.any()):
+            kept = (torch.arange(L, device=device)[None, :] < kept_prefix.to(device)[:, None]) & continuation[:, None]
+            comp, loss = comp & ~kept[None], loss & ~kept[None]  # the cut trace: clean context, not scored
         return DiffusionMasks(comp, loss, prompt)
 
     def token_logprobs(
@@ -232,6 +251,7 @@ class SPGSurrogate:
         *,
         seeds: Sequence[int] | torch.Tensor | None = None,
         gen_width: torch.Tensor | None = None,
+        kept_prefix: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Loss ``Σ(−A·S·w)/Σw`` for one rollout batch (``w`` = :meth:`loss_weights`) and detached stats.
 
@@ -246,7 +266,8 @@ class SPGSurrogate:
                 f"{(B, T - prompt_len)}"
             )
         masks = self.build_masks(
-            completion_mask, attention_mask[:, :prompt_len], source, generator, seeds=seeds, gen_width=gen_width
+            completion_mask, attention_mask[:, :prompt_len], source, generator, seeds=seeds, gen_width=gen_width,
+            kept_prefix=kept_prefix,
         )
         # (num_t, B, L)
         logp, entropy = self.logprobs_and_entropy(logits_fn, input_ids, attention_mask, prompt_len, masks)

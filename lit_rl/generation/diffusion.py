@@ -165,6 +165,7 @@ def diffusion_generate(
     generator: torch.Generator | None = None,
     logits_dtype: torch.dtype = torch.float64,
     sampler: str = "gumbel",
+    init: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode ``gen_length`` tokens after left-padded prompts (LLaDA low-confidence remasking, module doc).
 
@@ -182,6 +183,10 @@ def diffusion_generate(
         sampler: ``"gumbel"`` (reference: Gumbel-max, one noise draw per vocabulary entry) or ``"inverse_cdf"``
             (the same categorical distribution ``softmax(logits / T)`` sampled by inverse CDF with one uniform
             per position: much cheaper for large vocabularies on CPU, different random stream).
+        init: ``(B, gen_length)`` starting completion (``None``: all [MASK]); its non-[MASK] tokens are kept
+            and only its [MASK] positions are decoded, on the same block schedule: each block reveals its
+            remaining masks over its ``steps // num_blocks`` steps, and a block with none left costs no
+            forward pass (double-rollout continuations from a cut, :mod:`lit_rl.generation.continuations`).
 
     Returns:
         ``(B, P + gen_length)`` long: the prompt (unchanged) followed by the completion, with no [MASK] left.
@@ -191,9 +196,11 @@ def diffusion_generate(
     B, P = prompt_ids.shape
     device = prompt_ids.device
 
-    x = torch.cat(
-        [prompt_ids.long(), torch.full((B, gen_length), mask_id, dtype=torch.long, device=device)], dim=1
-    )  # (B, T)
+    if init is None:
+        init = torch.full((B, gen_length), mask_id, dtype=torch.long, device=device)
+    elif init.shape != (B, gen_length):
+        raise ValueError(f"init shape {tuple(init.shape)} must be (B, gen_length) = {(B, gen_length)}")
+    x = torch.cat([prompt_ids.long(), init.long().to(device)], dim=1)  # (B, T)
     attention_mask = torch.cat(
         [prompt_mask.long(), torch.ones(B, gen_length, dtype=torch.long, device=device)], dim=1
     )  # (B, T)

@@ -79,6 +79,8 @@ class RolloutBatch:
         gen_width: ``(N,)`` long, the width of the row's own completion (on-policy rows: ``L_gen``).
             Positions at or after it are padding added to stack rows of different widths: outside
             ``completion_mask`` and ``attention_mask``, never scored. Default ``L`` for every row.
+        kept_prefix: ``(N,)`` long, completion tokens a ``CONTINUATION`` row kept from its first-stage rollout
+            (the cut trace; the rest was re-decoded by double rollout's second stage); 0 on other rows.
         advantages: ``(N,)`` set by the processors (``None`` before them).
         keep: ``(N,)`` bool, the rows the loss trains on (processors drop rows by setting it False).
     """
@@ -97,6 +99,7 @@ class RolloutBatch:
     eval_total: torch.Tensor | None = None
     row: torch.Tensor | None = None
     gen_width: torch.Tensor | None = None
+    kept_prefix: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     keep: torch.Tensor | None = None
 
@@ -107,6 +110,8 @@ class RolloutBatch:
         if self.gen_width is None:
             self.gen_width = torch.full((n,), self.input_ids.shape[1] - self.prompt_len, dtype=torch.long,
                                         device=device)
+        if self.kept_prefix is None:
+            self.kept_prefix = torch.zeros(n, dtype=torch.long, device=device)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
