@@ -172,6 +172,12 @@ class ClippedPGLoss(Loss):
     logits. ``backward``: each micro-batch's loss weighted by its share of the aggregation's denominator,
     so the accumulated gradient equals the full batch's for every aggregation.
 
+    Rows of other sources (an ``ExternalPool`` in the DataModule's sources, ``conf/grpo_external.yaml``) are
+    scored like sampled rows: a pool holds text, not its model's log-probs, so π_old of an external row is
+    the current policy's before the batch's first update, computed here. Its ratio starts at 1 and the clip
+    bounds how far the batch's μ updates move it; there is no importance weight to the external model (the
+    off-policy correction is left out, as ERILS's SPG loss leaves it out for its external rows).
+
     Args:
         settings: clip range, KL, aggregation, truncation and zero-advantage rules (:class:`GRPOLossSettings`).
     """

@@ -81,3 +81,14 @@ def test_grpo_with_external_pool_rows_is_configuration_only(tmp_path, monkeypatc
     assert ro.source.tolist() == [Source.ON_POLICY] * 6 + [Source.EXTERNAL] * 4  # 2 prompts x (3 + 2)
     ext = ro.source == int(Source.EXTERNAL)
     assert ro.rewards[ext].min() > 0.5  # the pool's (mostly right) grid traces, re-scored by this run
+
+
+def test_the_committed_grpo_external_config_fits(tmp_path, monkeypatch):
+    # conf/grpo_external.yaml as shipped (12 sampled + 4 pool rows per prompt) on the tiny overlay's budget
+    cli = _fit(tmp_path, monkeypatch, yaml.safe_load((ROOT / "conf/grpo_external.yaml").read_text()),
+               "--data.init_args.task.init_args.num_train=1000")
+    assert [type(p).__name__ for p in cli.model.processors] == ["SourceSpecific"]
+    assert cli.trainer.global_step == 4
+    ro = cli.datamodule.produce_rollouts(cli.datamodule.prompt_batch(0), cli.model)
+    n = len(cli.datamodule.prompt_batch(0).examples)
+    assert ro.source.tolist() == [Source.ON_POLICY] * (12 * n) + [Source.EXTERNAL] * (4 * n)
