@@ -28,7 +28,7 @@ __all__ = [
     "source_specific_advantages",
 ]
 
-ON_POLICY, EXTERNAL = int(Source.ON_POLICY), int(Source.EXTERNAL)
+ON_POLICY, EXTERNAL, CONTINUATION = int(Source.ON_POLICY), int(Source.EXTERNAL), int(Source.CONTINUATION)
 
 def frac_reward_zero_std(rewards: torch.Tensor, group: torch.Tensor) -> float:
     """Share of groups whose rewards are all equal (TRL's ``frac_reward_zero_std``): those rows get zero
@@ -51,9 +51,10 @@ def _check(rewards: torch.Tensor, source: torch.Tensor, group: torch.Tensor, val
             f"rewards, source and group must all be (B,), got {tuple(rewards.shape)}, "
             f"{tuple(source.shape)}, {tuple(group.shape)}"
         )
-    bad = (source != ON_POLICY) & (source != EXTERNAL)
+    bad = (source != ON_POLICY) & (source != EXTERNAL) & (source != CONTINUATION)
     if bad.any():
-        raise ValueError(f"source must hold 0 (on-policy) or 1 (external), got {source[bad].unique().tolist()}")
+        raise ValueError(f"source must hold 0 (on-policy), 1 (external) or 2 (continuation), got "
+                         f"{source[bad].unique().tolist()}")
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
     if torch.isnan(rewards[valid]).any():
         raise ValueError("rewards contain NaN; pass valid= to exclude those rollouts (or use nan_policy='drop')")
@@ -130,12 +131,13 @@ def source_specific_advantages(
     valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ERILS Eq. 9: on-policy rows centred by the mean of their group's on-policy rows only; external rows
-    keep ``A = r``. Rows with ``valid == False`` get 0 and are excluded from the means.
+    keep ``A = r``. Rows with ``valid == False`` get 0 and are excluded from the means. A continuation row
+    (double rollout's rebuilt rows, ``Source.CONTINUATION``) is the policy's own decode and counts as on-policy.
 
     Shapes: ``rewards, source, group, valid (B,)`` -> ``(B,)``.
     """
     valid = _check(rewards, source, group, valid)
-    on = (source == ON_POLICY) & valid
+    on = (source != EXTERNAL) & valid
     a_on = group_centered(rewards, group, on, scale_std=scale_std, eps=eps)
     adv = torch.where(on, a_on, rewards)
     return torch.where(valid, adv, torch.zeros_like(adv))

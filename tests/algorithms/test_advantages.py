@@ -29,6 +29,13 @@ def test_source_specific_by_hand():
     assert (adv[5:8] == 0).all()
 
 
+def test_a_continuation_row_counts_as_on_policy():
+    # double rollout's rebuilt row (source 2) is the policy's own decode: the same Eq. 9 numbers as source 0
+    s = S.clone()
+    s[1] = 2
+    torch.testing.assert_close(source_specific_advantages(R, s, G), source_specific_advantages(R, S, G))
+
+
 def test_joint_by_hand():
     # group 0 mean over all 5 = 3.5/5 = 0.7 -> [0.3, -0.7, 0.3, 0.3, -0.2]
     # group 1 mean = (0.3 + 0.9)/4 = 0.3 -> [-0.2, -0.2, -0.2, 0.6]
@@ -94,7 +101,7 @@ def test_nan_rewards_are_dropped_or_raise():
 
 def test_validation():
     with pytest.raises(ValueError, match="source"):
-        source_specific_advantages(R, S + 1, G)
+        source_specific_advantages(R, S + 2, G)
     with pytest.raises(ValueError, match=r"\(B,\)"):
         joint_advantages(R, S[:3], G)
     with pytest.raises(ValueError, match="nan_policy"):
