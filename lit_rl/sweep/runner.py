@@ -213,7 +213,7 @@ class SweepRunner:
             try:
                 if self.study._storage.set_trial_state_values(t._trial_id, state=TS.RUNNING):
                     return optuna.Trial(self.study, t._trial_id)
-            except optuna.exceptions.UpdateFinishedTrialError:
+            except RuntimeError:  # claimed by another worker (5.x: UpdateFinishedTrialError; 4.x: RuntimeError)
                 continue
         return None
 
