@@ -98,6 +98,40 @@ def test_configure_model_refuses_tensor_parallelism():
         module.configure_model()
 
 
+def _dp_module(monkeypatch, policy, **kw):
+    sharded = []
+    monkeypatch.setattr("lit_rl.distributed.shard_policy_fsdp2", lambda model, mesh, **_: sharded.append(model))
+    module = ERILSModule(policy, **kw)
+    module._trainer = SimpleNamespace(precision="32-true")
+    module._device_mesh = _FakeMesh(data_parallel=2)
+    return module, sharded
+
+
+def test_fsdp2_refuses_a_deep_copied_kl_reference_and_accepts_the_adapter_one(monkeypatch):
+    from lit_rl.algorithms.d1 import D1Loss
+
+    module, sharded = _dp_module(monkeypatch, TinyDiffusionLM(**TINY), loss_fn=D1Loss(beta=0.04))
+    with pytest.raises(ValueError, match="deep copy of the FSDP2-sharded policy.*LoRA policy"):
+        module.configure_model()
+    assert sharded == []
+    for policy, loss in ((TinyDiffusionLM(**TINY), D1Loss(beta=0.0)),  # no KL term: nothing to copy
+                         (TinyDiffusionLM(**TINY, lora=LORA), D1Loss(beta=0.04))):  # adapter-disabled reference
+        module, sharded = _dp_module(monkeypatch, policy, loss_fn=loss)
+        module.configure_model()
+        assert sharded == [module.policy.model]
+
+
+def test_fsdp2_refuses_the_dllm_double_rollout_processor(monkeypatch):
+    from lit_rl.algorithms.advantages import OnPolicyOnly
+    from lit_rl.algorithms.dr_estimate import DoubleRolloutEstimate
+
+    module, sharded = _dp_module(monkeypatch, TinyDiffusionLM(**TINY),
+                                 processors=[OnPolicyOnly(), DoubleRolloutEstimate()])
+    with pytest.raises(ValueError, match="DoubleRolloutEstimate does not support FSDP2.*trainer.strategy: ddp"):
+        module.configure_model()
+    assert sharded == []
+
+
 # -- two CPU ranks -----------------------------------------------------------------------------------------
 def _randomize_adapters(policy: nn.Module) -> None:
     """peft initialises lora_B to zero (lora_A grads are 0 at init): give every adapter weight a value."""

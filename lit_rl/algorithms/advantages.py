@@ -92,10 +92,11 @@ class Joint(AdvantageProcessor):
 
 
 class OnPolicyOnly(AdvantageProcessor):
-    """SPG baseline: on-policy rows centred within their group; external rows dropped (``keep = False``)."""
+    """SPG baseline: on-policy rows centred within their group; external rows dropped (``keep = False``).
+    Double rollout's ``CONTINUATION`` rows (a policy decode from the policy's own cut) count as on-policy."""
 
     def __call__(self, rewards, source, group):
-        valid = self._valid(rewards) & (source == ON_POLICY)
+        valid = self._valid(rewards) & (source != EXTERNAL)
         adv = source_specific_advantages(rewards, source, group, scale_std=self.scale_std, eps=self.eps, valid=valid)
         return adv, valid
 

@@ -16,7 +16,9 @@ per iteration for the whole batch, so micro-batching never changes a draw.
 * :class:`WD1Loss` (Tang et al. 2025, "wd1: Weighted Policy Optimization for Reasoning in Diffusion Language
   Models", arXiv:2507.08838): ``Σ_i (softmax(−A)_i − softmax(A)_i) · S_i`` with ``S_i`` the one-step
   sequence log-likelihood (:func:`~lit_rl.core.spg.wd1_loss`); no π_old, no reference. The softmax runs
-  within each prompt group (the wd1 code takes it over the per-device batch, one group in its configs).
+  within each prompt group (the wd1 code takes it over the per-device batch, one group in its configs) and
+  the per-group losses are averaged over the batch's groups (``group_reduction``; the wd1 code's DDP
+  gradient average over devices).
 
 Rows of every source are scored alike (the estimator needs no generation trace), so both also run on
 ERILS's mixed groups; the d1 / wd1 papers train on-policy rows only (``conf/d1.yaml``, ``conf/wd1.yaml``).
@@ -185,14 +187,27 @@ class WD1Loss(_OneStepLoss):
 
     Args:
         p_mask_prompt: prompt-token masking probability (wd1 0.15, as d1).
+        group_reduction: how the per-group losses ``Σ_{i in g} (w−_i − w+_i) S_i`` combine: ``"mean"``
+            (default) divides their sum by the number of groups, which is what the wd1 code's training
+            amounts to (one group per device, gradients averaged over devices); ``"sum"`` adds them
+            (:func:`~lit_rl.core.spg.wd1_loss`'s value; the gradient is ``#groups`` times larger).
     """
 
     stats_prefix = "train/wd1"
 
+    def __init__(self, p_mask_prompt: float = 0.15, group_reduction: str = "mean") -> None:
+        super().__init__(p_mask_prompt)
+        if group_reduction not in ("mean", "sum"):
+            raise ValueError(f"model.loss_fn.init_args.group_reduction must be mean|sum, got {group_reduction!r}")
+        self.group_reduction = group_reduction
+
     def prepare(self, rollouts: RolloutBatch, module: Any) -> OneStepBatch:
         ro = _kept(rollouts)
         w_pos, w_neg = wd1_weights(ro.advantages.float(), ro.group)  # (B',) each, softmax within groups
-        return OneStepBatch(ro, ro.advantages, self.draws(ro, module), weights=w_neg - w_pos)
+        weights = w_neg - w_pos
+        if self.group_reduction == "mean" and len(ro):
+            weights = weights / torch.unique(ro.group).numel()
+        return OneStepBatch(ro, ro.advantages, self.draws(ro, module), weights=weights)
 
     def backward(self, p: OneStepBatch, module: Any) -> tuple[Tensor, dict[str, Tensor]]:
         k = self.next_draw(p)

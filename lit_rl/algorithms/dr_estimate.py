@@ -370,6 +370,10 @@ class DoubleRolloutEstimate(Processor):
             ``"random"`` replacement rule.
     """
 
+    fsdp2_unsupported = ("ranks continue different numbers of rows from different cuts (a dLLM skips the "
+                         "complete blocks before each cut; an AR loop ends per rank), so the sharded forward "
+                         "passes would not line up and would hang")
+
     def __init__(self, settings: DoubleRolloutSettings | None = None, baseline: GroupBaseline | None = None,
                  seed: int = 0) -> None:
         self.settings = settings if settings is not None else DoubleRolloutSettings()

@@ -45,11 +45,12 @@ def _adamw(params: Iterable) -> torch.optim.Optimizer:
 def source_metrics(ro: RolloutBatch) -> dict[str, float]:
     """Per-source reward/advantage mean and std and completion length of the processed rows; for the
     on-policy rows also the share hitting L_gen, ``frac_reward_zero_std`` and the kept advantages' sign
-    balance (a stalled run has almost all on-policy advantages zero); ``train/rollouts_kept``."""
+    balance (a stalled run has almost all on-policy advantages zero); ``train/rollouts_kept``. Double
+    rollout's ``CONTINUATION`` rows are counted with the on-policy rows (the policy decoded them)."""
     adv, keep = ro.advantages, ro.keep
     m: dict[str, float] = {}
     for src in (Source.ON_POLICY, Source.EXTERNAL):
-        sel = ro.source == int(src)
+        sel = ro.source != int(Source.EXTERNAL) if src == Source.ON_POLICY else ro.source == int(src)
         if not sel.any():
             continue
         r, a = ro.rewards[sel], adv[sel]

@@ -33,6 +33,10 @@ __all__ = ["GroupBaseline", "Processor", "run_processors"]
 class Processor:
     """Base of the processors (module docstring)."""
 
+    fsdp2_unsupported: str | None = None
+    """Why the processor cannot run under FSDP2 sharding (``None``: it can); the module refuses the strategy
+    with this reason in ``configure_model``."""
+
     def bind(self, policy: torch.nn.Module) -> None:
         """Called once by the module with its policy (tokenizer, EOS id, decoding)."""
 

@@ -153,6 +153,17 @@ class RLModule(L.LightningModule):
                 "lit_rl shards with FSDP2 only: set trainer.strategy.init_args.tensor_parallel_size: 1 "
                 f"(got {mesh['tensor_parallel'].size()})"
             )
+        for part in (*self.processors, self.loss_fn):
+            why = getattr(part, "fsdp2_unsupported", None)
+            if why:
+                raise ValueError(f"{type(part).__name__} does not support FSDP2 sharding (trainer.strategy: "
+                                 f"ModelParallelStrategy): {why}; use trainer.strategy: ddp")
+        if self._reference_mode() == "copy":
+            raise ValueError(
+                f"{type(self.loss_fn).__name__}'s KL reference would be a deep copy of the FSDP2-sharded policy, "
+                "which lit_rl does not support: use a LoRA policy (policy.lora; the reference is the policy with "
+                "its adapter disabled), set the loss's KL coefficient to 0, or trainer.strategy: ddp"
+            )
         dp_mesh = mesh["data_parallel"] if "data_parallel" in names else mesh
         shard_policy_fsdp2(self.policy.model, dp_mesh, mixed_precision=self.trainer.precision == "bf16-mixed")
 
@@ -211,7 +222,8 @@ class RLModule(L.LightningModule):
         if mode == "auto":
             mode = "adapter" if has_adapter else "copy"
         if mode == "adapter" and not has_adapter:
-            raise ValueError("model.loss.reference='adapter' needs a LoRA policy (policy.lora)")
+            raise ValueError(f"{type(self.loss_fn).__name__}: reference 'adapter' (model.init_args.loss.reference, or "
+                             "model.init_args.loss_fn.init_args.reference) needs a LoRA policy (policy.lora)")
         return mode
 
     def _make_reference(self) -> None:

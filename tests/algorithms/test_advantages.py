@@ -34,6 +34,11 @@ def test_a_continuation_row_counts_as_on_policy():
     s = S.clone()
     s[1] = 2
     torch.testing.assert_close(source_specific_advantages(R, s, G), source_specific_advantages(R, S, G))
+    # the SPG baseline keeps it (a rebuilt row dropped would silently shrink the group); ExternalOnly drops it
+    adv, keep = OnPolicyOnly()(R, s, G)
+    assert keep.tolist() == [True, True, True, False, False, True, True, True, False]
+    torch.testing.assert_close(adv, torch.tensor([1 / 3, -2 / 3, 1 / 3, 0, 0, 0, 0, 0, 0]))
+    assert ExternalOnly()(R, s, G)[1].tolist() == (S == 1).tolist()
 
 
 def test_joint_by_hand():

@@ -126,19 +126,21 @@ def test_d1_kl_reference_is_the_starting_policy():
     assert float(stats["kl"]) > 0
 
 
-def test_wd1_loss_matches_the_pure_function_by_group():
-    module = _module(WD1Loss())
+@pytest.mark.parametrize("reduction,groups", [("sum", 1), ("mean", 2)])
+def test_wd1_loss_matches_the_pure_function_by_group(reduction, groups):
+    module = _module(WD1Loss(group_reduction=reduction))
     ro = _rows()
     p = module.loss_fn.prepare(ro, module)
-    # group [1, -1]: softmax(A) = (e/(e+1/e), ...) so w− − w+ = (−0.7616, 0.7616); group [0.5, −0.5]: ∓0.4621
+    # group [1, -1]: softmax(A) = (e/(e+1/e), ...) so w− − w+ = (−0.7616, 0.7616); group [0.5, −0.5]: ∓0.4621;
+    # "mean" divides by the batch's 2 groups
     torch.testing.assert_close(p.weights, torch.tensor([-math.tanh(1.0), math.tanh(1.0), -math.tanh(0.5),
-                                                        math.tanh(0.5)]))
+                                                        math.tanh(0.5)]) / groups)
     loss, _ = module.loss_fn.backward(p, module)
     with torch.no_grad():
         logp, _ = one_step_logprobs(module.policy, ro.input_ids, ro.attention_mask, P, p.prompt_masked[0])
     seq = torch.where(ro.completion_mask, logp, 0.0).sum(-1)
     want, _ = wd1_loss(seq, ro.advantages, ro.group)
-    assert float(loss) == pytest.approx(float(want), rel=1e-5)
+    assert float(loss) == pytest.approx(float(want) / groups, rel=1e-5)
 
 
 @pytest.mark.parametrize("make", [lambda: D1Loss(beta=0.04), WD1Loss], ids=["d1", "wd1"])
@@ -166,9 +168,11 @@ def test_bad_settings_name_the_field():
         D1Loss(beta=-1)
     with pytest.raises(ValueError, match="p_mask_prompt"):
         WD1Loss(p_mask_prompt=1.0)
+    with pytest.raises(ValueError, match="group_reduction"):
+        WD1Loss(group_reduction="max")
 
 
-@pytest.mark.parametrize("name,prefix", [("d1", "train/d1"), ("wd1", "train/wd1")])
+@pytest.mark.parametrize("name,prefix", [("d1", "train/d1"), ("wd1", "train/wd1"), ("erils_d1", "train/d1")])
 def test_the_configs_fit_through_the_cli(tmp_path, name, prefix):
     torch.manual_seed(0)
     cli = run_lightning_cli([
@@ -177,13 +181,14 @@ def test_the_configs_fit_through_the_cli(tmp_path, name, prefix):
         f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
     ])
     module = cli.model
-    assert isinstance(module.loss_fn, D1Loss if name == "d1" else WD1Loss)
+    assert isinstance(module.loss_fn, WD1Loss if name == "wd1" else D1Loss)
     assert cli.trainer.global_step == 4
-    assert (module.reference is not None) == (name == "d1")  # d1's KL reference, taken at train start
+    assert (module.reference is not None) == (name != "wd1")  # d1's KL reference, taken at train start
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     run = client.search_runs([client.get_experiment_by_name("lit_rl-embedded").experiment_id])[0]
     keys = set(run.data.metrics)
     assert {f"{prefix}/entropy", "train/loss", "val/sudoku/greedy/accuracy"} <= keys
-    assert "train/external/reward_mean" not in keys  # all on-policy
-    if name == "d1":
+    # d1 / wd1: all on-policy; erils_d1: ERILS's mixed groups (pool rows) under d1's loss
+    assert ("train/external/reward_mean" in keys) == (name == "erils_d1")
+    if name != "wd1":
         assert {"train/d1/kl", "train/d1/clip_frac", "train/d1/ratio_mean"} <= keys

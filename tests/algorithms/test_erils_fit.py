@@ -68,3 +68,25 @@ def test_tiny_erils_fit_updates_weights_and_logs_per_source_metrics(tmp_path):
     assert len(run.data.tags.get("git.commit", "x" * 40)) == 40
     # external rollouts are the scripted solver's: mostly correct (error rate 0.1)
     assert run.data.metrics["train/external/reward_mean"] > 0.5
+
+
+def test_source_metrics_count_continuation_rows_with_the_on_policy_rows():
+    from lit_rl.algorithms.erils import source_metrics
+    from lit_rl.rollouts.types import RolloutBatch
+
+    n, P, L = 4, 2, 3
+    lengths = torch.tensor([3, 1, 2, 2])
+    ro = RolloutBatch(
+        input_ids=torch.zeros(n, P + L, dtype=torch.long), attention_mask=torch.ones(n, P + L, dtype=torch.long),
+        prompt_len=P, completion_mask=torch.arange(L)[None] < lengths[:, None], lengths=lengths,
+        rewards=torch.tensor([1.0, 0.0, 0.5, 0.25]), source=torch.tensor([0, 2, 1, 0]),  # row 1: CONTINUATION
+        group=torch.zeros(n, dtype=torch.long), texts=[""] * n, prompt_ids=["a"] * n,
+        hit_limit=torch.tensor([True, False, False, False]),
+    ).with_advantages(torch.tensor([0.5, -0.5, 0.5, 0.0]))
+    m = source_metrics(ro)
+    # on-policy = rows 0, 1, 3 (source 0 and 2): rewards [1, 0, 0.25], lengths [3, 1, 2]
+    assert math.isclose(m["train/on_policy/reward_mean"], 1.25 / 3, rel_tol=1e-6)
+    assert math.isclose(m["train/on_policy/length_mean"], 2.0)
+    assert math.isclose(m["train/on_policy/hit_limit_frac"], 1 / 3, rel_tol=1e-6)
+    assert math.isclose(m["train/on_policy/advantage_neg_frac"], 1 / 3, rel_tol=1e-6)
+    assert m["train/external/reward_mean"] == 0.5 and m["train/rollouts_kept"] == 4
