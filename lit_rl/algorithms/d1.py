@@ -127,7 +127,20 @@ class D1Loss(_OneStepLoss):
         beta: k3 KL coefficient to the reference (d1 0.04; 0: no reference kept).
         p_mask_prompt: prompt-token masking probability (d1 0.15).
         reference: the KL reference: ``"auto"`` (LoRA: adapter disabled; else a frozen copy of the policy
-            taken when training starts), ``"adapter"``, ``"copy"``.
+            taken when training starts), ``"adapter"``, ``"copy"``. With a LoRA policy the adapter-disabled
+            reference is the base model, i.e. the policy from before any warm-up that trained the adapter;
+            the copy is the policy RL starts from. Under FSDP2 only ``"adapter"`` (or β 0) is allowed.
+
+    Departures from the d1 code (diffu-GRPO on TRL 0.16), none of which changes the objective's form:
+
+    * the token mean runs over the kept rows of the whole rollout batch; d1 takes it per per-device batch
+      (one prompt group) and averages those over devices and gradient-accumulation steps, so groups with
+      long completions weigh more here;
+    * π_old and π_ref are computed with the policy in eval mode (no dropout), d1's in the model's training
+      mode (the tiny and LLaDA models have no dropout, so the numbers agree there);
+    * prompt padding is never masked (d1's ``forward_process`` draws over every prompt position);
+    * a draw is indexed by the row and the update (``global_step + k``), not by d1's per-iteration seed;
+    * the reference is never re-synced to the policy (TRL's ``sync_ref_model``, off in d1's configs too).
     """
 
     stats_prefix = "train/d1"

@@ -73,7 +73,8 @@ class SPGSurrogate:
             on the same block schedule): ``"whole"`` (default) draws on-policy block masks over the whole
             row, as for any on-policy decode, so the row's ELBO bounds ``log π(o | p)`` of the completion it
             stands for; ``"tail"`` draws the same masks, then leaves the kept ``t[:cut]`` clean and unscored
-            (the ELBO of the tail given the cut: only what the second stage decoded gets the credit).
+            (the ELBO of the tail given the cut: only what the second stage decoded gets the credit). The
+            row's completion length (``weighting: length``) still counts the kept prefix in both modes.
     """
 
     def __init__(

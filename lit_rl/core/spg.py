@@ -163,8 +163,10 @@ def d1_loss(
     reference and the token mean over all completion tokens of the batch (d1 ``compute_loss``).
 
     Shapes: ``logp, old_logp, ref_logp, completion_mask (B, L)``, ``advantages (B,)`` -> scalar. Stats:
-    ``loss``, ``clip_frac`` (tokens whose clipped term is the one used: TRL's and d1's ``clip_ratio``),
-    ``ratio_mean`` and, with ``β ≠ 0``, ``kl``.
+    ``loss``, ``clip_frac`` (tokens whose clipped term is the one used, so their gradient is zero: ``A > 0``
+    and ``r > 1+ε``, or ``A < 0`` and ``r < 1−ε``), ``ratio_mean`` and, with ``β ≠ 0``, ``kl``. d1's code logs
+    TRL 0.16's ``clip_ratio`` instead, ``coef_1·A < coef_2·A``: the tokens outside the range on the other side
+    (the unclipped term kept), so the two numbers are not comparable.
     """
     loss, pg = clipped_pg_loss(
         logp, old_logp, advantages, completion_mask, eps_low=epsilon, eps_high=epsilon,

@@ -8,10 +8,12 @@ continuation is the first stage's decode **resumed from the cut**::
     canvas = [prompt | t[:cut] | MASK * (L_gen - cut)]
     decode with the first stage's block schedule (L_gen, block, steps, temperature):
         blocks before the cut's block are complete (no forward pass),
-        the cut's block reveals its remaining masks over its steps_per_block steps,
+        the cut's block reveals its remaining masks over all its steps_per_block steps,
         later blocks decode as in the first stage
 
-(:func:`lit_rl.generation.diffusion.diffusion_generate` with ``init``). The continuation is the canvas
+(:func:`lit_rl.generation.diffusion.diffusion_generate` with ``init``). A cut inside a block spreads that
+block's remaining masks over the block's full step count, so they are revealed fewer per step (more finely)
+than the first stage revealed them; from a block boundary the schedule is the first stage's exactly. The continuation is the canvas
 after the cut, ``L_gen - cut`` tokens, EOS-filled after its first EOS, so its budget is the rest of the
 canvas: with ``cap_to_generation_limit`` (the default) and a buffer of at least ``L_gen`` (the default
 1024), the double-rollout budget ``min(|T| − cut + buffer, L_gen − cut)`` is exactly that. A smaller budget
