@@ -368,6 +368,11 @@ class DoubleRolloutEstimate(Processor):
         baseline: the group baseline of the revised rewards (default: Dr. GRPO, no std division).
         seed: seed of the continuation sampling (``seed_for(seed, CONTINUATION, rank, step)``) and of the
             ``"random"`` replacement rule.
+        rows: which rows the estimate revises: ``"all"`` (default; double rollout's own groups) or
+            ``"on_policy"`` (the ``ON_POLICY`` rows only, each group's on-policy rows as the estimate's group:
+            for ERILS's mixed groups, where pool rows are another model's text that the policy must not
+            continue). With ``"on_policy"`` the other rows keep their rewards and get advantage 0, so an
+            advantage processor must follow (e.g. ``SourceSpecific``: Eq. 9 on the revised rewards).
     """
 
     fsdp2_unsupported = ("ranks continue different numbers of rows from different cuts (a dLLM skips the "
@@ -375,7 +380,10 @@ class DoubleRolloutEstimate(Processor):
                          "passes would not line up and would hang")
 
     def __init__(self, settings: DoubleRolloutSettings | None = None, baseline: GroupBaseline | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, rows: str = "all") -> None:
+        if rows not in ("all", "on_policy"):
+            raise ValueError(f"DoubleRolloutEstimate.rows must be all|on_policy, got {rows!r}")
+        self.rows = rows
         self.settings = settings if settings is not None else DoubleRolloutSettings()
         self.baseline = baseline if baseline is not None else GroupBaseline()
         self.seed = seed
@@ -391,6 +399,15 @@ class DoubleRolloutEstimate(Processor):
         return float(getattr(task, "correct_reward", 1.0))
 
     def process(self, rollouts: RolloutBatch, batch: PromptBatch) -> RolloutBatch:
+        if self.rows == "all":
+            return self._estimate(rollouts, batch)
+        mine = rollouts.source == int(Source.ON_POLICY)  # (B,)
+        est = self._estimate(rollouts.select(mine), batch)
+        adv = torch.zeros(len(rollouts), dtype=est.advantages.dtype, device=est.advantages.device)
+        adv[mine.to(adv.device)] = est.advantages
+        return rollouts.scatter(mine, est).with_advantages(adv)
+
+    def _estimate(self, rollouts: RolloutBatch, batch: PromptBatch) -> RolloutBatch:
         if self.policy is None:
             raise RuntimeError("DoubleRolloutEstimate.bind(policy) was not called (the module binds its processors)")
         task, gen, examples = batch.task, batch.generation, batch.examples
@@ -426,7 +443,8 @@ class DoubleRolloutEstimate(Processor):
         return est.rollouts.with_advantages(est.advantages)
 
     def __repr__(self) -> str:
-        return f"DoubleRolloutEstimate({self.settings}, baseline={self.baseline!r}, seed={self.seed})"
+        return (f"DoubleRolloutEstimate({self.settings}, baseline={self.baseline!r}, seed={self.seed}, "
+                f"rows={self.rows!r})")
 
 
 def estimate_metrics(est: Estimate, first_stage: RolloutBatch, batch: PromptBatch, threshold: float,

@@ -13,11 +13,12 @@ continuation is the first stage's decode **resumed from the cut**::
 
 (:func:`lit_rl.generation.diffusion.diffusion_generate` with ``init``). A cut inside a block spreads that
 block's remaining masks over the block's full step count, so they are revealed fewer per step (more finely)
-than the first stage revealed them; from a block boundary the schedule is the first stage's exactly. The continuation is the canvas
-after the cut, ``L_gen - cut`` tokens, EOS-filled after its first EOS, so its budget is the rest of the
-canvas: with ``cap_to_generation_limit`` (the default) and a buffer of at least ``L_gen`` (the default
-1024), the double-rollout budget ``min(|T| − cut + buffer, L_gen − cut)`` is exactly that. A smaller budget
-only truncates what the estimate reads (a dLLM cannot decode fewer positions than its canvas).
+than the first stage revealed them; from a block boundary the schedule is the first stage's exactly. The
+continuation is the canvas after the cut, ``L_gen - cut`` tokens, EOS-filled after its first EOS, so its
+budget is the rest of the canvas: with ``cap_to_generation_limit`` (the default) and a buffer of at least
+``L_gen`` (the default 1024), the double-rollout budget ``min(|T| − cut + buffer, L_gen − cut)`` is exactly
+that. A smaller budget only truncates what the estimate reads (a dLLM cannot decode fewer positions than its
+canvas).
 
 The exact decoder is used (no KV cache, no threshold reveal): continuations are scored against the
 policy's own block schedule. ``top_p`` does not exist for the dLLM sampler and must be 1.

@@ -149,6 +149,30 @@ class RolloutBatch:
                 out[f.name] = v
         return RolloutBatch(**out)
 
+    def scatter(self, where: torch.Tensor, rows: "RolloutBatch") -> "RolloutBatch":
+        """A copy of the batch whose rows at ``where (N,)`` (bool, True on ``len(rows)`` rows) are replaced by
+        ``rows`` in order: the inverse of :meth:`select` for a sub-batch a processor rewrote. The widths
+        must match (``rows`` of another width would need re-padding, which no caller does)."""
+        idx = where.nonzero(as_tuple=True)[0]
+        if len(idx) != len(rows) or rows.input_ids.shape[1] != self.input_ids.shape[1] \
+                or rows.prompt_len != self.prompt_len:
+            raise ValueError(f"scatter: {len(rows)} rows of width {tuple(rows.input_ids.shape[1:])} into {len(idx)} "
+                             f"slots of width {tuple(self.input_ids.shape[1:])} (prompt {self.prompt_len})")
+        out = {}
+        for f in fields(self):
+            v, new = getattr(self, f.name), getattr(rows, f.name)
+            if isinstance(v, torch.Tensor) and isinstance(new, torch.Tensor):
+                v = v.clone()
+                v[idx] = new.to(v.dtype)
+            elif isinstance(v, list):
+                v = list(v)
+                for i, x in zip(idx.tolist(), new):
+                    v[i] = x
+            elif v is not None and f.name != "prompt_len":
+                raise ValueError(f"scatter: field {f.name} is set on the batch but not on the rows")
+            out[f.name] = v
+        return RolloutBatch(**out)
+
     def micro_batches(self, size: int) -> list["RolloutBatch"]:
         """Split into consecutive chunks of at most ``size`` rows (for gradient accumulation)."""
         n = len(self)

@@ -44,3 +44,46 @@ def test_dllm_double_rollout_fits_through_the_cli(tmp_path, masks, monkeypatch):
     assert {"train/dr/reward_original", "train/dr/reward_revised", "train/dr/replaced", "time/stage2_s",
             "time/stage2_over_stage1", "train/cost/tokens_stage2", "train/spg/loss"} <= keys
     assert run.data.metrics["train/dr/with_continuations_frac"] == 1.0  # missing: whole
+
+
+def test_erils_double_rollout_continues_only_the_on_policy_rows(tmp_path, monkeypatch):
+    from lit_rl.algorithms.advantages import SourceSpecific
+    from lit_rl.rollouts.types import Source
+
+    seen, out = [], []
+    real_est, real_ss = DoubleRolloutEstimate._estimate, SourceSpecific.process
+
+    def est_spy(self, ro, batch):
+        seen.append(ro.source.clone())
+        return real_est(self, ro, batch)
+
+    def ss_spy(self, ro, batch):
+        res = real_ss(self, ro, batch)
+        out.append(res)
+        return res
+
+    monkeypatch.setattr(DoubleRolloutEstimate, "_estimate", est_spy)
+    monkeypatch.setattr(SourceSpecific, "process", ss_spy)
+    torch.manual_seed(0)
+    cli = run_lightning_cli([
+        "fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "conf/erils_double_rollout.yaml"),
+        "--config", str(ROOT / "tests/tiny_overlay.yaml"), f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+    ])
+    assert cli.model.processors[0].rows == "on_policy"
+    assert cli.trainer.global_step == 4 and len(seen) == 2
+    assert all((s == int(Source.ON_POLICY)).all() and len(s) == 2 * 2 for s in seen)  # 2 prompts x G_on 2
+    for ro in out:  # the whole mixed group reaches Eq. 9: pool rows A = r, the policy's rows centred per group
+        ext = ro.source == int(Source.EXTERNAL)
+        assert int(ext.sum()) == 2 * 2 and torch.equal(ro.advantages[ext], ro.rewards[ext].to(ro.advantages.dtype))
+        for g in ro.group.unique():
+            own = (ro.group == g) & ~ext
+            assert abs(float(ro.advantages[own].sum())) < 1e-5
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    run = client.search_runs([client.get_experiment_by_name("lit_rl-embedded").experiment_id])[0]
+    assert {"train/dr/reward_revised", "train/external/reward_mean", "train/spg/loss"} <= set(run.data.metrics)
+
+
+def test_rows_must_be_all_or_on_policy():
+    with pytest.raises(ValueError, match="rows must be all\\|on_policy"):
+        DoubleRolloutEstimate(rows="external")
