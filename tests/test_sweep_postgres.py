@@ -116,7 +116,7 @@ def test_four_workers_finish_every_grid_point_exactly_once(tmp_path, postgres_ur
 def test_max_trials_caps_each_worker_and_a_last_run_takes_the_rest(tmp_path, postgres_url):
     config = _config(tmp_path, postgres_url, "capped")
     logs = [tmp_path / f"worker{i}.log" for i in range(4)]
-    procs = [_worker(config, log, "--max_trials", "2", trial_s=0.5, barrier=4) for log in logs]
+    procs = [_worker(config, log, "--max-trials", "2", trial_s=0.5, barrier=4) for log in logs]  # the spelling
     _wait_all(procs, logs)
     trials = _trials(postgres_url, "capped")
     states = Counter(t.state for t in trials)
@@ -151,8 +151,9 @@ def test_a_killed_worker_trial_is_failed_and_requeued_by_the_next_worker(tmp_pat
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
     _wait_all([_worker(config, log, trial_s=0.5) for log in logs], logs)
     trials = _trials(postgres_url, "kill")
-    grace = yaml.safe_load(config.read_text())["grace_period"]
-    assert time.time() - killed_at >= grace  # the retry waited for the heartbeat to go stale
+    raw = yaml.safe_load(config.read_text())
+    # the retry waited for the heartbeat to go stale (its last beat came at most one interval before the kill)
+    assert time.time() - killed_at >= raw["grace_period"] - raw["heartbeat_interval"]
     assert trials[victim.number].state == TS.FAIL
     retries = [t for t in trials if t.system_attrs.get("failed_trial") == victim.number]
     assert len(retries) == 1 and retries[0].state == TS.COMPLETE and _point(retries[0]) == _point(victim)
@@ -167,17 +168,18 @@ def test_a_killed_worker_trial_is_failed_and_requeued_by_the_next_worker(tmp_pat
 def test_a_server_restart_mid_sweep_is_retried_and_the_sweep_finishes(tmp_path, postgres_url, postgres_server):
     config = _config(tmp_path, postgres_url, "restart")
     logs = [tmp_path / f"worker{i}.log" for i in range(4)]
-    procs = [_worker(config, log, barrier=4) for log in logs]
+    procs = [_worker(config, log, trial_s=2, barrier=4) for log in logs]
 
-    def mid_sweep():  # some trials done, some running: connections are in use when the server goes
+    def mid_sweep():  # some trials done, some running, some waiting: the server goes in the middle of it all
         states = Counter(t.state for t in _trials(postgres_url, "restart"))
-        return states[TS.COMPLETE] >= 2 and states[TS.RUNNING] >= 1 and states[TS.WAITING] >= 3
+        return states[TS.COMPLETE] >= 1 and states[TS.RUNNING] >= 1 and states[TS.WAITING] >= 1
 
     _wait_for(mid_sweep, "the sweep to be under way", list(zip(procs, logs)))
     postgres_server.restart(down_s=3)  # every open connection is dropped; new ones are refused for ~3 s
     _wait_all(procs, logs)
     text = "\n".join(log.read_text() for log in logs)
     assert "; retry 1 in 0.5 s" in text, "no worker met the restart (nothing was retried)"
+    assert "; retry 2 in 1.0 s" in text, "no call waited a doubled backoff through the ~3 s outage"
     trials = _trials(postgres_url, "restart")
     assert len(trials) == 12 and all(t.state == TS.COMPLETE for t in trials), [t.state for t in trials]
     _assert_each_point_complete_once(trials)
