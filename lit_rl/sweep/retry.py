@@ -91,7 +91,8 @@ def call_with_retry(fn: Callable[[], Any], what: str, backoff: Backoff, url: str
             delay = next(delays, None)
             if delay is None:
                 raise StorageUnavailableError(
-                    f"storage {_safe_url(url)}: {what} still failed after {attempt + 1} attempts over {waited:g} s "
+                    f"storage {_safe_url(url)}: {what} still failed after {attempt + 1} attempt{'s' * (attempt > 0)} "
+                    f"over {waited:g} s "
                     f"(storage_retry_s={backoff.timeout:g}); last error: {_root_message(e)}") from e
             attempt += 1
             log.warning("storage %s: %s failed (%s); retry %d in %.1f s", _safe_url(url), what, _root_message(e),
