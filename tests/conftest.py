@@ -73,3 +73,24 @@ def parse_training_config(monkeypatch):
     parse.base = overlay_base
     parse.argv = lambda argv: make_parser().parse_args(list(argv))  # a `fit` command line, without `fit`
     return parse
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL server on 127.0.0.1 for the session (tests/support/postgres.py); skipped with
+    the reason when it cannot start, failed instead under ``CI=true``."""
+    from support.postgres import start_or_skip
+
+    server = start_or_skip()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def postgres_url(postgres_server, request):
+    """The SQLAlchemy URL of a fresh database on :func:`postgres_server` (up again if a test stopped it)."""
+    if not postgres_server.running():
+        postgres_server.start()
+    postgres_url.count = getattr(postgres_url, "count", 0) + 1
+    name = f"t{postgres_url.count}_" + re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:48]
+    return postgres_server.create_database(name)

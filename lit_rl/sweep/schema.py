@@ -63,7 +63,11 @@ class SweepConfig:
         prune_monitor: the metric reported for pruning (default: ``objective.metric``).
         report_every_n_steps: report every this many optimizer steps (``global_step``), from
             ``on_train_batch_end``.
-        storage: an SQLAlchemy URL (``sqlite:///runs/sweeps/optuna.db``, ``postgresql://...``).
+        storage: an SQLAlchemy URL (``sqlite:///runs/sweeps/optuna.db``,
+            ``postgresql+psycopg://user@host:5432/db``).
+        storage_retry_s: a server storage (not SQLite) retries each call through a dropped or refused
+            connection with exponential backoff (0.5 s doubling, at most 15 s a wait) for up to this many
+            seconds before the worker fails naming the URL; 0: fail at once (:mod:`lit_rl.sweep.retry`).
         heartbeat_interval: seconds between a running trial's heartbeats in the storage.
         grace_period: seconds without a heartbeat after which a RUNNING trial counts as crashed.
         max_retry: how many times a crashed trial is re-enqueued with the same parameters.
@@ -87,6 +91,7 @@ class SweepConfig:
     prune_monitor: str | None = None
     report_every_n_steps: int = 1
     storage: str = "sqlite:///runs/sweeps/optuna.db"
+    storage_retry_s: int = 300
     heartbeat_interval: int = 20
     grace_period: int = 60
     max_retry: int = 1
@@ -115,7 +120,7 @@ class SweepConfig:
         if clash:
             raise _bad(("derived", sorted(clash)[0]), "is also in space")
         for key, least in (("n_trials", 1), ("report_every_n_steps", 1), ("heartbeat_interval", 1), ("grace_period", 1),
-                           ("max_retry", 0)):
+                           ("max_retry", 0), ("storage_retry_s", 0)):
             v = getattr(self, key)
             if not (_is_int(v) and v >= least) and not (key == "n_trials" and v is None):
                 raise _bad((key,), f"must be an integer >= {least}, got {v!r}")
@@ -242,20 +247,30 @@ class SweepConfig:
         import optuna
 
         engine_kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}
+        cls = optuna.storages.RDBStorage
         if self.storage.startswith("sqlite:///"):
             Path(self.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
             engine_kwargs = {"connect_args": {"timeout": 60}}
+        elif not self.storage.startswith("sqlite:"):
+            from lit_rl.sweep.retry import Backoff, RetryingRDBStorage
+
+            # a server: a pooled connection that died with a server restart is replaced on checkout, and
+            # a call that meets a dropped/refused connection is retried with backoff
+            engine_kwargs = {"pool_pre_ping": True}
+            cls, kwargs = RetryingRDBStorage, {"backoff": Backoff(timeout=self.storage_retry_s)}
         # Optuna 4.9 renamed the stale-trial hook (``failed_trial_callback`` is removed in 6.0)
         import inspect
 
         hook = "heartbeat_stale_trial_callback"
         if hook not in inspect.signature(optuna.storages.RDBStorage).parameters:  # Optuna < 4.9
             hook = "failed_trial_callback"
-        return optuna.storages.RDBStorage(
+        return cls(
             self.storage,
             engine_kwargs=engine_kwargs,
             heartbeat_interval=self.heartbeat_interval,
             grace_period=self.grace_period,
+            **kwargs,
             **{hook: failed_trial_callback},
         )
 

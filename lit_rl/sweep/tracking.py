@@ -6,6 +6,7 @@ import json
 import math
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -99,8 +100,22 @@ class StudyTracker:
         except ValueError:
             return
         self.client.log_metric(parent_id, "study/best_value", best.value, step=best.number)
-        self.client.set_tag(parent_id, "optuna.best_trial_number", str(best.number))
-        self.client.set_tag(parent_id, "optuna.best_params", json.dumps(best.params))
+        self._set_shared_tag(parent_id, "optuna.best_trial_number", str(best.number))
+        self._set_shared_tag(parent_id, "optuna.best_params", json.dumps(best.params))
         run = best.user_attrs.get("mlflow_run_id")
         if run:
-            self.client.set_tag(parent_id, "optuna.best_run_id", run)
+            self._set_shared_tag(parent_id, "optuna.best_run_id", run)
+
+    def _set_shared_tag(self, run_id: str, key: str, value: str, attempts: int = 3) -> None:
+        """A tag of the parent run, which every worker writes: MLflow's SQL store inserts a new tag key with
+        no upsert, so two workers setting it at once make one fail on the unique key; the retry updates the
+        row the other inserted."""
+        from mlflow.exceptions import MlflowException
+
+        for i in range(attempts):
+            try:
+                return self.client.set_tag(run_id, key, value)
+            except MlflowException as e:
+                if i == attempts - 1 or "UNIQUE constraint" not in str(e) and "unique constraint" not in str(e):
+                    raise
+                time.sleep(0.1 * (i + 1))
