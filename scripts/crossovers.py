@@ -31,8 +31,9 @@ DLLM = [  # (label, run name, parent label)
     ("SPG, on-policy only", "spg-sudoku-tiny", None),
     ("d1, on-policy only", "d1-sudoku-tiny", "SPG, on-policy only"),
     ("wd1, on-policy only", "wd1-sudoku-tiny", "SPG, on-policy only"),
+    ("ERILS + dLLM double rollout (whole-row masks)", "erils-double-rollout-sudoku-tiny", "ERILS (SPG loss)"),
+    ("ERILS + dLLM double rollout (tail masks)", "erils-double-rollout-tail-sudoku-tiny", "ERILS (SPG loss)"),
     ("SPG + dLLM double rollout (whole-row masks)", "spg-double-rollout-sudoku-tiny", "SPG, on-policy only"),
-    ("SPG + dLLM double rollout (tail masks)", "spg-double-rollout-tail-sudoku-tiny", "SPG, on-policy only"),
 ]
 AR = [
     ("GRPO (G 16)", "grpo-sudoku-tiny", None),
