@@ -372,7 +372,10 @@ class DoubleRolloutEstimate(Processor):
             ``"on_policy"`` (the ``ON_POLICY`` rows only, each group's on-policy rows as the estimate's group:
             for ERILS's mixed groups, where pool rows are another model's text that the policy must not
             continue). With ``"on_policy"`` the other rows keep their rewards and get advantage 0, so an
-            advantage processor must follow (e.g. ``SourceSpecific``: Eq. 9 on the revised rewards).
+            advantage processor must follow (e.g. ``SourceSpecific``: Eq. 9 on the revised rewards). The
+            rebuilt rows must keep the batch's width (a dLLM's canvas does; an AR continuation that widens
+            the batch raises in ``RolloutBatch.scatter``), and the logged ``train/advantage_*`` are the
+            estimate's own on-policy advantages, before the following processor.
     """
 
     fsdp2_unsupported = ("ranks continue different numbers of rows from different cuts (a dLLM skips the "
