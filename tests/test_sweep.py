@@ -33,6 +33,7 @@ from lit_rl.sweep import (
     fit_trial_with_lightning_cli,
     run_sweep,
 )
+from lit_rl.sweep.runner import retry_callback_class
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"
@@ -360,9 +361,7 @@ def test_a_trial_declared_stale_while_alive_does_not_crash_its_worker(tmp_path):
         if len(calls) == 1:  # what fail_stale_trials + the retry hook do from the other worker
             trial.study._storage.set_trial_state_values(trial._trial_id, state=TS.FAIL)
             frozen = trial.study._storage.get_trial(trial._trial_id)
-            retry = (getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)  # newer Optuna (not in 4.0)
-                     or optuna.storages.RetryFailedTrialCallback)
-            retry(max_retry=1)(trial.study, frozen)
+            retry_callback_class()(max_retry=1)(trial.study, frozen)
         return 0.5
 
     raw = _cfg(tmp_path, study_name="late", space={"data.init_args.g_ext": {"type": "categorical", "choices": [1]}},

@@ -91,18 +91,23 @@ def _retry(fn: Callable[[], Any], what: str, attempts: int = 5) -> Any:
             time.sleep(0.5 + i)
 
 
+def retry_callback_class() -> type:
+    """Optuna's stale-trial retry hook: ``RetryHeartbeatStaleTrialCallback`` in newer Optuna (not in 4.0),
+    ``RetryFailedTrialCallback`` before it."""
+    import optuna
+
+    return (getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
+            or optuna.storages.RetryFailedTrialCallback)
+
+
 class _StaleTrialHandler:
     """The storage's stale-trial hook: a RUNNING trial stopped beating (its process died), so its MLflow
     child run is marked FAILED and the trial re-enqueued with the same parameters (up to ``max_retry``).
     Small and picklable: the storage (and so this hook) travels with the trial into ``ddp_spawn`` ranks."""
 
     def __init__(self, tracking_uri: str, max_retry: int) -> None:
-        import optuna
-
         self.tracking_uri = tracking_uri
-        retry_cls = (getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
-                     or optuna.storages.RetryFailedTrialCallback)
-        self.retry = retry_cls(max_retry=max_retry)
+        self.retry = retry_callback_class()(max_retry=max_retry)
 
     def __call__(self, study, trial) -> None:
         run_id = trial.user_attrs.get("mlflow_run_id")

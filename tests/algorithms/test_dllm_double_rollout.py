@@ -14,6 +14,20 @@ from lit_rl.generation.continuations import DiffusionContinuations
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _fit(tmp_path, overlay: str, *extra: str):
+    """The tiny dLLM through the real CLI: conf/erils.yaml + ``overlay`` + tests/tiny_overlay.yaml; returns the
+    CLI and the run's logged metrics."""
+    torch.manual_seed(0)
+    cli = run_lightning_cli([
+        "fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / overlay),
+        "--config", str(ROOT / "tests/tiny_overlay.yaml"), f"--trainer.default_root_dir={tmp_path}",
+        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db", *extra,
+    ])
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    run = client.search_runs([client.get_experiment_by_name("lit_rl-embedded").experiment_id])[0]
+    return cli, run.data.metrics
+
+
 @pytest.mark.parametrize("masks", ["whole", "tail"])
 def test_dllm_double_rollout_fits_through_the_cli(tmp_path, masks, monkeypatch):
     calls = []
@@ -25,25 +39,17 @@ def test_dllm_double_rollout_fits_through_the_cli(tmp_path, masks, monkeypatch):
         return out
 
     monkeypatch.setattr(DiffusionContinuations, "continue_from", spy)
-    torch.manual_seed(0)
-    cli = run_lightning_cli([
-        "fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "conf/spg_double_rollout.yaml"),
-        "--config", str(ROOT / "tests/tiny_overlay.yaml"), f"--trainer.default_root_dir={tmp_path}",
-        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
-        f"--model.init_args.surrogate.init_args.continuation_masks={masks}",
-    ])
+    cli, metrics = _fit(tmp_path, "conf/spg_double_rollout.yaml",
+                        f"--model.init_args.surrogate.init_args.continuation_masks={masks}")
     module = cli.model
     assert isinstance(module.processors[0], DoubleRolloutEstimate)
     assert module.surrogate.continuation_masks == masks
     assert cli.trainer.global_step == 4
     assert len(calls) == 2  # one second stage per rollout batch, N = 4 continuations of each of 2 x 4 rows
     assert all(shape[0] == 2 * 4 * 4 for shape in calls)
-    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    run = client.search_runs([client.get_experiment_by_name("lit_rl-embedded").experiment_id])[0]
-    keys = set(run.data.metrics)
     assert {"train/dr/reward_original", "train/dr/reward_revised", "train/dr/replaced", "time/stage2_s",
-            "time/stage2_over_stage1", "train/cost/tokens_stage2", "train/spg/loss"} <= keys
-    assert run.data.metrics["train/dr/with_continuations_frac"] == 1.0  # missing: whole
+            "time/stage2_over_stage1", "train/cost/tokens_stage2", "train/spg/loss"} <= set(metrics)
+    assert metrics["train/dr/with_continuations_frac"] == 1.0  # missing: whole
 
 
 def test_erils_double_rollout_continues_only_the_on_policy_rows(tmp_path, monkeypatch):
@@ -64,12 +70,7 @@ def test_erils_double_rollout_continues_only_the_on_policy_rows(tmp_path, monkey
 
     monkeypatch.setattr(DoubleRolloutEstimate, "_estimate", est_spy)
     monkeypatch.setattr(SourceSpecific, "process", ss_spy)
-    torch.manual_seed(0)
-    cli = run_lightning_cli([
-        "fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "conf/erils_double_rollout.yaml"),
-        "--config", str(ROOT / "tests/tiny_overlay.yaml"), f"--trainer.default_root_dir={tmp_path}",
-        f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
-    ])
+    cli, metrics = _fit(tmp_path, "conf/erils_double_rollout.yaml")
     assert cli.model.processors[0].rows == "on_policy"
     assert cli.trainer.global_step == 4 and len(seen) == 2
     assert all((s == int(Source.ON_POLICY)).all() and len(s) == 2 * 2 for s in seen)  # 2 prompts x G_on 2
@@ -79,9 +80,7 @@ def test_erils_double_rollout_continues_only_the_on_policy_rows(tmp_path, monkey
         for g in ro.group.unique():
             own = (ro.group == g) & ~ext
             assert abs(float(ro.advantages[own].sum())) < 1e-5
-    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    run = client.search_runs([client.get_experiment_by_name("lit_rl-embedded").experiment_id])[0]
-    assert {"train/dr/reward_revised", "train/external/reward_mean", "train/spg/loss"} <= set(run.data.metrics)
+    assert {"train/dr/reward_revised", "train/external/reward_mean", "train/spg/loss"} <= set(metrics)
 
 
 def test_rows_must_be_all_or_on_policy():
