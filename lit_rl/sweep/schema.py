@@ -291,7 +291,7 @@ class SweepConfig:
             args.append(f"--{key}={_cli_value(value)}")
         args += [
             f"--trainer.default_root_dir={trial_dir}",
-            "--trainer.logger.class_path=lightning.pytorch.loggers.MLFlowLogger",
+            "--trainer.logger.class_path=lit_rl.loggers.MLFlowLogger",
             f"--trainer.logger.init_args.tracking_uri={self.tracking_uri}",
             f"--trainer.logger.init_args.experiment_name={self.experiment_name}",
             f"--trainer.logger.init_args.run_name={run_name}",
