@@ -333,19 +333,22 @@ class MLFlowLogger(_LightningMLFlowLogger):
     def finalize(self, status: str = "success") -> None:
         if not self._initialized:
             return
-        deadline = time.monotonic() + self.final_wait_s
+        ok = status in ("success", "finished")
+        deadline = time.monotonic() + (self.final_wait_s if ok else 0.0)  # a failed fit: one try, no wait
         delay = 1.0
         while not self._send(wait=True) and time.monotonic() < deadline:
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(2 * delay, 15.0)
-        if not self._outbox and self._spilled and self._server_problem() is None:
+        while not self._outbox and self._spilled and self._server_problem() is None:
             try:
-                replay(self._spilled, tracking_uri=self._tracking_uri)
-                self._spilled.clear()
+                with self._http():
+                    replay(self._spilled[:1], tracking_uri=self._tracking_uri)
+                self._spilled.pop(0)
             except Exception as e:  # noqa: BLE001 - the files stay; the error below names them
                 if not is_transient(e):
                     raise
                 self._note_outage(e)
+                break
         if self._outbox or self._spilled or self._uploads:
             self._spill()
             files = " ".join(str(p) for p in self._spilled)
@@ -357,7 +360,7 @@ class MLFlowLogger(_LightningMLFlowLogger):
                 kept = ", ".join(str(a[1]) if n in ("log_artifact", "log_artifacts")
                                  else f"{n} {kw.get('artifact_file', '')}".strip() for _, n, a, kw in self._uploads)
                 msg += f"; {len(self._uploads)} artifact uploads did not happen (copies: {kept})"
-            if status == "success":
+            if ok:
                 raise TrackingUnavailableError(msg)
             rank_zero_warn(msg)  # the fit failed already: keep its own error, and do not wait on the server
             return

@@ -87,23 +87,24 @@ def test_is_transient_sorts_outages_from_bad_requests():
 
 
 def test_past_max_unsent_the_outbox_goes_to_one_atomic_file_and_finalize_sends_it(tmp_path):
-    lg = _logger(tmp_path, max_unsent=5)
+    lg = _logger(tmp_path, max_unsent=2)
     out = Outage(lg)
     out.down = True
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for s in range(7):
             lg.log_metrics({"loss": float(s)}, step=s)
-    files = sorted((tmp_path / "spill").glob("*.jsonl"))
-    assert len(files) == 1 and not list((tmp_path / "spill").glob(".*partial"))
-    header, metrics = read_spill(files[0])
-    assert header["run_id"] == lg.run_id and [m.step for m in metrics] == list(range(6))
-    assert [m.step for m in lg._outbox] == [6]  # memory holds only what came after the spill
+    files = sorted((tmp_path / "spill").glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
+    assert len(files) == 2 and not list((tmp_path / "spill").glob(".*partial"))
+    chunks = [read_spill(f) for f in files]
+    assert {h["run_id"] for h, _ in chunks} == {lg.run_id}
+    assert sorted(m.step for _, ms in chunks for m in ms) == list(range(6))
+    assert [m.step for m in lg._outbox] == [6]  # memory holds only what came after the spills
     out.down = False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lg.finalize("success")
-    assert _steps(lg) == list(range(7)) and not files[0].exists()
+    assert _steps(lg) == list(range(7)) and not any(f.exists() for f in files)
 
 
 def test_a_server_that_never_answers_fails_the_fit_naming_uri_run_and_file_and_replay_sends_them(tmp_path, capsys):
@@ -141,12 +142,13 @@ def test_a_server_that_never_answers_fails_the_fit_naming_uri_run_and_file_and_r
 
 
 def test_after_a_failed_fit_an_outage_is_a_warning_not_a_second_error(tmp_path):
-    lg = _logger(tmp_path)
+    lg = _logger(tmp_path, final_wait_s=3600.0)  # were it to wait, the test would time out
     out = Outage(lg)
     out.down = True
     with pytest.warns(UserWarning, match="did not take the metrics"):
         lg.log_metrics({"loss": 1.0}, step=0)
         lg.finalize("failed")  # no raise: Lightning is handling the fit's own exception
+    assert out.calls == 2  # the send in log_metrics and one try at the end
     assert len(list((tmp_path / "spill").glob("*.jsonl"))) == 1
 
 
