@@ -21,7 +21,7 @@ at the start and the end (a busy machine makes the figures meaningless: check th
 temporary folders are removed on exit, Ctrl-C and SIGTERM included (``--keep`` keeps the folder: logs,
 sweep YAMLs).
 
-    python benchmarks/sweep_workers.py                    # 8 trials, 1 and 2 workers, MLflow server (~10 min)
+    python benchmarks/sweep_workers.py                    # 8 trials, 1 and 2 workers, MLflow server
     python benchmarks/sweep_workers.py --quick            # 2 trials: what tests/benchmarks runs
     python benchmarks/sweep_workers.py --workers 1,2,4 --trials 16 --tracking sqlite
 
