@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,3 +41,34 @@ def test_gpu_smoke_dry_run_decodes_every_mode_and_resumes(capsys):
     assert set(summary["decode_modes"]) == {"4bit", "bf16"}
     for modes in summary["decode_modes"].values():
         assert set(modes) == {"exact", "prefix", "dual", "dual+thr0.9"} and modes["exact"]["agreement"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_sweep_workers_quick_runs_one_and_two_workers_on_postgres_and_an_mlflow_server(capsys):
+    """Real PostgreSQL + mlflow server + `python -m lit_rl sweep` workers; skips when the servers cannot start
+    here (fails under CI=true). Checks the figures add up, not their size (a benchmark, not a timing test)."""
+    module = _load("sweep_workers")
+    try:
+        summary = module.main(["--quick"])
+    except module.ServerUnavailable as e:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{e} (CI=true: a PostgreSQL test must run, not skip)", pytrace=False)
+        pytest.skip(str(e))
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last) == json.loads(json.dumps(summary))
+    assert summary["trials"] == 2 and summary["tracking"] == "server" and summary["mlflow_server_start_s"] > 0
+    assert [r["workers"] for r in summary["runs"]] == [1, 2]
+    for r in summary["runs"]:
+        assert r["worker_rc"] == [0] * r["workers"] and not r["timed_out"], r
+        assert r["complete"] == 2 and r["states"] == {"COMPLETE": 2}, r
+        assert len(r["per_worker"]) == r["workers"] and sum(r["per_worker"]) == 2, r
+        assert r["mlflow_finished_child_runs"] == 2, r  # each trial's child run reached the server
+        assert r["trials_per_min"] == pytest.approx(2 / r["wall_s"] * 60, rel=1e-2)
+        assert 0 < r["first_trial_start_s"] < r["first_trial_start_s"] + r["trial_span_s"] <= r["wall_s"] + 1
+    assert summary["runs"][0]["speedup"] == 1.0
+    assert summary["runs"][1]["speedup"] == pytest.approx(
+        summary["runs"][1]["trials_per_min"] / summary["runs"][0]["trials_per_min"], rel=1e-2)
+    machine = summary["machine"]
+    assert machine["cpu_count"] == os.cpu_count()
+    assert len(machine["loadavg_start"]) == len(machine["loadavg_end"]) == 3
