@@ -9,6 +9,7 @@ under ``CI=true``, like the PostgreSQL fixture.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +29,9 @@ class MlflowServer:
 
     def __init__(self, backend_uri: str, root: Path | None = None) -> None:
         self.backend_uri = backend_uri
+        self._own_root = root is None  # a folder this object made is removed by cleanup()
         self.root = Path(root or tempfile.mkdtemp(prefix="lit_rl_mlflow_"))
+        self.root.mkdir(parents=True, exist_ok=True)
         self.artifacts = self.root / "artifacts"
         self.log = self.root / "server.log"
         self.port = _free_port()
@@ -74,6 +77,8 @@ class MlflowServer:
 
     def cleanup(self) -> None:
         self.stop()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def start_or_skip(pg: PostgresServer, database: str = "mlflow") -> MlflowServer:
