@@ -364,7 +364,24 @@ class MLFlowLogger(_LightningMLFlowLogger):
                 raise TrackingUnavailableError(msg)
             rank_zero_warn(msg)  # the fit failed already: keep its own error, and do not wait on the server
             return
-        super().finalize(status)
+        while True:  # the run's end status, with the same patience
+            try:
+                with self._http():
+                    return super().finalize(status)
+            except Exception as e:  # noqa: BLE001 - sorted by is_transient; the rest is raised
+                if not is_transient(e):
+                    raise
+                self._note_outage(e)
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(2 * delay, 15.0)
+        msg = (f"MLflow tracking server {self._tracking_uri}: every metric of run {self.run_id} was sent, but the "
+               f"run could not be marked {'FINISHED' if ok else 'FAILED'} (last error: {self._last_error}); "
+               "it shows as RUNNING")
+        if ok:
+            raise TrackingUnavailableError(msg)
+        rank_zero_warn(msg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

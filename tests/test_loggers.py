@@ -191,3 +191,32 @@ def test_an_artifact_logged_during_an_outage_is_uploaded_as_it_was_when_logged(t
     got = MlflowClient(lg._tracking_uri).download_artifacts(lg.run_id, "samples.jsonl", str(tmp_path / "dl"))
     assert open(got).read() == "step 1\n", "the upload is the file as it was when it was logged"
     assert not (tmp_path / "spill" / f"{lg.run_id}-artifacts" / "0").exists()
+
+
+def test_the_runs_end_status_waits_out_an_outage_too_and_says_so_when_it_cannot(tmp_path):
+    lg = _logger(tmp_path, final_wait_s=60.0)
+    lg.log_metrics({"loss": 1.0}, step=0)
+    client = lg.experiment._client
+    real, fails = client.set_terminated, [2]
+
+    def set_terminated(*a, **kw):
+        if fails[0]:
+            fails[0] -= 1
+            raise MlflowException("API request failed: connection refused", error_code=INTERNAL_ERROR)
+        return real(*a, **kw)
+
+    client.set_terminated = set_terminated
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lg.finalize("success")
+    assert fails == [0] and MlflowClient(lg._tracking_uri).get_run(lg.run_id).info.status == "FINISHED"
+
+    lg2 = _logger(tmp_path / "b")
+    lg2.log_metrics({"loss": 1.0}, step=0)
+    lg2.experiment._client.set_terminated = lambda *a, **k: (_ for _ in ()).throw(
+        MlflowException("API request failed: connection refused", error_code=INTERNAL_ERROR))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(TrackingUnavailableError, match="could not be marked FINISHED.*RUNNING"):
+            lg2.finalize("success")
+    assert _steps(lg2) == [0]

@@ -1,10 +1,11 @@
 """A real MLflow tracking server (issue #21 item 2): ``mlflow server`` on loopback with a PostgreSQL backend store
 and a served local artifact folder (tests/support/mlflow_server.py), and the faults it meets.
 
-* a fit logs to it, the server is killed (SIGKILL) mid-fit and started again: the fit finishes and the run holds
-  every metric a CSVLogger beside it wrote, some of them logged while the server was down (training went on);
-* the server is killed and not back by the end of the fit: the fit fails naming the URI and the spill file,
-  and ``python -m lit_rl.loggers replay`` sends the rest, so again no metric is lost;
+* two fits log to it and the server is killed (SIGKILL) mid-fit, once (the ``outage`` fixture):
+  - one fit outlives the outage: it finishes and its run holds every metric a CSVLogger beside it wrote,
+    some of them logged while the server was down (training went on);
+  - the other ends while the server is down: it fails naming the URI and the spill file, and
+    ``python -m lit_rl.loggers replay`` sends the rest once the server is back, so again no metric is lost;
 * a sweep (study on PostgreSQL) logs a parent run and linked child runs to it.
 
 Skipped when PostgreSQL or the server cannot start; under ``CI=true`` that fails instead.
@@ -29,7 +30,7 @@ from test_sweep import POOL, _cfg
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = 10
+STEPS = 40  # long enough that both fits are still training when the server is killed
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def _start_fit(tmp: Path, uri: str, run_name: str, final_wait_s: float) -> tuple
     overlay.write_text(f"""
 trainer:
   max_steps: {STEPS}
-  val_check_interval: 5
+  val_check_interval: 20
   enable_progress_bar: false
   default_root_dir: {tmp}/run
   logger:
@@ -131,50 +132,69 @@ def _mlflow_metrics(client: MlflowClient, run_id: str, keys: set[str]) -> dict[t
     return {(k, m.step): m.timestamp for k in keys for m in client.get_metric_history(run_id, k)}
 
 
-def test_a_server_restart_mid_fit_loses_no_metric_and_training_goes_on(server, tmp_path):
-    proc, log = _start_fit(tmp_path, server.uri, "restart", final_wait_s=240)
-    run_id = _wait_for_first_metrics(server.uri, "restart", proc, log)
+@pytest.fixture(scope="module")
+def outage(mlflow_server, tmp_path_factory):
+    """One outage, two fits beside each other: the server is SIGKILLed once both have logged; fit ``back``
+    (final_wait_s 240) outlives the outage, fit ``gone`` (final_wait_s 2) ends while the server is still
+    down; then the server is started again and ``back`` finishes."""
+    server = mlflow_server
+    if server.proc is None:
+        server.start()
+    fits = {}
+    for name, wait in (("back", 240), ("gone", 2)):
+        tmp = tmp_path_factory.mktemp(name)
+        proc, log = _start_fit(tmp, server.uri, name, final_wait_s=wait)
+        fits[name] = {"tmp": tmp, "proc": proc, "log": log}
+    for name, f in fits.items():
+        f["run_id"] = _wait_for_first_metrics(server.uri, name, f["proc"], f["log"])
     server.stop()
+    for name, f in fits.items():
+        assert "`Trainer.fit` stopped" not in f["log"].read_text(), f"fit {name} ended before the outage"
     t_down = time.time()
-    _wait_for_text(log, "is not taking metrics", proc)
-    time.sleep(3)  # a few more steps while the server is away
+    for f in fits.values():
+        _wait_for_text(f["log"], "is not taking metrics", f["proc"])
+    fits["gone"]["rc"] = fits["gone"]["proc"].wait(timeout=600)
+    assert fits["back"]["proc"].poll() is None or fits["back"]["proc"].returncode == 0
     t_up = time.time()
     took = server.start()
-    rc = proc.wait(timeout=600)
-    text = log.read_text()
-    assert rc == 0, text[-4000:]
-    assert server.uri in text and "answers again" in text
+    fits["back"]["rc"] = fits["back"]["proc"].wait(timeout=600)
+    return {"fits": fits, "t_down": t_down, "t_up": t_up, "start_s": took, "uri": server.uri}
 
-    truth = _csv_metrics(tmp_path)
-    client = MlflowClient(server.uri)
-    got = _mlflow_metrics(client, run_id, {k for k, _ in truth})
+
+def test_a_server_restart_mid_fit_loses_no_metric_and_training_goes_on(outage):
+    f, uri = outage["fits"]["back"], outage["uri"]
+    text = f["log"].read_text()
+    assert f["rc"] == 0, text[-4000:]
+    assert uri in text and "answers again" in text
+
+    truth = _csv_metrics(f["tmp"])
+    client = MlflowClient(uri)
+    got = _mlflow_metrics(client, f["run_id"], {k for k, _ in truth})
     assert set(got) == truth, f"lost: {sorted(truth - set(got))[:10]}"
-    during = [k for k, ts in got.items() if t_down * 1000 < ts < t_up * 1000]
-    assert during, f"no metric logged while the server was down ({t_up - t_down:.0f} s, restart took {took:.0f} s)"
-    run = client.get_run(run_id)
+    down, up = outage["t_down"] * 1000, outage["t_up"] * 1000
+    during = [k for k, ts in got.items() if down < ts < up]
+    assert during, (f"no metric logged while the server was down ({(up - down) / 1000:.0f} s; restart took "
+                    f"{outage['start_s']:.0f} s)")
+    run = client.get_run(f["run_id"])
     assert run.info.status == "FINISHED"
     assert "model.init_args.updates_per_batch" in run.data.params  # params and the config artifact reached it
-    assert any(f.path == "config.yaml" for f in client.list_artifacts(run_id))
+    assert any(a.path == "config.yaml" for a in client.list_artifacts(f["run_id"]))
 
 
-def test_a_server_that_stays_down_fails_the_fit_naming_it_and_replay_sends_the_rest(server, tmp_path):
-    proc, log = _start_fit(tmp_path, server.uri, "gone", final_wait_s=2)
-    run_id = _wait_for_first_metrics(server.uri, "gone", proc, log)
-    server.stop()
-    rc = proc.wait(timeout=600)
-    text = log.read_text()
-    assert rc != 0, "a fit whose metrics never reached the server must not pass"
-    assert "TrackingUnavailableError" in text and server.uri in text and run_id in text
-    files = sorted((tmp_path / "unsent").glob("*.jsonl"))
+def test_a_server_that_stays_down_fails_the_fit_naming_it_and_replay_sends_the_rest(outage):
+    f, uri = outage["fits"]["gone"], outage["uri"]
+    text = f["log"].read_text()
+    assert f["rc"] != 0, "a fit whose metrics never reached the server must not pass"
+    assert "TrackingUnavailableError" in text and uri in text and f["run_id"] in text
+    files = sorted((f["tmp"] / "unsent").glob("*.jsonl"))
     assert len(files) == 1 and str(files[0]) in text
-    assert not list((tmp_path / "unsent").glob(".*.partial"))
+    assert not list((f["tmp"] / "unsent").glob(".*.partial"))
 
-    server.start()
     replay = subprocess.run([sys.executable, "-m", "lit_rl.loggers", "replay", str(files[0])], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert replay.returncode == 0, replay.stderr[-3000:]
-    truth = _csv_metrics(tmp_path)
-    got = _mlflow_metrics(MlflowClient(server.uri), run_id, {k for k, _ in truth})
+    truth = _csv_metrics(f["tmp"])
+    got = _mlflow_metrics(MlflowClient(uri), f["run_id"], {k for k, _ in truth})
     assert set(got) == truth, f"lost: {sorted(truth - set(got))[:10]}"
     assert not files[0].exists()
 

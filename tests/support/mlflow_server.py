@@ -27,6 +27,10 @@ class MlflowServer:
     """:meth:`start`, :meth:`stop` (SIGKILL: the server goes away at once, mid-request), :meth:`restart`,
     :attr:`uri`."""
 
+    # MLflow 3's server also starts a job runner (huey) for its GenAI jobs; none of that is needed here, and it
+    # costs a process and start-up time on a 2-core machine
+    ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
     def __init__(self, backend_uri: str, root: Path | None = None) -> None:
         self.backend_uri = backend_uri
         self._own_root = root is None  # a folder this object made is removed by cleanup()
@@ -46,7 +50,8 @@ class MlflowServer:
                "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
         t0 = time.monotonic()
         with open(self.log, "ab") as fh:
-            self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                         env={**os.environ, **self.ENV})
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"mlflow server exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
