@@ -211,13 +211,8 @@ class MLFlowLogger(_LightningMLFlowLogger):
     # artifacts ---------------------------------------------------------------------------------------
     def _artifact_call(self, call: Any, name: str, args: tuple, kwargs: dict) -> Any:
         if not self._uploads and self._down_since is None and self._server_problem() is None:
-            try:
-                with self._http():
-                    return call(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001 - sorted by is_transient; the rest is raised
-                if not is_transient(e):
-                    raise
-                self._note_outage(e)
+            if self._attempt(lambda: call(*args, **kwargs)):
+                return None
         self._uploads.append((call, name, self._snapshot(name, args), kwargs))
         return None
 
@@ -234,13 +229,7 @@ class MLFlowLogger(_LightningMLFlowLogger):
     def _send_uploads(self) -> bool:
         while self._uploads:
             call, name, args, kwargs = self._uploads[0]
-            try:
-                with self._http():
-                    call(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001 - sorted by is_transient; the rest is raised
-                if not is_transient(e):
-                    raise
-                self._note_outage(e)
+            if not self._attempt(lambda: call(*args, **kwargs)):
                 return False
             self._uploads.pop(0)
             if name in ("log_artifact", "log_artifacts"):
@@ -271,6 +260,19 @@ class MLFlowLogger(_LightningMLFlowLogger):
     def _http(self):
         return _mlflow_http(self.send_retries, self.send_timeout_s)
 
+    def _attempt(self, fn: Any) -> bool:
+        """Run ``fn()`` with this logger's short HTTP retries: ``True`` if it worked, ``False`` (the outage
+        noted) on an outage; any other error is raised."""
+        try:
+            with self._http():
+                fn()
+        except Exception as e:  # noqa: BLE001 - sorted by is_transient; the rest is raised
+            if not is_transient(e):
+                raise
+            self._note_outage(e)
+            return False
+        return True
+
     def _server_problem(self) -> str | None:
         uri = self._tracking_uri or ""
         return tracking_uri_problem(uri, timeout=2.0) if uri.startswith(("http://", "https://")) else None
@@ -283,17 +285,15 @@ class MLFlowLogger(_LightningMLFlowLogger):
         if not wait and time.monotonic() < self._next_try:
             return False
         problem = self._server_problem()
-        try:
+
+        def send_outbox() -> None:
             if problem:
                 raise ConnectionRefusedError(problem)
-            with self._http():
-                while self._outbox:
-                    self.experiment.log_batch(run_id=self.run_id, metrics=self._outbox[:BATCH])
-                    del self._outbox[:BATCH]
-        except Exception as e:  # noqa: BLE001 - sorted by is_transient; the rest is raised
-            if not is_transient(e):
-                raise
-            self._note_outage(e)
+            while self._outbox:
+                self.experiment.log_batch(run_id=self.run_id, metrics=self._outbox[:BATCH])
+                del self._outbox[:BATCH]
+
+        if not self._attempt(send_outbox):
             return False
         if not self._send_uploads():
             return False
@@ -340,15 +340,9 @@ class MLFlowLogger(_LightningMLFlowLogger):
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(2 * delay, 15.0)
         while not self._outbox and self._spilled and self._server_problem() is None:
-            try:
-                with self._http():
-                    replay(self._spilled[:1], tracking_uri=self._tracking_uri)
-                self._spilled.pop(0)
-            except Exception as e:  # noqa: BLE001 - the files stay; the error below names them
-                if not is_transient(e):
-                    raise
-                self._note_outage(e)
-                break
+            if not self._attempt(lambda: replay(self._spilled[:1], tracking_uri=self._tracking_uri)):
+                break  # the files stay; the error below names them
+            self._spilled.pop(0)
         if self._outbox or self._spilled or self._uploads:
             self._spill()
             files = " ".join(str(p) for p in self._spilled)
@@ -364,18 +358,14 @@ class MLFlowLogger(_LightningMLFlowLogger):
                 raise TrackingUnavailableError(msg)
             rank_zero_warn(msg)  # the fit failed already: keep its own error, and do not wait on the server
             return
+        end = super().finalize
         while True:  # the run's end status, with the same patience
-            try:
-                with self._http():
-                    return super().finalize(status)
-            except Exception as e:  # noqa: BLE001 - sorted by is_transient; the rest is raised
-                if not is_transient(e):
-                    raise
-                self._note_outage(e)
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(2 * delay, 15.0)
+            if self._attempt(lambda: end(status)):
+                return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(2 * delay, 15.0)
         msg = (f"MLflow tracking server {self._tracking_uri}: every metric of run {self.run_id} was sent, but the "
                f"run could not be marked {'FINISHED' if ok else 'FAILED'} (last error: {self._last_error}); "
                "it shows as RUNNING")
