@@ -33,6 +33,7 @@ from lit_rl.sweep import (
     fit_trial_with_lightning_cli,
     run_sweep,
 )
+from lit_rl.sweep import main as sweep_main
 from lit_rl.sweep.runner import retry_callback_class
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,7 +254,7 @@ def _fake_trainer(step, metrics, world_size=1, rank0=True, decision=None):
                            is_global_zero=rank0, strategy=SimpleNamespace(broadcast=broadcast), should_stop=False)
 
 
-def test_step_pruning_reports_fresh_values_at_global_step_and_stops_without_raising(tmp_path):
+def test_step_pruning_reports_fresh_values_at_global_step_and_stops_without_raising(tmp_path, caplog):
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/o.db", pruner=optuna.pruners.ThresholdPruner(lower=0.5))
     trial = study.ask()
     cb = StepPruningCallback(trial, "val/acc", every_n_steps=4)
@@ -279,6 +280,15 @@ def test_step_pruning_reports_fresh_values_at_global_step_and_stops_without_rais
             cb.on_validation_end(tr, None)
         assert tr.should_stop == (step == 16)
     assert cb.reported == pytest.approx({4: 0.9, 8: 0.7, 12: 0.6, 16: 0.2})
+    # a validation metric is absent at the train steps before the first eval: no warning for that
+    assert "pruning monitor" not in caplog.text
+    lonely = StepPruningCallback(study.ask(), "val/typo")
+    tr = _fake_trainer(4, {"val/acc": acc[0.9]})
+    tr.sanity_checking = False
+    with caplog.at_level("WARNING", logger="lit_rl.sweep"):
+        lonely.on_validation_end(tr, None)
+        lonely.on_validation_end(tr, None)
+    assert caplog.text.count("pruning monitor 'val/typo' is not in trainer.callback_metrics after validation") == 1
     assert study.trials[0].intermediate_values == pytest.approx({4: 0.9, 8: 0.7, 12: 0.6, 16: 0.2})
     with pytest.raises(optuna.TrialPruned, match="step 16"):
         cb.check_pruned()
@@ -349,6 +359,22 @@ def test_a_trial_that_raises_is_failed_and_the_sweep_continues(tmp_path, monkeyp
     _, children = _runs(tmp_path, "bad")
     assert children[0].info.status == "FAILED" and children[0].data.tags["optuna.trial_state"] == "FAIL"
     assert "did not parse" in children[0].data.tags["lit_rl.error"]
+
+
+def test_a_worker_whose_trials_all_fail_exits_1_and_says_so(tmp_path, monkeypatch, capsys, recwarn):
+    """Through ``python -m lit_rl sweep``'s entry point: a scheduler must see the worker fail; the trial's
+    LightningCLI is not handed the sweep's own command line (Lightning warns about args + sys.argv)."""
+    monkeypatch.chdir(ROOT)
+    raw = _cfg(tmp_path, study_name="allbad", space={"trainer.max_steps": {"type": "categorical",
+                                                                           "choices": ["many", "more"]}},
+               derived={})
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    monkeypatch.setattr(sys, "argv", ["python -m lit_rl sweep", "--config", str(path)])
+    assert sweep_main(["--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "error: all 2 trials this worker ran failed (trials [0, 1])" in err
+    assert not [w for w in recwarn if "sys.argv" in str(w.message)]
 
 
 def test_a_trial_declared_stale_while_alive_does_not_crash_its_worker(tmp_path):

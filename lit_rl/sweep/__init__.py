@@ -97,11 +97,26 @@ def main(argv: list[str] | None = None) -> int:
         overrides[("sampler", "name")] = (args.sampler, "command line (--sampler)")
     try:  # a bad sweep file is one line naming the file, line and key (exit 2), not a traceback
         cfg = SweepConfig.from_yaml(args.config, overrides)
-        study = run_sweep(cfg, args.n_trials, max_trials=args.max_trials)
+        runner = SweepRunner(cfg)
+        runner.setup(args.n_trials)
+        ran = runner.run(args.max_trials)
     except SweepConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(summarize(study))
+    print(summarize(runner.study))
+    return _exit_status(runner.study, ran)
+
+
+def _exit_status(study, ran: list[int]) -> int:
+    """1 when every trial this worker ran failed (a scheduler then marks the job failed), else 0."""
+    import optuna
+
+    failed = [t.number for t in study.get_trials(deepcopy=False)
+              if t.number in ran and t.state == optuna.trial.TrialState.FAIL]
+    if ran and len(failed) == len(ran):
+        print(f"error: all {len(ran)} trials this worker ran failed (trials {failed}); each error is in the log "
+              "above and in its MLflow child run (tag lit_rl.error)", file=sys.stderr)
+        return 1
     return 0
 
 

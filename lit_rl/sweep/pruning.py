@@ -67,22 +67,23 @@ class StepPruningCallback(_Callback):
         if step == self._last_train_step or step % self.every_n_steps or self.pruned_step is not None:
             return
         self._last_train_step = step
-        self._report(trainer, step)
+        self._report(trainer, step, warn_missing=False)  # a validation metric is absent until the first eval
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or self.pruned_step is not None:
             return
-        self._report(trainer, trainer.global_step)
+        self._report(trainer, trainer.global_step, warn_missing=True)
 
-    def _report(self, trainer, step: int) -> None:
+    def _report(self, trainer, step: int, warn_missing: bool) -> None:
         """Rank 0 reports a *fresh* monitor value (a tensor it has not reported yet: a validation metric is
         reported at the step it was computed, not again at later training steps) and asks the pruner."""
         should_stop = False
         if trainer.is_global_zero:
             value = trainer.callback_metrics.get(self.monitor)
             if value is None:
-                if not self._warned:
-                    log.warning("pruning monitor %r is not in trainer.callback_metrics at step %d", self.monitor, step)
+                if warn_missing and not self._warned:
+                    log.warning("pruning monitor %r is not in trainer.callback_metrics after validation at step %d "
+                                "(is it logged in validation?)", self.monitor, step)
                     self._warned = True
             elif value is not self._last_value and step not in self.reported:
                 self._last_value = value

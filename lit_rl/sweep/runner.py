@@ -10,6 +10,7 @@ import math
 import os
 import socket
 import threading
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -339,10 +340,13 @@ def fit_trial_with_lightning_cli(cfg: SweepConfig, trial, values: dict[str, Any]
     trial_dir.mkdir(parents=True, exist_ok=True)
     args = cfg.cli_args(values, trial_dir, overlay, run_id, f"{cfg.study_name}-trial-{trial.number}")
     atomic_write_text(trial_dir / "cli_args.json", json.dumps(args, indent=1))
+    argv, sys.argv = sys.argv, sys.argv[:1]  # the sweep's own arguments are not the trial's (LightningCLI warns)
     try:
         cli = run_lightning_cli(args, run=False)
     except SystemExit as e:  # jsonargparse exits on a bad config: a failed trial, not a dead sweep
         raise ValueError(f"the trial's config did not parse (exit {e.code}); see stderr") from None
+    finally:
+        sys.argv = argv
     trainer = cli.trainer
     for cb in trainer.checkpoint_callbacks:  # the base config's dirpath is shared by all trials
         cb.dirpath = str(trial_dir / "checkpoints")
