@@ -57,7 +57,7 @@ from lightning.pytorch.loggers import MLFlowLogger as _LightningMLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.tracking import tracking_uri_problem
+from lit_rl.tracking import get_or_create_experiment, tracking_uri_problem
 
 __all__ = ["MLFlowLogger", "TrackingUnavailableError", "is_transient", "read_spill", "replay"]
 
@@ -201,6 +201,10 @@ class MLFlowLogger(_LightningMLFlowLogger):
 
     @property
     def experiment(self) -> Any:
+        if not self._initialized and self._run_id is None and self._experiment_id is None and rank_zero_only.rank == 0:
+            # Lightning's own lookup-then-create races when fits start together on a new experiment
+            self._experiment_id = get_or_create_experiment(self._mlflow_client, self._experiment_name,
+                                                           self._artifact_location)
         client = super().experiment
         if rank_zero_only.rank != 0:  # Lightning's stand-in: nothing is sent from other ranks
             return client

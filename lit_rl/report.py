@@ -30,6 +30,7 @@ from typing import Any, Iterable, Sequence
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.cli_args import LitArgumentParser
+from lit_rl.tracking import get_or_create_experiment
 
 __all__ = ["RunData", "ReportSpec", "build_report", "draw_pareto", "load_runs", "main", "pareto_front"]
 
@@ -411,8 +412,7 @@ def log_report(tracking_uri: str, out: Path, experiment: str | None = None, run_
     client = MlflowClient(tracking_uri=tracking_uri)
     if run_id is None:
         name = experiment or "lit_rl-reports"
-        exp = client.get_experiment_by_name(name)
-        exp_id = exp.experiment_id if exp else client.create_experiment(name)
+        exp_id = get_or_create_experiment(client, name)
         run_id = client.create_run(exp_id, run_name=f"report-{time.strftime('%Y%m%d-%H%M%S')}",
                                    tags={"lit_rl.role": "report"}).info.run_id
         client.log_artifacts(run_id, str(out), artifact_path="report")

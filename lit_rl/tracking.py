@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-__all__ = ["check_tracking_uri", "tracking_uri_problem"]
+__all__ = ["check_tracking_uri", "get_or_create_experiment", "tracking_uri_problem"]
 
 
 def check_tracking_uri(uri: str) -> str:
@@ -46,3 +46,28 @@ def tracking_uri_problem(uri: str, timeout: float = 3.0) -> str | None:
         return (f"MLflow tracking URI {uri!r}: MLflow 3's file store is not supported; "
                 "use sqlite:///runs/mlflow.db or a server")
     return None
+
+
+def get_or_create_experiment(client, name: str, artifact_location: str | None = None) -> str:
+    """The id of the active experiment ``name``, created if missing; safe when several processes start at once.
+
+    Lightning's ``MLFlowLogger`` (and a plain ``get_experiment_by_name`` + ``create_experiment``) races: two
+    fits or sweep workers that start together on a new experiment both find none, and the second create
+    fails with ``RESOURCE_ALREADY_EXISTS`` (seen with two fits on one MLflow server with a PostgreSQL store).
+    Here the loser looks the experiment up again. A *deleted* experiment of that name still raises MLflow's
+    error (restore or purge it: MLflow keeps the name).
+    """
+    from mlflow.exceptions import MlflowException
+
+    exp = client.get_experiment_by_name(name)
+    if exp is not None and exp.lifecycle_stage != "deleted":
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    except MlflowException as e:
+        if e.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        exp = client.get_experiment_by_name(name)
+        if exp is None or exp.lifecycle_stage == "deleted":
+            raise
+        return exp.experiment_id

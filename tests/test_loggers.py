@@ -220,3 +220,38 @@ def test_the_runs_end_status_waits_out_an_outage_too_and_says_so_when_it_cannot(
         with pytest.raises(TrackingUnavailableError, match="could not be marked FINISHED.*RUNNING"):
             lg2.finalize("success")
     assert _steps(lg2) == [0]
+
+
+def test_two_fits_starting_together_on_a_new_experiment_share_it(tmp_path, monkeypatch):
+    """The race Lightning's lookup-then-create loses: the other fit creates the experiment between this
+    logger's lookup (none yet) and its create; the logger must join it, not fail with RESOURCE_ALREADY_EXISTS."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    other = MlflowClient(uri)
+    other.search_experiments()  # creates the store's tables first
+    real_get = MlflowClient.get_experiment_by_name
+    lookups = []
+
+    def late_lookup(self, name):
+        lookups.append(name)
+        if len(lookups) == 1:  # this logger looks first; the other fit creates the experiment right after
+            other.create_experiment(name)
+            return None
+        return real_get(self, name)
+
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", late_lookup)
+    lg = MLFlowLogger(experiment_name="together", tracking_uri=uri, spill_dir=str(tmp_path / "spill"))
+    lg.log_metrics({"loss": 1.0}, step=0)
+    lg.finalize("success")
+    (exp,) = [e for e in other.search_experiments() if e.name == "together"]
+    assert lg.experiment_id == exp.experiment_id and len(lookups) == 2
+    assert [r.info.run_id for r in other.search_runs([exp.experiment_id])] == [lg.run_id]
+
+
+def test_a_deleted_experiment_of_that_name_is_still_mlflows_error(tmp_path):
+    from lit_rl.tracking import get_or_create_experiment
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/m.db")
+    client.delete_experiment(client.create_experiment("gone"))
+    with pytest.raises(MlflowException, match="already exists"):
+        get_or_create_experiment(client, "gone")
+    assert get_or_create_experiment(client, "new") == client.get_experiment_by_name("new").experiment_id

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lit_rl.sweep.schema import SweepConfig
+from lit_rl.tracking import get_or_create_experiment
 
 __all__ = ["StudyTracker"]
 
@@ -25,14 +26,7 @@ class StudyTracker:
             Path(cfg.tracking_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         self.cfg = cfg
         self.client = MlflowClient(tracking_uri=cfg.tracking_uri)
-        exp = self.client.get_experiment_by_name(cfg.experiment_name)
-        if exp is None:
-            try:
-                self.experiment_id = self.client.create_experiment(cfg.experiment_name)
-            except Exception:  # another worker created it first
-                self.experiment_id = self.client.get_experiment_by_name(cfg.experiment_name).experiment_id
-        else:
-            self.experiment_id = exp.experiment_id
+        self.experiment_id = get_or_create_experiment(self.client, cfg.experiment_name)  # workers start together
 
     def create_parent(self, study) -> str:
         cfg = self.cfg
