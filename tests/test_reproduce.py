@@ -39,6 +39,19 @@ def test_runner_skips_finished_jobs_and_reports_a_failure_with_its_log(tmp_path,
     partial = Job("partial", ["score", "--help"], tmp_path / "partial", check=lambda: "trials [1] failed")
     assert not run_jobs([partial], echo=lines.append)[0].ok and not partial.done_file.exists()
     assert "FAILED (trials [1] failed)" in lines[-1]
+    # a non-zero exit says what the check found too (a sweep worker whose trials all failed exits 1), and a
+    # check that cannot run (e.g. no study yet) is a reason, not a crash of the runner
+    worker = Job("worker", ["fit", "--config", str(tmp_path / "missing.yaml")], tmp_path / "w",
+                 check=lambda: "trials [0, 1] failed")
+    assert not run_jobs([worker], echo=lines.append)[0].ok
+    assert "FAILED (exit 2; trials [0, 1] failed)" in lines[-1]
+
+    def no_study():
+        raise KeyError("Record does not exist.")
+
+    broken = Job("broken", ["score", "--help"], tmp_path / "b", check=no_study)
+    assert not run_jobs([broken], echo=lines.append)[0].ok
+    assert "FAILED (its check failed: KeyError: 'Record does not exist.')" in lines[-1]
 
 
 def test_callbacks_of_takes_the_last_list_like_the_cli():

@@ -280,15 +280,19 @@ def test_step_pruning_reports_fresh_values_at_global_step_and_stops_without_rais
             cb.on_validation_end(tr, None)
         assert tr.should_stop == (step == 16)
     assert cb.reported == pytest.approx({4: 0.9, 8: 0.7, 12: 0.6, 16: 0.2})
-    # a validation metric is absent at the train steps before the first eval: no warning for that
-    assert "pruning monitor" not in caplog.text
-    lonely = StepPruningCallback(study.ask(), "val/typo")
-    tr = _fake_trainer(4, {"val/acc": acc[0.9]})
-    tr.sanity_checking = False
+    # the monitor was absent at the first train step (before the first eval): no warning for that, at the end
     with caplog.at_level("WARNING", logger="lit_rl.sweep"):
-        lonely.on_validation_end(tr, None)
-        lonely.on_validation_end(tr, None)
-    assert caplog.text.count("pruning monitor 'val/typo' is not in trainer.callback_metrics after validation") == 1
+        cb.on_train_end(tr, None)
+        lonely = StepPruningCallback(study.ask(), "val/typo")
+        for step in (4, 8):
+            tr = _fake_trainer(step, {"val/acc": acc[0.9]})
+            tr.sanity_checking = False
+            lonely.on_train_batch_end(tr, None, None, None, 0)
+            lonely.on_validation_end(tr, None)
+        assert "nothing was reported" not in caplog.text  # not while training: it may still appear
+        lonely.on_train_end(tr, None)
+        lonely.on_train_end(tr, None)
+    assert caplog.text.count("nothing was reported to the pruner up to step 8: monitor 'val/typo'") == 1
     assert study.trials[0].intermediate_values == pytest.approx({4: 0.9, 8: 0.7, 12: 0.6, 16: 0.2})
     with pytest.raises(optuna.TrialPruned, match="step 16"):
         cb.check_pruned()
@@ -375,6 +379,20 @@ def test_a_worker_whose_trials_all_fail_exits_1_and_says_so(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert "error: all 2 trials this worker ran failed (trials [0, 1])" in err
     assert not [w for w in recwarn if "sys.argv" in str(w.message)]
+    assert sys.argv == ["python -m lit_rl sweep", "--config", str(path)]  # given back after each trial
+
+
+def test_exit_status_is_1_only_when_every_trial_the_worker_ran_failed(capsys):
+    from lit_rl.sweep import _exit_status
+
+    study = optuna.create_study()
+    for state in (TS.FAIL, TS.COMPLETE, TS.PRUNED, TS.FAIL):
+        study.tell(study.ask(), 0.5 if state == TS.COMPLETE else None, state=state)
+    assert _exit_status(study, []) == 0  # nothing left to run
+    assert _exit_status(study, [0, 1]) == 0 and _exit_status(study, [2]) == 0  # one COMPLETE or PRUNED is enough
+    assert capsys.readouterr().err == ""
+    assert _exit_status(study, [0, 3]) == 1
+    assert "all 2 trials this worker ran failed (trials [0, 3])" in capsys.readouterr().err
 
 
 def test_a_trial_declared_stale_while_alive_does_not_crash_its_worker(tmp_path):

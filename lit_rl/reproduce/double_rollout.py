@@ -156,7 +156,8 @@ def _sweep_jobs(
     n = len(values)
 
     def check() -> str | None:
-        """A sweep worker exits 0 when a trial fails (the study goes on): a failed trial is a failed job."""
+        """A sweep worker exits 0 when only some of its trials fail (the study goes on), and 1 when all did: either
+        way a failed or pruned trial is a failed job, named here."""
         import optuna
 
         trials = optuna.load_study(study_name=cfg["study_name"], storage=cfg["storage"]).get_trials(deepcopy=False)

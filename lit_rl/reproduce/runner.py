@@ -68,6 +68,16 @@ class JobResult:
     log: str = ""
 
 
+def _check(job: Job) -> str | None:
+    """Why a finished job is not complete (``job.check``), or None; a check that cannot run says so."""
+    if job.check is None:
+        return None
+    try:
+        return job.check()
+    except Exception as e:  # noqa: BLE001  (e.g. a worker that died before it created its study)
+        return f"its check failed: {type(e).__name__}: {e}"
+
+
 def callbacks_of(config_files: Sequence[str | Path]) -> list[dict[str, Any]]:
     """The ``trainer.callbacks`` list the LightningCLI would build from these files (the last file that
     sets the list wins, as in jsonargparse), as plain dicts to edit and write into an overlay."""
@@ -141,7 +151,8 @@ def run_jobs(
                 proc._lit_rl_log.close()  # type: ignore[attr-defined]
                 secs = time.perf_counter() - proc._lit_rl_t0  # type: ignore[attr-defined]
                 finished += 1
-                problem = f"exit {rc}" if rc != 0 else (job.check() if job.check else None)
+                why = _check(job)
+                problem = why if rc == 0 else f"exit {rc}" + (f"; {why}" if why else "")
                 if problem is None:
                     atomic_write_text(job.done_file, json.dumps(
                         {"name": job.name, "seconds": secs, "tags": job.tags, "argv_sha": job.digest}))

@@ -26,7 +26,7 @@ from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.rollouts.pool import (MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem,
                                   reorder_usable_first, write_pool_atomic)
 from lit_rl.cli_args import LitArgumentParser
-from lit_rl.tracking import check_tracking_uri  # noqa: F401  (re-exported for existing imports)
+from lit_rl.tracking import check_tracking_uri, get_or_create_experiment  # noqa: F401  (check_tracking_uri: re-exported)
 
 
 def build_scripted_pool(
@@ -359,8 +359,7 @@ def log_stats_mlflow(stats: dict, files: dict[str, Path], tracking_uri: str,
     if tracking_uri.startswith("sqlite:///"):
         Path(tracking_uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     client = mlflow.MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment_name)
-    exp_id = exp.experiment_id if exp is not None else client.create_experiment(experiment_name)
+    exp_id = get_or_create_experiment(client, experiment_name)
     run = client.create_run(exp_id, run_name=run_name or f"pool-{pool_stem(stats['pool']).name}")
     rid = run.info.run_id
     params = {"pool": stats["pool"], "task": stats["task"], "policy": stats["policy"], "tokenizer": stats["tokenizer"],

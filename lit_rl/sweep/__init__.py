@@ -104,11 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summarize(runner.study))
-    return _exit_status(runner.study, ran)
+    return _exit_status(runner.study, [n for n in ran if n not in runner.dropped])
 
 
 def _exit_status(study, ran: list[int]) -> int:
-    """1 when every trial this worker ran failed (a scheduler then marks the job failed), else 0."""
+    """1 when every trial this worker ran failed (a scheduler then marks the job failed), else 0 (also when it
+    ran none, or only trials another worker declared stale and re-enqueued: those are left out of ``ran``)."""
     import optuna
 
     failed = [t.number for t in study.get_trials(deepcopy=False)

@@ -67,25 +67,30 @@ class StepPruningCallback(_Callback):
         if step == self._last_train_step or step % self.every_n_steps or self.pruned_step is not None:
             return
         self._last_train_step = step
-        self._report(trainer, step, warn_missing=False)  # a validation metric is absent until the first eval
+        self._report(trainer, step)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking or self.pruned_step is not None:
             return
-        self._report(trainer, trainer.global_step, warn_missing=True)
+        self._report(trainer, trainer.global_step)
 
-    def _report(self, trainer, step: int, warn_missing: bool) -> None:
+    def on_train_end(self, trainer, pl_module) -> None:
+        """One warning when the monitor never showed up (a typo, or a metric this run does not log): the
+        pruner then saw nothing. Not earlier: a validation metric is absent until the first eval, and a
+        Pass@k metric until its first ``on_train_batch_end`` eval."""
+        if trainer.is_global_zero and not self.reported and not self._warned:
+            log.warning("nothing was reported to the pruner up to step %d: monitor %r was never in "
+                        "trainer.callback_metrics with a finite value (is it logged under this name?)",
+                        trainer.global_step, self.monitor)
+            self._warned = True
+
+    def _report(self, trainer, step: int) -> None:
         """Rank 0 reports a *fresh* monitor value (a tensor it has not reported yet: a validation metric is
         reported at the step it was computed, not again at later training steps) and asks the pruner."""
         should_stop = False
         if trainer.is_global_zero:
             value = trainer.callback_metrics.get(self.monitor)
-            if value is None:
-                if warn_missing and not self._warned:
-                    log.warning("pruning monitor %r is not in trainer.callback_metrics after validation at step %d "
-                                "(is it logged in validation?)", self.monitor, step)
-                    self._warned = True
-            elif value is not self._last_value and step not in self.reported:
+            if value is not None and value is not self._last_value and step not in self.reported:
                 self._last_value = value
                 number = float(value)
                 if math.isfinite(number):

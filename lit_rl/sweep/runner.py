@@ -158,6 +158,8 @@ class SweepRunner:
         self.overlay = self.out / "overrides.yaml"
         atomic_write_text(self.overlay, yaml.safe_dump(cfg.overrides or {}, sort_keys=False))
         self.ran: list[int] = []
+        #: trials of ``ran`` whose result was dropped: another worker declared them stale and re-enqueued them
+        self.dropped: list[int] = []
 
     # -- setup: exactly one worker (the creator) creates the parent run and the slots -----------------
 
@@ -301,6 +303,7 @@ class SweepRunner:
             self.tracker.client.set_tag(run_id, "optuna.trial_state", frozen.state.name)
             self.tracker.client.set_terminated(run_id, "FAILED")
             self.ran.append(trial.number)
+            self.dropped.append(trial.number)
             return
         if state == "PRUNED":
             value = frozen.value
