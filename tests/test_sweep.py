@@ -410,7 +410,10 @@ def test_a_trial_declared_stale_while_alive_does_not_crash_its_worker(tmp_path):
 
     raw = _cfg(tmp_path, study_name="late", space={"data.init_args.g_ext": {"type": "categorical", "choices": [1]}},
                derived={})
-    study = run_sweep(SweepConfig.from_dict(raw), fit_trial=fake_fit)
+    runner = SweepRunner(SweepConfig.from_dict(raw), fake_fit)
+    runner.setup(None)
+    assert runner.run() == [0, 1] and runner.dropped == [0]  # trial 0's result was dropped, not failed here
+    study = runner.study
     assert calls == [0, 1]
     assert [t.state for t in study.trials] == [TS.FAIL, TS.COMPLETE]
     assert study.trials[1].system_attrs["failed_trial"] == 0 and study.trials[1].params == {"data.init_args.g_ext": 1}
