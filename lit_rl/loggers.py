@@ -339,10 +339,7 @@ class MLFlowLogger(_LightningMLFlowLogger):
             return
         ok = status in ("success", "finished")
         deadline = time.monotonic() + (self.final_wait_s if ok else 0.0)  # a failed fit: one try, no wait
-        delay = 1.0
-        while not self._send(wait=True) and time.monotonic() < deadline:
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(2 * delay, 15.0)
+        _until(lambda: self._send(wait=True), deadline)
         while not self._outbox and self._spilled and self._server_problem() is None:
             if not self._attempt(lambda: replay(self._spilled[:1], tracking_uri=self._tracking_uri)):
                 break  # the files stay; the error below names them
@@ -363,19 +360,26 @@ class MLFlowLogger(_LightningMLFlowLogger):
             rank_zero_warn(msg)  # the fit failed already: keep its own error, and do not wait on the server
             return
         end = super().finalize
-        while True:  # the run's end status, with the same patience
-            if self._attempt(lambda: end(status)):
-                return
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(2 * delay, 15.0)
+        if _until(lambda: self._attempt(lambda: end(status)), deadline):  # the end status, with the same patience
+            return
         msg = (f"MLflow tracking server {self._tracking_uri}: every metric of run {self.run_id} was sent, but the "
                f"run could not be marked {'FINISHED' if ok else 'FAILED'} (last error: {self._last_error}); "
                "it shows as RUNNING")
         if ok:
             raise TrackingUnavailableError(msg)
         rank_zero_warn(msg)
+
+
+def _until(fn: Any, deadline: float) -> bool:
+    """Call ``fn()`` until it returns True (then True) or ``deadline`` (``time.monotonic()``) has passed (then
+    False); at least once, with backoff from 1 s up to 15 s between calls."""
+    delay = 1.0
+    while not fn():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(2 * delay, 15.0)
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

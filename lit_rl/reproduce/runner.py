@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from lit_rl.atomic import atomic_write_text
+from lit_rl.tracking import get_or_create_experiment
 
 __all__ = ["Job", "JobResult", "callbacks_of", "fit_job", "init_stores", "run_jobs"]
 
@@ -190,8 +191,7 @@ def init_stores(out: Path, experiment: str) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(tracking_uri=f"sqlite:///{(out / 'mlflow.db').resolve()}")
-    if client.get_experiment_by_name(experiment) is None:
-        client.create_experiment(experiment)
+    get_or_create_experiment(client, experiment)
     optuna.storages.RDBStorage(f"sqlite:///{(out / 'optuna.db').resolve()}")
 
 

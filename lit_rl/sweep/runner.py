@@ -9,8 +9,8 @@ import logging
 import math
 import os
 import socket
-import threading
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
