@@ -22,7 +22,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints-cpu.txt
 fi
 # Bytecode, once per install: uv writes no .pyc files, and where PYTHONDONTWRITEBYTECODE=1 is set (it is on
 # this project's machines) Python never caches them either, so every process compiled ~3,600 files again:
-# `import lightning.pytorch, transformers, mlflow` took 42 s with no .pyc at all and 15 s with them (2 cores).
+# benchmarks/import_bytecode.py: importing the stack took 24.0 s with no .pyc at all and 9.9 s with them (2 cores).
 # compileall exits 1 on a test file of torch's that is deliberately newer syntax (expected, not reported); its
 # report is kept in .venv/compileall.log. (pytest compiles test modules itself, through its assertion rewriter.)
 if [ ! -f .venv/.bytecode ] || [ "$stamp" -nt .venv/.bytecode ]; then

@@ -72,3 +72,14 @@ def test_sweep_workers_quick_runs_one_and_two_workers_on_postgres_and_an_mlflow_
     machine = summary["machine"]
     assert machine["cpu_count"] == os.cpu_count()
     assert len(machine["loadavg_start"]) == len(machine["loadavg_end"]) == 3
+
+
+def test_import_bytecode_compares_cached_and_uncached_imports_in_one_run(capsys):
+    """A small standard-library import list: without cached bytecode every module is compiled from source."""
+    assert _load("import_bytecode").main(["--repeats", "2", "--modules", "argparse, email.message, unittest"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(out[-1])
+    assert summary["modules"] == "argparse, email.message, unittest" and summary["repeats"] == 2
+    assert summary["no_pyc_s"] > summary["with_pyc_s"] > 0
+    assert summary["no_pyc_over_with_pyc"] == pytest.approx(summary["no_pyc_s"] / summary["with_pyc_s"], rel=1e-2)
+    assert any(line.startswith("no .pyc") for line in out)
