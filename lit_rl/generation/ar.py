@@ -20,22 +20,38 @@ Implementations:
   ``torch.Generator``), so both return the same samples up to float round-off.
 * :class:`VLLMBackend` — ``vllm.LLM(enable_prefix_caching=True)`` with ``SamplingParams(n=N)``; the
   engine's prefix cache shares the prefill. ``push_weights`` loads the trained weights (LoRA merged) into
-  the engine after an optimizer step, as TRL's colocate mode does. vLLM is an optional extra
-  (``pip install lit-rl[vllm]``); it is imported lazily.
+  the engine after an optimizer step through vLLM's in-place ``reload_weights``, as TRL's colocate mode does
+  (:mod:`lit_rl.generation.vllm_engine`). vLLM is imported lazily: ``pip install 'lit-rl[vllm]'`` on CUDA,
+  ``scripts/setup.sh vllm`` on CPU (docs/vllm.md).
+
+:meth:`ARBackend.generate_with_logprobs` also returns each sampled token's log-probability, ``(R, L)``: the
+log-softmax of the temperature-scaled logits (what the trainer's ``token_logprobs`` recomputes), 0 after a row's
+end. The gap between the two is the sampler/trainer mismatch that importance-sampling corrections address.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from lit_rl import rng
+from lit_rl.generation.vllm_engine import (
+    check_weights,
+    engine_shapes,
+    export_policy,
+    import_vllm,
+    merged_state_dict,
+    policy_weights,
+    reload_weights,
+)
 
 __all__ = ["ARBackend", "HFBackend", "VLLMBackend", "hit_budget", "left_pad", "merged_state_dict", "sample_next"]
 
@@ -119,6 +135,21 @@ class ARBackend(ABC):
         prefix-major. ``max_new_tokens`` is one budget or one per prefix; a row is EOS-filled after its
         first EOS or after its budget (see :func:`hit_budget`)."""
 
+    @abstractmethod
+    def generate_with_logprobs(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        n: int = 1,
+        seed: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`generate`, plus the sampled tokens' log-probabilities ``(B*n, max_new_tokens)`` float32: log-softmax
+        of the logits divided by ``temperature`` (unscaled for greedy), 0 after a row's first EOS."""
+
     def push_weights(self, weights: nn.Module | Mapping[str, torch.Tensor]) -> None:  # noqa: B027
         """Make the backend sample from updated weights (no-op when it shares the policy's modules)."""
 
@@ -188,7 +219,24 @@ class HFBackend(ARBackend):
     ) -> torch.Tensor:
         _check_sampling(temperature, top_p, n)
         budgets = _budgets(max_new_tokens, prompt_ids.shape[0])
-        return self._run(prompt_ids, prompt_mask, n, budgets, temperature, top_p, seed)
+        return self._run(prompt_ids, prompt_mask, n, budgets, temperature, top_p, seed)[0]
+
+    def generate_with_logprobs(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        n: int = 1,
+        seed: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_sampling(temperature, top_p, n)
+        budgets = _budgets(max_new_tokens, prompt_ids.shape[0])
+        ids, lps = self._run(prompt_ids, prompt_mask, n, budgets, temperature, top_p, seed, logprobs=True)
+        assert lps is not None
+        return ids, lps
 
     def continue_from(
         self,
@@ -203,7 +251,7 @@ class HFBackend(ARBackend):
         _check_sampling(temperature, top_p, n)
         budgets = _budgets(max_new_tokens, len(prefix_ids))
         ids, mask = left_pad(prefix_ids, self.pad_id)  # (R, S)
-        return self._run(ids, mask, n, budgets, temperature, top_p, seed)
+        return self._run(ids, mask, n, budgets, temperature, top_p, seed)[0]
 
     # -- internals ---------------------------------------------------------------------------------
     @property
@@ -254,7 +302,8 @@ class HFBackend(ARBackend):
         temperature: float,
         top_p: float,
         seed: int,
-    ) -> torch.Tensor:
+        logprobs: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         device = self._device()
         generator = rng.device_generator(seed, device)  # (R, V) noise per step: drawn where it is used
         width = max(budgets)
@@ -268,11 +317,13 @@ class HFBackend(ARBackend):
                 start = int((c_mask.sum(0) > 0).long().argmax())  # drop padding columns no row needs
                 chunks.append(self._sample_chunk(
                     c_ids[:, start:].to(device), c_mask[:, start:].to(device), n,
-                    budgets[s : s + per_chunk], width, temperature, top_p, generator,
+                    budgets[s : s + per_chunk], width, temperature, top_p, generator, logprobs,
                 ))
         finally:
             self.model.train(was_training)
-        return torch.cat(chunks).cpu()  # (R*n, width)
+        ids = torch.cat([c[0] for c in chunks]).cpu()  # (R*n, width)
+        lps = torch.cat([c[1] for c in chunks]).cpu() if logprobs else None  # (R*n, width)
+        return ids, lps
 
     def _sample_chunk(
         self,
@@ -284,7 +335,8 @@ class HFBackend(ARBackend):
         temperature: float,
         top_p: float,
         generator: torch.Generator,
-    ) -> torch.Tensor:
+        logprobs: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         from transformers import DynamicCache
 
         device = ids.device
@@ -305,12 +357,17 @@ class HFBackend(ARBackend):
         budget = torch.tensor(budgets, device=device).repeat_interleave(n)  # (A,) A = active rows, R*n at first
         next_pos = positions[:, -1] + 1  # (A,)
         out = torch.full((rows, width), self.eos_id, dtype=torch.long, device=device)
+        lps = torch.zeros((rows, width), dtype=torch.float32, device=device) if logprobs else None
         active = torch.arange(rows, device=device)  # (A,) row of `out` of each active row
         done = torch.zeros(rows, dtype=torch.bool, device=device)  # (A,)
         for t in range(width):
             token = sample_next(logits, temperature, top_p, generator)  # (A,)
             token = token.masked_fill(done, self.eos_id)
             out[active, t] = token
+            if lps is not None:  # the sampled token under the temperature-scaled softmax (the trainer's value)
+                scaled = logits.float() / temperature if temperature > 0 else logits.float()  # (A, V)
+                picked = torch.log_softmax(scaled, -1).gather(-1, token[:, None]).squeeze(-1)  # (A,)
+                lps[active, t] = picked.masked_fill(done, 0.0)
             done |= (token == self.eos_id) | (budget <= t + 1)
             if bool(done.all()):
                 break
@@ -325,117 +382,148 @@ class HFBackend(ARBackend):
             mask = torch.cat([mask, ones], dim=1)  # (A, S + t + 1)
             logits = self._step(token[:, None], mask, next_pos[:, None], cache)  # (A, V)
             next_pos = next_pos + 1
-        return out  # (R*n, width)
+        return out, lps  # (R*n, width) each
 
 
 # -- vLLM ----------------------------------------------------------------------------------------------
-def _import_vllm() -> Any:
-    try:
-        import vllm
-    except ImportError as err:  # pragma: no cover - exercised through a fake sys.modules entry
-        raise ImportError(
-            "VLLMBackend needs vLLM, which is an optional extra: `pip install 'lit-rl[vllm]'` on a CUDA "
-            "machine (vLLM pins transformers<5.21 and a CUDA torch). Without it use "
-            "`lit_rl.generation.ar.HFBackend` (CPU or GPU)."
-        ) from err
-    return vllm
-
-
-def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Plain HF parameter names and tensors of ``model``, LoRA adapters merged when it is a peft model.
-
-    peft names look like ``base_model.model.<hf name>`` with ``.base_layer`` inserted before the adapted
-    Linear's weight; merging writes ``W + BA`` into ``base_layer.weight``, which we read, then unmerge.
-    """
-    if not (hasattr(model, "merge_adapter") and hasattr(model, "unmerge_adapter")):
-        return {k: v.detach() for k, v in model.state_dict().items()}
-    model.merge_adapter()
-    try:
-        out: dict[str, torch.Tensor] = {}
-        prefix = getattr(model, "prefix", "lora_")
-        for name, tensor in model.state_dict().items():
-            if prefix in name or "original_module" in name:  # adapter weights; pre-training copies
-                continue
-            clean = name.removeprefix("base_model.model.").replace(".base_layer", "")
-            clean = clean.replace(".modules_to_save.default", "")
-            out[clean] = tensor.detach().clone()
-    finally:
-        model.unmerge_adapter()
-    return out
-
-
 class VLLMBackend(ARBackend):
-    """vLLM generation with prefix caching; weights pushed from the trained policy (colocate mode).
+    """vLLM generation with prefix caching; weights pushed from the trained policy (colocate mode, docs/vllm.md).
+
+    The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` is set before it starts), so
+    :meth:`push_weights` hands it the trained tensors by reference through vLLM's in-place ``reload_weights``.
 
     Args:
-        model_path: the checkpoint vLLM loads first (same architecture and tokenizer as the policy).
-        eos_id: EOS id used to fill finished rows; ``None`` reads the engine tokenizer's ``eos_token_id``.
+        model_path: the checkpoint the engine starts from (same architecture as the policy: a local directory or a
+            hub name), or the policy itself. In YAML, leaving ``model_path`` out makes the DataModule call the
+            backend with its policy: a ``PretrainedCausalLM`` starts the engine from its ``path``; any other policy
+            (the tiny in-code models) is first written to ``export_dir`` as a safetensors checkpoint. Such an engine
+            gets token ids only (``skip_tokenizer_init``) and stops on the policy's EOS.
+        eos_id: EOS id used to stop and to fill finished rows; ``None`` reads the policy's, else the engine
+            tokenizer's ``eos_token_id``.
         dtype: engine weight dtype.
-        gpu_memory_utilization: fraction of GPU memory vLLM may take (the trainer shares the GPU).
-        max_model_len: longest prompt + completion; ``None`` uses the model's.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (the trainer shares the GPU). On vLLM's CPU
+            backend it is a fraction of *CPU* memory, and the KV cache gets that share minus the whole process's
+            resident memory (the trainer's included): 0.9 refuses to start on a 24 GB machine, and a second engine
+            in one process can find nothing left. Prefer ``kv_cache_memory_bytes`` there.
+        kv_cache_memory_bytes: an explicit KV cache size, which replaces ``gpu_memory_utilization``'s sizing
+            (``None``: vLLM sizes it). On CPU 256 MiB holds ~65k tokens of the chain-sum model.
+        max_model_len: longest prompt + completion; ``None`` uses the policy's ``max_positions`` or the model's.
         enable_prefix_caching: reuse KV blocks of shared prefixes (the n samples of a request, and a
             prefix's continuations); keep it on.
         tensor_parallel_size: GPUs per engine.
         enable_sleep_mode: let the trainer free vLLM's memory between generations.
+        enforce_eager: skip vLLM's torch.compile / graph capture: an engine starts in ~5 s instead of ~60 s on CPU
+            (measured on the chain-sum model, docs/vllm.md), at some cost per token on large models.
+        seed: engine seed (each request also carries its own).
+        export_dir: where a policy without a checkpoint is written (``None``: a temporary directory removed when the
+            backend is garbage-collected or the process exits).
         llm_kwargs: any other ``vllm.LLM`` arguments.
+
+    Log-probabilities (:meth:`generate_with_logprobs`) use ``logprobs_mode="processed_logprobs"``: log-softmax of
+    the temperature-scaled logits, as the trainer recomputes them; with ``top_p < 1`` vLLM renormalises over the
+    nucleus, the trainer does not.
     """
 
     def __init__(
         self,
-        model_path: str,
+        model_path: str | nn.Module,
         *,
         eos_id: int | None = None,
         dtype: str = "bfloat16",
         gpu_memory_utilization: float = 0.3,
+        kv_cache_memory_bytes: int | None = None,
         max_model_len: int | None = None,
         enable_prefix_caching: bool = True,
         tensor_parallel_size: int = 1,
         enable_sleep_mode: bool = False,
+        enforce_eager: bool = False,
         seed: int = 0,
+        export_dir: str | None = None,
         llm_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        self.vllm = _import_vllm()
-        # colocate: run the engine in this process so push_weights can reach the model
+        self.vllm = import_vllm()
+        # colocate: run the engine in this process so push_weights can hand it tensors
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         kwargs: dict[str, Any] = {
-            "model": model_path,
             "dtype": dtype,
             "gpu_memory_utilization": gpu_memory_utilization,
             "enable_prefix_caching": enable_prefix_caching,
             "tensor_parallel_size": tensor_parallel_size,
             "enable_sleep_mode": enable_sleep_mode,
             "seed": seed,
+            "logprobs_mode": "processed_logprobs",
         }
+        if enforce_eager:
+            kwargs["enforce_eager"] = True
+        if kv_cache_memory_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        # pushed tensors are cast to the engine's dtype here (vLLM would cast too, warning once per tensor)
+        self._dtype: torch.dtype | None = getattr(torch, dtype) if isinstance(getattr(torch, dtype, None),
+                                                                              torch.dtype) else None
+        if isinstance(model_path, nn.Module):
+            policy = model_path
+            path = getattr(policy, "path", None)
+            if not (isinstance(path, str) and Path(path).is_dir()):
+                if export_dir is None:
+                    self._tmp = tempfile.TemporaryDirectory(prefix="lit_rl_vllm_")
+                    export_dir = self._tmp.name
+                path = str(export_policy(policy, export_dir, dtype=self._dtype))
+                kwargs["skip_tokenizer_init"] = True  # the in-code tokenizers are not HF files: ids in, ids out
+            if eos_id is None:
+                eos_id = int(policy.eos_id)
+            if max_model_len is None and getattr(policy, "max_positions", None):
+                max_model_len = int(policy.max_positions)
+            model_path = path
+        kwargs["model"] = model_path
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         kwargs.update(llm_kwargs or {})
+        self.model_path = str(model_path)
         self.llm = self.vllm.LLM(**kwargs)
         self.eos_id = int(eos_id if eos_id is not None else self.llm.get_tokenizer().eos_token_id)
+        self._expected, self._tied = engine_shapes(self.model_path)
 
-    def sampling_params(self, *, n: int, temperature: float, top_p: float, max_tokens: int, seed: int) -> Any:
+    def sampling_params(
+        self, *, n: int, temperature: float, top_p: float, max_tokens: int, seed: int, logprobs: bool = False
+    ) -> Any:
         return self.vllm.SamplingParams(
-            n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed
+            n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
+            stop_token_ids=[self.eos_id], logprobs=0 if logprobs else None,
         )
 
     def _requests(
-        self, prompts: list[list[int]], n: int, budgets: list[int], temperature: float, top_p: float, seed: int
-    ) -> torch.Tensor:
+        self, prompts: list[list[int]], n: int, budgets: list[int], temperature: float, top_p: float, seed: int,
+        logprobs: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # one seed per request, n apart: vLLM V1 gives the j-th of n samples seed + j, and two samples
         # with the same seed would draw the same noise stream
         params = [
-            self.sampling_params(n=n, temperature=temperature, top_p=top_p, max_tokens=b, seed=seed + i * n)
+            self.sampling_params(n=n, temperature=temperature, top_p=top_p, max_tokens=b, seed=seed + i * n,
+                                 logprobs=logprobs)
             for i, b in enumerate(budgets)
         ]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         width = max(budgets)
         out = torch.full((len(prompts) * n, width), self.eos_id, dtype=torch.long)
+        lps = torch.zeros((len(prompts) * n, width), dtype=torch.float32) if logprobs else None
         for i, request in enumerate(outputs):
             samples = sorted(request.outputs, key=lambda o: getattr(o, "index", 0))
             if len(samples) != n:
                 raise RuntimeError(f"vLLM returned {len(samples)} samples for request {i}, expected {n}")
             for j, sample in enumerate(samples):
                 out[i * n + j] = self._row(sample, width)
-        return out
+                if lps is not None:
+                    row_lp = self._row_logprobs(sample, width)
+                    lps[i * n + j, : row_lp.numel()] = row_lp
+        return out, lps
+
+    @staticmethod
+    def _row_logprobs(sample: Any, width: int) -> torch.Tensor:
+        """The sampled tokens' log-probabilities of one ``CompletionOutput`` (``logprobs=0``: each step's dict
+        holds the sampled token), at most ``width``."""
+        values = [float(step[tok].logprob) for tok, step in zip(sample.token_ids, sample.logprobs or [])]
+        return torch.tensor(values[:width], dtype=torch.float32)
 
     def _row(self, sample: Any, width: int) -> torch.Tensor:
         """One vLLM ``CompletionOutput`` as an EOS-filled row ``(width,)``.
@@ -457,6 +545,10 @@ class VLLMBackend(ARBackend):
             row[: len(tokens)] = torch.tensor(tokens, dtype=torch.long)
         return row
 
+    @staticmethod
+    def _prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
+        return [row[m.bool()].tolist() for row, m in zip(prompt_ids.cpu(), prompt_mask.cpu())]  # strip padding
+
     def generate(
         self,
         prompt_ids: torch.Tensor,
@@ -469,8 +561,26 @@ class VLLMBackend(ARBackend):
         seed: int = 0,
     ) -> torch.Tensor:
         _check_sampling(temperature, top_p, n)
-        prompts = [row[m.bool()].tolist() for row, m in zip(prompt_ids.cpu(), prompt_mask.cpu())]  # strip padding
-        return self._requests(prompts, n, _budgets(max_new_tokens, len(prompts)), temperature, top_p, seed)
+        prompts = self._prompts(prompt_ids, prompt_mask)
+        return self._requests(prompts, n, _budgets(max_new_tokens, len(prompts)), temperature, top_p, seed)[0]
+
+    def generate_with_logprobs(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        n: int = 1,
+        seed: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_sampling(temperature, top_p, n)
+        prompts = self._prompts(prompt_ids, prompt_mask)
+        ids, lps = self._requests(prompts, n, _budgets(max_new_tokens, len(prompts)), temperature, top_p, seed,
+                                  logprobs=True)
+        assert lps is not None
+        return ids, lps
 
     def continue_from(
         self,
@@ -484,41 +594,28 @@ class VLLMBackend(ARBackend):
     ) -> torch.Tensor:
         _check_sampling(temperature, top_p, n)
         prompts = [list(map(int, p)) for p in prefix_ids]
-        return self._requests(prompts, n, _budgets(max_new_tokens, len(prompts)), temperature, top_p, seed)
-
-    def _engine_model(self) -> Any | None:
-        """The engine's ``nn.Module`` when it runs in this process (vLLM V0, or V1 without multiprocessing)."""
-        executor = getattr(getattr(self.llm, "llm_engine", None), "model_executor", None)
-        worker = getattr(executor, "driver_worker", None)
-        for path in (("worker", "model_runner", "model"), ("model_runner", "model")):
-            obj = worker
-            for attr in path:
-                obj = getattr(obj, attr, None)
-            if obj is not None and hasattr(obj, "load_weights"):
-                return obj
-        return None
+        return self._requests(prompts, n, _budgets(max_new_tokens, len(prompts)), temperature, top_p, seed)[0]
 
     def push_weights(self, weights: nn.Module | Mapping[str, torch.Tensor]) -> None:
         """Load updated weights into the engine (LoRA merged) and drop its now stale prefix cache.
 
-        ``weights``: the policy's HF model (plain or peft; a :class:`CausalPolicy` works too) or a state
-        dict with HF parameter names.
+        ``weights``: the policy (a :class:`~lit_rl.models.ar.CausalPolicy`), its HF model (plain or peft) or a
+        state dict with HF parameter names. When the engine started from a local checkpoint, the names and shapes
+        are checked against it first (:func:`~lit_rl.generation.check_weights`): a mismatch is one
+        :class:`~lit_rl.generation.vllm_engine.WeightSyncError` and the engine keeps its weights.
         """
-        if isinstance(weights, nn.Module):
-            model = getattr(weights, "model", weights) if not hasattr(weights, "merge_adapter") else weights
-            state = merged_state_dict(model)
-        else:
-            state = dict(weights)
-        items: Iterable[tuple[str, torch.Tensor]] = list(state.items())
-        engine_model = self._engine_model()
-        if engine_model is not None:
-            engine_model.load_weights(weights=items)
-        elif hasattr(self.llm, "apply_model"):  # newer vLLM: run a function on each worker's model
-            self.llm.apply_model(lambda m: m.load_weights(weights=items))
-        else:
-            raise RuntimeError(
-                "VLLMBackend.push_weights: cannot reach the engine's model; run vLLM in-process "
-                "(VLLM_ENABLE_V1_MULTIPROCESSING=0, set before the engine starts)"
-            )
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        state = policy_weights(weights)
+        if self._expected is not None:
+            check_weights(state, self._expected, where=self.model_path, tied=self._tied)
+        reload_weights(self.llm, [(k, v if self._dtype is None else v.to(self._dtype))
+                                              for k, v in state.items()])
+
+    def close(self) -> None:
+        """Shut the engine down (its KV cache memory is freed) and remove a temporary export. Idempotent."""
+        llm, self.llm = getattr(self, "llm", None), None
+        client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if client is not None and hasattr(client, "shutdown"):
+            client.shutdown()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None

@@ -1,6 +1,4 @@
 import sys
-import types
-from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -163,147 +161,27 @@ def test_left_pad():
     assert ids.tolist() == [[5, 6], [0, 7]] and mask.tolist() == [[1, 1], [0, 1]]
 
 
-# -- vLLM, with a fake module --------------------------------------------------------------------------
-@dataclass
-class FakeSamplingParams:
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 16
-    seed: int | None = None
-
-
-@dataclass
-class FakeCompletion:
-    index: int
-    token_ids: list[int]
-    finish_reason: str
-    stop_reason: int | str | None = None
-
-
-@dataclass
-class FakeRequestOutput:
-    outputs: list[FakeCompletion]
-
-
-@dataclass
-class FakeLLM:
-    """Records what VLLMBackend passes to vllm.LLM / LLM.generate and returns scripted samples."""
-
-    kwargs: dict = field(default_factory=dict)
-    calls: list = field(default_factory=list)
-    loaded: list = field(default_factory=list)
-    resets: int = 0
-
-    def __post_init__(self):
-        runner = types.SimpleNamespace(
-            model=types.SimpleNamespace(load_weights=lambda weights: self.loaded.append(list(weights))))
-        self.llm_engine = types.SimpleNamespace(
-            model_executor=types.SimpleNamespace(driver_worker=types.SimpleNamespace(model_runner=runner)))
-
-    def get_tokenizer(self):
-        return types.SimpleNamespace(eos_token_id=2)
-
-    def generate(self, prompts, sampling_params, use_tqdm=True):
-        self.calls.append((prompts, sampling_params))
-        out = []
-        for i, (_, sp) in enumerate(zip(prompts, sampling_params)):
-            # sample 0 stops on EOS, sample 1 on another stop token (99), the rest run to the limit;
-            # returned out of order to check the sort by index
-            comps = []
-            for j in reversed(range(sp.n)):
-                if j == 0:
-                    comps.append(FakeCompletion(j, [50 + i, 2], "stop", None))
-                elif j == 1:
-                    comps.append(FakeCompletion(j, [60 + i, 99], "stop", 99))
-                else:
-                    comps.append(FakeCompletion(j, [70 + i] * sp.max_tokens, "length"))
-            out.append(FakeRequestOutput(comps))
-        return out
-
-    def reset_prefix_cache(self):
-        self.resets += 1
-
-
-@pytest.fixture
-def fake_vllm(monkeypatch):
-    made = []
-
-    def make_llm(**kwargs):
-        llm = FakeLLM(kwargs=kwargs)
-        made.append(llm)
-        return llm
-
-    module = types.ModuleType("vllm")
-    module.LLM = make_llm
-    module.SamplingParams = FakeSamplingParams
-    monkeypatch.setitem(sys.modules, "vllm", module)
-    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    return made
-
-
-def test_vllm_backend_builds_llm_and_sampling_params(fake_vllm):
-    backend = VLLMBackend("some/model", gpu_memory_utilization=0.4, max_model_len=2048, seed=3)
-    (llm,) = fake_vllm
-    assert llm.kwargs == {
-        "model": "some/model", "dtype": "bfloat16", "gpu_memory_utilization": 0.4,
-        "enable_prefix_caching": True, "tensor_parallel_size": 1, "enable_sleep_mode": False,
-        "seed": 3, "max_model_len": 2048,
-    }
-    assert backend.eos_id == 2  # read from the engine's tokenizer
-    import os
-
-    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # in-process engine for push_weights
-
-    ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
-    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
-    out = backend.generate(ids, mask, max_new_tokens=4, temperature=0.7, top_p=0.9, n=3, seed=10)
-    prompts, params = llm.calls[-1]
-    assert prompts == [{"prompt_token_ids": [5, 6]}, {"prompt_token_ids": [7, 8, 9, 10]}]  # padding stripped
-    # seeds n apart: vLLM gives the j-th of n samples seed + j, so no two samples share a stream
-    assert params == [FakeSamplingParams(3, 0.7, 0.9, 4, 10), FakeSamplingParams(3, 0.7, 0.9, 4, 13)]
-    assert out.tolist() == [
-        [50, 2, 2, 2], [60, 2, 2, 2], [70, 70, 70, 70],  # the stop token 99 became EOS
-        [51, 2, 2, 2], [61, 2, 2, 2], [71, 71, 71, 71],
-    ]
-
-
-def test_vllm_backend_continuations_use_per_prefix_budgets(fake_vllm):
-    backend = VLLMBackend("m", eos_id=2)
-    out = backend.continue_from([[1, 2, 3], [4]], n=3, max_new_tokens=[2, 5], temperature=1.0)
-    prompts, params = fake_vllm[0].calls[-1]
-    assert [p["prompt_token_ids"] for p in prompts] == [[1, 2, 3], [4]]
-    assert [sp.max_tokens for sp in params] == [2, 5] and all(sp.n == 3 for sp in params)
-    assert out.shape == (6, 5)
-    assert out[2].tolist() == [70, 70, 2, 2, 2]  # budget 2, then EOS fill
-    assert hit_budget(out, [2, 2, 2, 5, 5, 5], 2).tolist() == [False, False, True, False, False, True]
-
-
-def test_vllm_push_weights_merges_lora_and_resets_the_prefix_cache(fake_vllm):
-    backend = VLLMBackend("m", eos_id=2)
-    llm = fake_vllm[0]
-    p = tiny(lora=LoraSettings(r=4, alpha=8, dropout=0.0))
-    with torch.no_grad():  # make the adapter non-trivial
-        for n, q in p.model.named_parameters():
-            if "lora_B" in n:
-                q.normal_()
-    ids = torch.tensor([[10, 11, 12]])
-    before = p(ids, torch.ones_like(ids)).detach()
-    backend.push_weights(p)
-    (loaded,) = llm.loaded
-    names = [k for k, _ in loaded]
-    assert not any("lora_" in k or "base_layer" in k or k.startswith("base_model") for k in names)
-    assert "model.layers.0.self_attn.q_proj.weight" in names
-    # the pushed q_proj is W + (alpha/r) B A
-    layer = p.model.base_model.model.model.layers[0].self_attn.q_proj
-    expected = layer.base_layer.weight + 2.0 * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
-    torch.testing.assert_close(dict(loaded)["model.layers.0.self_attn.q_proj.weight"], expected)
-    assert llm.resets == 1
-    # the policy itself is unmerged again
-    torch.testing.assert_close(p(ids, torch.ones_like(ids)), before)
-    # a plain state dict goes through as is
-    backend.push_weights({"x.weight": torch.zeros(1)})
-    assert [k for k, _ in llm.loaded[-1]] == ["x.weight"] and llm.resets == 2
+def test_hf_logprobs_are_the_trainers_values_of_the_same_samples():
+    p = tiny()
+    p.model.lm_head = EOSBias(p.model.lm_head, p.eos_id, bias=3.0)  # rows end at varied steps
+    ids, mask = prompts(p)
+    b = HFBackend(p)
+    comp, lps = b.generate_with_logprobs(ids, mask, max_new_tokens=10, temperature=0.7, n=3, seed=5)
+    assert torch.equal(comp, b.generate(ids, mask, max_new_tokens=10, temperature=0.7, n=3, seed=5))
+    grp = torch.arange(2).repeat_interleave(3)
+    full = torch.cat([ids[grp], comp], 1)  # (6, P + 10)
+    with torch.no_grad():
+        trainer = p.token_logprobs(full, torch.cat([mask[grp], torch.ones_like(comp)], 1), ids.shape[1], 0.7)
+    lengths = p.completion_lengths(comp)  # EOS included
+    live = torch.arange(10)[None, :] < lengths[:, None]  # (6, 10)
+    assert 0 < int(live.sum()) < live.numel(), "some rows end before the budget"
+    torch.testing.assert_close(lps[live], trainer[live], atol=1e-5, rtol=0)
+    assert (lps[~live] == 0).all()
+    # greedy: the unscaled log-softmax of the argmax token
+    g, glp = b.generate_with_logprobs(ids, mask, max_new_tokens=4, temperature=0.0)
+    with torch.no_grad():
+        ref = p.token_logprobs(torch.cat([ids, g], 1), torch.cat([mask, torch.ones_like(g)], 1), ids.shape[1])
+    torch.testing.assert_close(glp[:, :1], ref[:, :1], atol=1e-5, rtol=0)
 
 
 def test_merged_state_dict_of_a_plain_model_is_its_state_dict():
@@ -313,5 +191,5 @@ def test_merged_state_dict_of_a_plain_model_is_its_state_dict():
 
 def test_vllm_missing_gives_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
-    with pytest.raises(ImportError, match=r"optional extra.*lit-rl\[vllm\].*HFBackend"):
+    with pytest.raises(ImportError, match=r"lit-rl\[vllm\].*scripts/setup.sh vllm.*HFBackend"):
         VLLMBackend("m")
