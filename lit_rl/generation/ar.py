@@ -410,6 +410,9 @@ class VLLMBackend(ARBackend):
         max_model_len: longest prompt + completion; ``None`` uses the policy's ``max_positions`` or the model's.
         enable_prefix_caching: reuse KV blocks of shared prefixes (the n samples of a request, and a
             prefix's continuations); keep it on.
+        block_size: KV cache block, in tokens (``None``: vLLM's, 16 on GPU, 128 on CPU). Only whole blocks are
+            cached, so on CPU a prefix shorter than 128 tokens is never reused: the tiny configs set 32 (the CPU
+            attention takes multiples of 32 only).
         tensor_parallel_size: GPUs per engine.
         enable_sleep_mode: let the trainer free vLLM's memory between generations.
         enforce_eager: skip vLLM's torch.compile / graph capture: an engine starts in ~5 s instead of ~60 s on CPU
@@ -434,6 +437,7 @@ class VLLMBackend(ARBackend):
         kv_cache_memory_bytes: int | None = None,
         max_model_len: int | None = None,
         enable_prefix_caching: bool = True,
+        block_size: int | None = None,
         tensor_parallel_size: int = 1,
         enable_sleep_mode: bool = False,
         enforce_eager: bool = False,
@@ -457,6 +461,8 @@ class VLLMBackend(ARBackend):
             kwargs["enforce_eager"] = True
         if kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        if block_size is not None:
+            kwargs["block_size"] = int(block_size)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         # pushed tensors are cast to the engine's dtype here (vLLM would cast too, warning once per tensor)
         self._dtype: torch.dtype | None = getattr(torch, dtype) if isinstance(getattr(torch, dtype, None),
@@ -609,6 +615,14 @@ class VLLMBackend(ARBackend):
             check_weights(state, self._expected, where=self.model_path, tied=self._tied)
         reload_weights(self.llm, [(k, v if self._dtype is None else v.to(self._dtype))
                                               for k, v in state.items()])
+
+    def prefix_cache_counts(self) -> tuple[int, int] | None:
+        """``(queried, hit)`` prompt tokens of the engine's prefix cache so far; ``None`` unless the engine keeps
+        stats (``llm_kwargs: {disable_log_stats: false}``)."""
+        counts = {m.name: int(m.value) for m in self.llm.get_metrics() if m.name.startswith("vllm:prefix_cache_")}
+        if "vllm:prefix_cache_queries" not in counts:
+            return None
+        return counts["vllm:prefix_cache_queries"], counts.get("vllm:prefix_cache_hits", 0)
 
     def close(self) -> None:
         """Shut the engine down (its KV cache memory is freed) and remove a temporary export. Idempotent."""

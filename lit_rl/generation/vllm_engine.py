@@ -18,6 +18,7 @@ an engine from a policy in memory, and pushing trained weights into a running en
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,12 +48,26 @@ class WeightSyncError(ValueError):
     """The pushed weights do not match the engine's checkpoint (names or shapes)."""
 
 
+class _KnownNoise(logging.Filter):
+    """Drops two vLLM warnings that say nothing wrong in lit_rl's use (checked: greedy parity holds after them):
+    the chat-template warm-up traceback of an engine started without a tokenizer (token ids in and out), and
+    ``RotaryEmbedding: Failed to load weights`` at each reload (its cos/sin cache is a buffer, restored as is)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not (msg == "Chat template warmup failed" or msg == "RotaryEmbedding: Failed to load weights")
+
+
 def import_vllm() -> Any:
-    """``import vllm`` with :data:`INSTALL_HINT` as the error."""
+    """``import vllm`` with :data:`INSTALL_HINT` as the error; quiets :class:`_KnownNoise`."""
     try:
         import vllm
     except ImportError as err:
         raise ImportError(INSTALL_HINT) from err
+    for name in ("vllm.renderers.base", "vllm.model_executor.model_loader.reload.layerwise"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _KnownNoise) for f in log.filters):
+            log.addFilter(_KnownNoise())
     return vllm
 
 

@@ -2,7 +2,7 @@
 
 import torch
 
-ENGINE = dict(kv_cache_memory_bytes=128 << 20, enforce_eager=True)  # CPU: an explicit 128 MiB KV cache each
+ENGINE = dict(kv_cache_memory_bytes=128 << 20, enforce_eager=True, block_size=32)  # CPU: an explicit 128 MiB KV cache each
 
 
 def chainsum_policy(seed: int = 0, lora=None, steps: int = 60):
