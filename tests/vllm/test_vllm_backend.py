@@ -162,3 +162,15 @@ def test_bf16_engine_agrees_with_the_fp32_policy_within_the_stated_tolerance(tra
         assert float(diff.mean()) < 0.05 and abs(float(ratio.mean()) - 1) < 0.05  # bf16 rounding, no bias
     finally:
         engine.close()
+
+
+def test_many_seeded_requests_beyond_one_steps_token_budget_do_not_crash_the_cpu_engine(fp32):
+    """vLLM 0.32's CPU runner raised "CPU Generator does not use offset" when a seeded request's prompt was split
+    across steps (more prompt tokens than max_num_batched_tokens, 4096 on CPU); VLLMBackend turns chunked prefill off
+    on CPU. 96 distinct 60-token prefixes x 2 samples = 5,760 prompt tokens."""
+    policy, task, engine = fp32
+    g = torch.Generator().manual_seed(0)
+    prefixes = torch.randint(10, 40, (96, 60), generator=g).tolist()
+    out = engine.continue_from(prefixes, n=2, max_new_tokens=4, temperature=1.0, seed=0)
+    assert out.shape == (192, 4)
+    assert torch.equal(out, engine.continue_from(prefixes, n=2, max_new_tokens=4, temperature=1.0, seed=0))
