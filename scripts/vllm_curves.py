@@ -27,7 +27,8 @@ from lit_rl.reproduce.double_rollout import BASE, DATA_SEED, GREEDY, METRIC, _ed
 from lit_rl.reproduce.runner import fit_job, init_stores, run_jobs, seconds_of  # noqa: E402
 
 EXPERIMENT = "lit_rl-vllm-curves"
-CONFIGS = {"hf": [BASE, "conf/grpo_chainsum.yaml"], "vllm": [BASE, "conf/grpo_chainsum.yaml", "conf/vllm/chainsum.yaml"]}
+CONFIGS = {"hf": [BASE, "conf/grpo_chainsum.yaml"],
+           "vllm": [BASE, "conf/grpo_chainsum.yaml", "conf/vllm/chainsum.yaml"]}
 
 
 def jobs(out: Path, seeds: list[int], quick: bool, cache: str):
@@ -57,7 +58,8 @@ def report(out: Path, seeds: list[int], quick: bool) -> dict:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    md = [f"# GRPO on chain sums: HF vs vLLM rollouts{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}",
+    quick_note = " (quick mode: a smoke run, its numbers mean nothing)" if quick else ""
+    md = [f"# GRPO on chain sums: HF vs vLLM rollouts{quick_note}",
           "", f"Held-out accuracy `{METRIC}` (T 1, 4 samples on 128 problems) and `{GREEDY}` (256 problems); "
           f"seeds {', '.join(map(str, seeds))}; configs: {' + '.join(CONFIGS['vllm'])} (vLLM) and the same "
           "without the last (HF).", "",
