@@ -36,7 +36,6 @@ import os
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -483,8 +482,8 @@ class VLLMBackend(ARBackend):
                                                                               torch.dtype) else None
         if isinstance(model_path, nn.Module):
             policy = model_path
-            path = getattr(policy, "path", None)
-            if not (isinstance(path, str) and Path(path).is_dir()):
+            path = getattr(policy, "path", None)  # a PretrainedCausalLM's checkpoint (local or on the hub)
+            if not (isinstance(path, str) and path):
                 if export_dir is None:
                     self._tmp = tempfile.TemporaryDirectory(prefix="lit_rl_vllm_")
                     export_dir = self._tmp.name

@@ -205,6 +205,24 @@ def reload_weights(llm: Any, items: list[tuple[str, torch.Tensor]]) -> None:
     llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
 
 
-def engine_shapes(model_dir: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]] | None, bool]:
-    """:func:`checkpoint_shapes` and whether the checkpoint ties ``lm_head`` to the embeddings."""
-    return checkpoint_shapes(model_dir), _tied(model_dir)
+def _local_dir(model: str | os.PathLike) -> Path | None:
+    """``model`` itself when it is a directory, else the hub cache's snapshot of that repo (vLLM downloaded it when
+    the engine started), else ``None``."""
+    if Path(model).is_dir():
+        return Path(model)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(str(model), local_files_only=True,
+                                      allow_patterns=["*.safetensors", "config.json"]))
+    except Exception:  # not a repo id, not cached, offline: no check
+        return None
+
+
+def engine_shapes(model: str | os.PathLike) -> tuple[dict[str, tuple[int, ...]] | None, bool]:
+    """:func:`checkpoint_shapes` of the checkpoint an engine started from (a directory or a cached hub repo) and
+    whether it ties ``lm_head`` to the embeddings; ``(None, False)`` when there is no local copy to read."""
+    root = _local_dir(model)
+    if root is None:
+        return None, False
+    return checkpoint_shapes(root), _tied(root)
