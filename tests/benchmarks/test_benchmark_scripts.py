@@ -83,3 +83,12 @@ def test_import_bytecode_compares_cached_and_uncached_imports_in_one_run(capsys)
     assert summary["no_pyc_s"] > summary["with_pyc_s"] > 0
     assert summary["no_pyc_over_with_pyc"] == pytest.approx(summary["no_pyc_s"] / summary["with_pyc_s"], rel=1e-2)
     assert any(line.startswith("no .pyc") for line in out)
+
+
+def test_double_rollout_cost_prints_its_table_and_a_json_line_last(capsys):
+    table = _load("double_rollout_cost").main(["--G", "2", "--T", "16", "--N", "2", "--repeats", "1",
+                                               "--hidden", "32", "--layers", "1", "--heads", "2"])
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["backend"] == "hf" and last["budget"] == 18  # ceil(0.1 * 16) + 16
+    assert last["same_samples"] is True  # shared prefill and re-encoding draw the same samples in fp32
+    assert last["stage2_reuse_s"] == table[1]["time"] and last["prefix_cache_hit_frac"] is None
