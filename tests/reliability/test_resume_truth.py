@@ -19,7 +19,6 @@ import errno
 import io
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -104,21 +103,21 @@ def test_sigterm_then_resume_keeps_last_ckpt_newest_and_one_mlflow_run(tmp_path,
     # SIGTERM before update 2: the rollout batch finishes, last.ckpt at step 2 (before any periodic save)
     kill = {"class_path": "rel_faults.KillAt", "init_args": {"step": 1, "sig": "SIGTERM"}}
     with pytest.raises(SystemExit) as stop:
-        main(_args(run, 6, callbacks=(kill,)))
+        main(_args(run, 8, callbacks=(kill,)))
     assert stop.value.code in (None, 0)
     assert _step(run / "checkpoints/last.ckpt") == 2
     (first,) = _runs(run)
     assert first.info.status == "KILLED"  # stopped from outside, resumable: not FAILED, not FINISHED
     caplog.clear()
-    assert main(_args(run, 6, "--ckpt_path", "last")) == 0
+    assert main(_args(run, 8, "--ckpt_path", "last")) == 0
     assert [r.message for r in caplog.records if r.message.startswith("resume:")][0] == (
         f"resume: from {run / 'checkpoints/last.ckpt'} (step 2)")
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
-    assert names == ["epoch=0-step=4.ckpt", "last.ckpt"], names  # Lightning alone wrote last-v1.ckpt
-    assert _step(run / "checkpoints/last.ckpt") == 6
+    assert names == ["epoch=0-step=8.ckpt", "last.ckpt"], names  # Lightning alone wrote last-v1.ckpt
+    assert _step(run / "checkpoints/last.ckpt") == 8
     (resumed,) = _runs(run)
     assert resumed.info.run_id == first.info.run_id and resumed.info.status == "FINISHED"
-    assert _loss_steps(run, first.info.run_id)[-1] == 5  # the curve goes on in the same run (steps 0-5)
+    assert _loss_steps(run, first.info.run_id)[-1] == 8  # the curve goes on in the same run
 
 
 def test_a_run_left_running_by_kill9_is_continued_by_the_resume(base, tmp_path):
@@ -126,11 +125,11 @@ def test_a_run_left_running_by_kill9_is_continued_by_the_resume(base, tmp_path):
     (first,) = _runs(run)
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{run}/mlflow.db")
     client.update_run(first.info.run_id, status="RUNNING")  # a SIGKILLed process never ends its run
-    assert main(_args(run, 6, "--ckpt_path", "last")) == 0
+    assert main(_args(run, 8, "--ckpt_path", "last")) == 0
     (after,) = _runs(run)
     assert after.info.run_id == first.info.run_id and after.info.status == "FINISHED"
-    assert _loss_steps(run, first.info.run_id) == list(range(6))
-    assert _step(run / "checkpoints/last.ckpt") == 6
+    assert _loss_steps(run, first.info.run_id) == [2, 4, 6, 8]  # one point per rollout batch
+    assert _step(run / "checkpoints/last.ckpt") == 8
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith("last-")]
 
 
@@ -163,21 +162,21 @@ def test_full_disk_during_fit_is_one_error_then_resume_from_the_newest_readable(
                                                                                  caplog):
     run = _copy(base, tmp_path / "run")
     monkeypatch.setattr(torch, "save", _half_then_enospc(torch.save, 8))  # the disk fills at update 8
-    assert main(_args(run, 10, "--ckpt_path", "last")) == 2
+    assert main(_args(run, 12, "--ckpt_path", "last")) == 2
     errors = _lines(capsys.readouterr().err, "error:")
     assert len(errors) == 1 and "could not write checkpoint" in errors[0] and "epoch=0-step=8.ckpt" in errors[0]
     assert "No space left on device" in errors[0] and " free on " in errors[0]
     monkeypatch.undo()  # space freed
-    assert _step(run / "checkpoints/last.ckpt") == 6  # the batch before the failed write, intact
+    assert _step(run / "checkpoints/last.ckpt") == 4  # the checkpoint before the failed write, intact
     assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
     (failed,) = _runs(run)
     assert failed.info.status == "FAILED"
     # what the probe found after a full disk: last.ckpt gone, a periodic checkpoint left
     (run / "checkpoints/last.ckpt").unlink()
     caplog.clear()
-    assert main(_args(run, 10, "--ckpt_path", "last")) == 0
+    assert main(_args(run, 12, "--ckpt_path", "last")) == 0
     assert f"resume: from {run / 'checkpoints/epoch=0-step=4.ckpt'} (step 4)" in caplog.text
-    assert _step(run / "checkpoints/last.ckpt") == 10
+    assert _step(run / "checkpoints/last.ckpt") == 12
     (done,) = _runs(run)
     assert done.info.run_id == failed.info.run_id and done.info.status == "FINISHED"
 
@@ -229,10 +228,10 @@ def test_unreadable_last_ckpt_through_the_cli_then_an_explicit_one_is_refused(ba
     run = _copy(base, tmp_path / "run")
     last = run / "checkpoints/last.ckpt"
     last.write_bytes(last.read_bytes()[:1000])
-    assert main(_args(run, 6, "--ckpt_path", "last")) == 0
+    assert main(_args(run, 8, "--ckpt_path", "last")) == 0
     assert f"resume: skipped {last}: cannot be read (" in caplog.text
     assert f"resume: from {run / 'checkpoints/epoch=0-step=4.ckpt'} (step 4)" in caplog.text
-    assert _step(last) == 6  # and last.ckpt is the newest state again
+    assert _step(last) == 8  # and last.ckpt is the newest state again
     bad = run / "checkpoints/bad.ckpt"
     bad.write_bytes(b"")
     capsys.readouterr()
