@@ -21,8 +21,8 @@ class RunRecord(L.Callback):
     """Record the run in every checkpoint and keep ``last.ckpt`` the newest state.
 
     * ``on_save_checkpoint``: ``checkpoint["lit_rl_run"] = {"identity": {task, algorithm, policy, data},
-      "mlflow": [{"run_id", "tracking_uri"}]}``, so that a resume can refuse another run's checkpoint and
-      continue the same MLflow run (:mod:`lit_rl.resume`).
+      "components": {config key: class_path}, "mlflow": [{"run_id", "tracking_uri"}]}``, so that a resume can
+      refuse another run's checkpoint and continue the same MLflow run (:mod:`lit_rl.resume`).
     * ``on_train_start``: each ``ModelCheckpoint(save_last=True)`` takes the ``last.ckpt`` already in its
       folder as its own. Lightning versions a ``last.ckpt`` it did not write in this run to ``last-v1.ckpt``
       and leaves the old file in place: its ``last_model_path`` comes from the checkpoint, and is empty when
@@ -33,10 +33,20 @@ class RunRecord(L.Callback):
       top-k names. Overwriting ``last.ckpt`` in place is safe with
       :class:`~lit_rl.reliability.AtomicCheckpointIO` (temp file + rename): a reader or a crash sees the
       old file or the new one.
+
+    Args:
+        components: every ``class_path`` the config chose under ``model`` and ``data``
+            (:func:`lit_rl.resume.components`; the CLI passes them, ``None`` records none).
     """
 
+    def __init__(self, components: dict[str, str] | None = None) -> None:
+        self.components = dict(components) if components is not None else None
+
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        checkpoint[RECORD_KEY] = {"identity": identity(pl_module, trainer.datamodule), "mlflow": mlflow_runs(trainer)}
+        record = {"identity": identity(pl_module, trainer.datamodule), "mlflow": mlflow_runs(trainer)}
+        if self.components is not None:
+            record["components"] = self.components
+        checkpoint[RECORD_KEY] = record
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         for cb in trainer.checkpoint_callbacks:

@@ -38,6 +38,12 @@ class LitRLCLI(LightningCLI):
     ``fit`` resumes through :mod:`lit_rl.resume` (which checkpoint, whether it fits, the same MLflow run) and
     records the run in its checkpoints (:class:`callbacks.run_record.RunRecord`)."""
 
+    def _fit_components(self) -> dict[str, str]:
+        """Every class the fit config chose under ``model`` and ``data`` (:func:`lit_rl.resume.components`)."""
+        from lit_rl.resume import components
+
+        return components(self.config["fit"])
+
     def _parse_ckpt_path(self) -> None:
         """LightningCLI loads an explicit ``ckpt_path`` here (for its hyper_parameters), before anything is
         built: a file that cannot be read is one :class:`~lit_rl.errors.CheckpointError` line naming it, not
@@ -59,7 +65,8 @@ class LitRLCLI(LightningCLI):
 
         from lit_rl.resume import mark_stopped, prepare_resume
 
-        ckpt_path = prepare_resume(self.trainer, model, datamodule, ckpt_path, kwargs.get("weights_only"))
+        ckpt_path = prepare_resume(self.trainer, model, datamodule, ckpt_path, kwargs.get("weights_only"),
+                                   self._fit_components())
         try:
             self.trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
         except SIGTERMException:
@@ -96,8 +103,12 @@ class LitRLCLI(LightningCLI):
         if self.subcommand == "fit":
             from callbacks.run_record import RunRecord
 
-            if not any(isinstance(cb, RunRecord) for cb in trainer.callbacks):
+            records = [cb for cb in trainer.callbacks if isinstance(cb, RunRecord)]
+            if not records:
                 trainer.callbacks.append(RunRecord())
+                records = trainer.callbacks[-1:]
+            for cb in records:
+                cb.components = self._fit_components()
         if self.subcommand == "predict":
             from lightning.pytorch.callbacks import BasePredictionWriter
 

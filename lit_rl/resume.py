@@ -11,10 +11,13 @@ opens a new MLflow run. :class:`lit_rl.lightning_cli.LitRLCLI` calls :func:`prep
    first on a tie) of the run's checkpoint folders, with one line saying which and one line per unreadable
    file skipped. An explicit path that cannot be read is one :class:`~lit_rl.errors.CheckpointError`.
 2. :func:`check_fits`: the checkpoint's record (:data:`RECORD_KEY`, written by :class:`callbacks.RunRecord`)
-   names the task, algorithm, policy and data module it was trained with. A difference is refused in one
-   line (``LIT_RL_ALLOW_RESUME_MISMATCH=1`` resumes anyway), and so is a parameter whose shape differs or
-   that only one side has (no override: such weights cannot be loaded). Checkpoints written before the
-   record existed get the shape check only.
+   names the task, algorithm, policy and data module it was trained with, and every class the config chose
+   under ``model`` and ``data`` (advantages, surrogate, optimizer, ...: :func:`components`). A difference is
+   refused in one line naming the config key (``LIT_RL_ALLOW_RESUME_MISMATCH=1`` resumes anyway, into a new
+   MLflow run), and so is a parameter whose shape differs or that only one side has (no override: such
+   weights cannot be loaded). Values (``lr``, ``max_steps``, ...) may change on resume; MLflow keeps a
+   continued run's first values and the fit names the changed ones. Checkpoints written before the record
+   existed get the shape check only.
 3. :func:`continue_mlflow_run`: each MLflow logger continues the run id recorded in the checkpoint (what
    Lightning's own ``MLFlowLogger(run_id=...)`` does), marked RUNNING again whatever the interruption left
    (FAILED, KILLED, or RUNNING after ``kill -9``).
@@ -35,7 +38,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zer
 
 from lit_rl.errors import CheckpointError
 
-__all__ = ["ALLOW_ENV", "RECORD_KEY", "check_fits", "checkpoint_dirs", "continue_mlflow_run", "identity",
+__all__ = ["ALLOW_ENV", "RECORD_KEY", "check_fits", "checkpoint_dirs", "components", "continue_mlflow_run", "identity",
            "mark_stopped", "mlflow_runs", "prepare_resume", "read_checkpoint", "resolve_checkpoint"]
 
 RECORD_KEY = "lit_rl_run"
@@ -158,6 +161,27 @@ def identity(module: Any, datamodule: Any) -> dict[str, str]:
     return out
 
 
+def components(config: Any) -> dict[str, str]:
+    """``{"model.init_args.advantages.class_path": "lit_rl.algorithms.advantages.SourceSpecific", ...}``: every
+    ``class_path`` under ``model`` and ``data`` of a resolved fit config (a dict or jsonargparse Namespace)."""
+    raw = config.as_dict() if hasattr(config, "as_dict") else dict(config)
+    out: dict[str, str] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("class_path"), str):
+                out[f"{prefix}.class_path"] = node["class_path"]
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}")
+        elif isinstance(node, (list, tuple)):
+            for i, v in enumerate(node):
+                walk(v, f"{prefix}.{i}")
+
+    for top in ("model", "data"):
+        walk(raw.get(top), top)
+    return out
+
+
 def _shape_problems(module: Any, state: dict) -> list[str]:
     """Parameters whose shape differs, or that only one side has (the frozen 4-bit base, which checkpoints
     leave out, and keys under modules this one builds only on load, such as ``reference.``, excepted)."""
@@ -182,13 +206,22 @@ def _shape_problems(module: Any, state: dict) -> list[str]:
     return problems
 
 
-def check_fits(path: Path, ckpt: dict, module: Any, datamodule: Any) -> None:
-    """Refuse (one :class:`CheckpointError`) a checkpoint of another task, algorithm, policy class or data module
-    (unless ``LIT_RL_ALLOW_RESUME_MISMATCH=1``), and one whose parameters do not fit ``module``."""
-    saved = (ckpt.get(RECORD_KEY) or {}).get("identity") or {}
-    now = identity(module, datamodule)
+def check_fits(path: Path, ckpt: dict, module: Any, datamodule: Any, config_classes: dict[str, str] | None = None
+               ) -> bool:
+    """Refuse (one :class:`CheckpointError`) a checkpoint of another task, algorithm, policy class or data module,
+    or whose config chose other classes under ``model`` / ``data`` (``config_classes``, :func:`components`),
+    unless ``LIT_RL_ALLOW_RESUME_MISMATCH=1``; and one whose parameters do not fit ``module``. Returns whether
+    the checkpoint is this run's (False: allowed by the override)."""
+    record = ckpt.get(RECORD_KEY) or {}
+    saved, now = record.get("identity") or {}, identity(module, datamodule)
     diffs = [f"{k} is {saved[k]} there, {now[k]} here ({CONFIG_KEYS[k]})" for k in CONFIG_KEYS
              if k in saved and k in now and saved[k] != now[k]]
+    was, cur = record.get("components"), config_classes
+    if was is not None and cur is not None:
+        said = {f"{CONFIG_KEYS[k]}.class_path" if k == "task" else CONFIG_KEYS[k] for k in CONFIG_KEYS
+                if k in saved and k in now}  # compared above, by name and class
+        diffs += [f"{k} is {was.get(k, 'not set')} there, {cur.get(k, 'not set')} here" for k in sorted({*was, *cur})
+                  if k not in said and was.get(k) != cur.get(k)]
     config = path.parent.parent / "config.yaml"
     own_config = f"its config ({config})" if config.is_file() else "the config it was trained with"
     if diffs:
@@ -196,7 +229,8 @@ def check_fits(path: Path, ckpt: dict, module: Any, datamodule: Any) -> None:
             raise CheckpointError(f"checkpoint {path} is from another run: {'; '.join(diffs)}; resume with "
                                   f"{own_config}, or start a new run without --ckpt_path ({ALLOW_ENV}=1 resumes "
                                   "anyway)")
-        rank_zero_info(f"resume: {ALLOW_ENV}=1: resuming from {path} although {'; '.join(diffs)}")
+        rank_zero_info(f"resume: {ALLOW_ENV}=1: resuming from {path} although {'; '.join(diffs)}; logging to a "
+                       "new MLflow run")
     problems = _shape_problems(module, ckpt.get("state_dict") or {})
     if problems:
         part = ("this model (model.init_args.policy)" if all(p.startswith("policy.") for p in problems)
@@ -205,6 +239,7 @@ def check_fits(path: Path, ckpt: dict, module: Any, datamodule: Any) -> None:
         raise CheckpointError(f"checkpoint {path} does not fit {part}: {problems[0]}{more}; another architecture's "
                               f"weights cannot be loaded: resume with {own_config}, or start a new run without "
                               "--ckpt_path")
+    return not diffs
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -282,13 +317,14 @@ def mark_stopped(trainer: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-def prepare_resume(trainer: Any, module: Any, datamodule: Any, ckpt_path: Any,
-                   weights_only: bool | None = None) -> Any:
+def prepare_resume(trainer: Any, module: Any, datamodule: Any, ckpt_path: Any, weights_only: bool | None = None,
+                   config_classes: dict[str, str] | None = None) -> Any:
     """The ``ckpt_path`` to hand to ``trainer.fit`` (a resolved file, or what Lightning resolves itself), after
-    the checks and the MLflow link above."""
+    the checks and the MLflow link above (a checkpoint of another run let through by the override starts a new
+    MLflow run: its curve is not this run's)."""
     path, ckpt = resolve_checkpoint(ckpt_path, trainer, weights_only)
     if ckpt is None:
         return path
-    check_fits(path, ckpt, module, datamodule)
-    continue_mlflow_run(trainer, path, ckpt)
+    if check_fits(path, ckpt, module, datamodule, config_classes):
+        continue_mlflow_run(trainer, path, ckpt)
     return str(path)

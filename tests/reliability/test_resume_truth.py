@@ -265,3 +265,13 @@ def test_a_checkpoint_of_another_architecture_is_refused_with_one_line(base, tmp
     (line,) = _lines(capsys.readouterr().err, "error:")
     assert line.startswith(f"error: checkpoint {ckpt} does not fit this model (model.init_args.policy): policy."), line
     assert "is [" in line and "] there, [" in line and "48" in line and "start a new run without --ckpt_path" in line
+
+
+def test_a_checkpoint_of_another_algorithm_config_is_refused_naming_the_key(base, tmp_path, capsys):
+    ckpt = base / "checkpoints/last.ckpt"
+    assert main(_args(tmp_path / "joint", 8, f"--ckpt_path={ckpt}",
+                      "--model.init_args.advantages=lit_rl.algorithms.advantages.Joint")) == 2
+    (line,) = _lines(capsys.readouterr().err, "error:")
+    assert line.startswith(f"error: checkpoint {ckpt} is from another run: model.init_args.advantages.class_path "
+                           "is lit_rl.algorithms.advantages.SourceSpecific there, lit_rl.algorithms.advantages.Joint "
+                           f"here; resume with its config ({base / 'config.yaml'})"), line
