@@ -39,7 +39,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zer
 from lit_rl.errors import CheckpointError
 
 __all__ = ["ALLOW_ENV", "RECORD_KEY", "check_fits", "checkpoint_dirs", "components", "continue_mlflow_run", "identity",
-           "mark_stopped", "mlflow_runs", "prepare_resume", "read_checkpoint", "resolve_checkpoint"]
+           "mark_stopped", "mlflow_runs", "prepare_resume", "resolve_checkpoint"]
 
 RECORD_KEY = "lit_rl_run"
 ALLOW_ENV = "LIT_RL_ALLOW_RESUME_MISMATCH"
@@ -76,6 +76,8 @@ def _candidates(dirs: list[Path]) -> list[Path]:
 
 
 def _why_unreadable(path: Path, weights_only: bool) -> tuple[dict | None, str | None]:
+    """``(checkpoint, None)``, loaded as Lightning's fit loads it (``weights_only`` unset means False there), or
+    ``(None, why it cannot be read)``."""
     try:
         size = path.stat().st_size
     except OSError as e:
@@ -92,15 +94,6 @@ def _why_unreadable(path: Path, weights_only: bool) -> tuple[dict | None, str | 
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         return None, "not a Lightning checkpoint (no state_dict)"
     return ckpt, None
-
-
-def read_checkpoint(path: str | os.PathLike, weights_only: bool | None = None) -> dict:
-    """``torch.load`` of ``path`` (memory-mapped, on CPU) as Lightning's fit loads it (``weights_only`` unset
-    means False there); a file that cannot be read is one :class:`CheckpointError`."""
-    ckpt, why = _why_unreadable(Path(path), bool(weights_only))
-    if ckpt is None:
-        raise CheckpointError(f"checkpoint {path} cannot be read ({why})")
-    return ckpt
 
 
 def resolve_checkpoint(ckpt_path: Any, trainer: Any, weights_only: bool | None = None) -> tuple[Any, dict | None]:
