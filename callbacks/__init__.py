@@ -5,6 +5,7 @@ from callbacks.dr_reliability import ContinuationReliability
 from callbacks.passk import PassAtKEvaluation
 from callbacks.progress import RolloutProgressBar
 from callbacks.reliability import CheckpointOnSigterm, ExactResume, PromptLedger
+from callbacks.run_record import RunRecord
 from callbacks.tracking import RolloutTracker
 from callbacks.warmup import FormatWarmup
 
@@ -17,5 +18,6 @@ __all__ = [
     "PromptLedger",
     "RolloutProgressBar",
     "RolloutTracker",
+    "RunRecord",
     "ScriptedSFTWarmup",
 ]

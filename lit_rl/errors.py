@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "FieldError"]
+__all__ = ["CheckpointError", "ConfigError", "FieldError"]
 
 
 class ConfigError(ValueError):
     """A malformed configuration or data file; the message names the field, the file and the line."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be written, read or resumed from; the one-line message names the file, what is
+    wrong and what to do (:mod:`lit_rl.checkpoint_io`, :mod:`lit_rl.resume`)."""
 
 
 class FieldError(ValueError):

@@ -34,7 +34,44 @@ def user_facing_cause(err: BaseException) -> BaseException | None:
 
 class LitRLCLI(LightningCLI):
     """LightningCLI with a ``--threads`` option (torch CPU threads); a model that cannot be built raises
-    lit_rl's own error (e.g. :class:`~lit_rl.models.remote_compat.RemoteCodeError`), not jsonargparse's wrapper."""
+    lit_rl's own error (e.g. :class:`~lit_rl.models.remote_compat.RemoteCodeError`), not jsonargparse's wrapper.
+    ``fit`` resumes through :mod:`lit_rl.resume` (which checkpoint, whether it fits, the same MLflow run) and
+    records the run in its checkpoints (:class:`callbacks.run_record.RunRecord`)."""
+
+    def _fit_components(self) -> dict[str, str]:
+        """Every class the fit config chose under ``model`` and ``data`` (:func:`lit_rl.resume.components`)."""
+        from lit_rl.resume import components
+
+        return components(self.config["fit"])
+
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI loads an explicit ``ckpt_path`` here (for its hyper_parameters), before anything is
+        built: a file that cannot be read is one :class:`~lit_rl.errors.CheckpointError` line naming it, not
+        torch's ``PytorchStreamReader`` / ``EOFError`` traceback."""
+        sub = self.config.get("subcommand")
+        ckpt_path = self.config[sub].get("ckpt_path") if sub else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            from lit_rl.resume import resolve_checkpoint
+
+            resolve_checkpoint(ckpt_path, None)
+        super()._parse_ckpt_path()
+
+    def fit(self, model: LightningModule, datamodule: LightningDataModule | None = None, ckpt_path=None,
+            **kwargs) -> None:
+        """``trainer.fit`` after :func:`lit_rl.resume.prepare_resume`; a SIGTERM stop marks the MLflow run
+        KILLED (:func:`lit_rl.resume.mark_stopped`). LightningCLI calls a method named after the subcommand
+        in place of the trainer's."""
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        from lit_rl.resume import mark_stopped, prepare_resume
+
+        ckpt_path = prepare_resume(self.trainer, model, datamodule, ckpt_path, kwargs.get("weights_only"),
+                                   self._fit_components())
+        try:
+            self.trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
+        except SIGTERMException:
+            mark_stopped(self.trainer)
+            raise
 
     def instantiate_classes(self) -> None:
         try:
@@ -59,9 +96,19 @@ class LitRLCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         """``predict`` writes the completions (:class:`callbacks.predictions.PredictionWriter`) unless the
-        config already has a prediction writer."""
+        config already has a prediction writer; ``fit`` records the run in its checkpoints
+        (:class:`callbacks.run_record.RunRecord`) unless the config already does."""
         trainer = super().instantiate_trainer(**kwargs)
         resolve_checkpoint_dirs(trainer)
+        if self.subcommand == "fit":
+            from callbacks.run_record import RunRecord
+
+            records = [cb for cb in trainer.callbacks if isinstance(cb, RunRecord)]
+            if not records:
+                trainer.callbacks.append(RunRecord())
+                records = trainer.callbacks[-1:]
+            for cb in records:
+                cb.components = self._fit_components()
         if self.subcommand == "predict":
             from lightning.pytorch.callbacks import BasePredictionWriter
 
@@ -111,8 +158,9 @@ class SaveConfigToRun(SaveConfigCallback):
 
 def log_run_params(logger: MLFlowLogger, config) -> None:
     """The resolved config as flat MLflow params (:func:`lit_rl.run_params.flatten_config`), the config files
-    and the git commit as tags. A resumed run whose config changed keeps its first values (MLflow refuses to
-    change a param) and says so."""
+    and the git commit as tags. A resumed run (the same MLflow run, :mod:`lit_rl.resume`) whose config changed
+    keeps its first values (MLflow refuses to change a param) and says which; ``ckpt_path``, which only says how
+    this process started, is left as it was without a word."""
     from lightning.pytorch.utilities import rank_zero_warn
     from mlflow.entities import Param
     from mlflow.exceptions import MlflowException
@@ -121,8 +169,17 @@ def log_run_params(logger: MLFlowLogger, config) -> None:
 
     raw = config.as_dict() if hasattr(config, "as_dict") else dict(config)
     files = raw.pop("config", None) or []
-    params = [Param(k, v) for k, v in sorted(flatten_config(raw).items())]
     client, run_id = logger.experiment, logger.run_id
+    try:
+        logged = dict(client.get_run(run_id).data.params)  # empty for a new run
+    except MlflowException:
+        logged = {}
+    flat = {k: v for k, v in sorted(flatten_config(raw).items()) if logged.get(k) != v}
+    kept = [f"{k} ({logged[k]} -> {v})" for k, v in flat.items() if k in logged and k != "ckpt_path"]
+    if kept:
+        rank_zero_warn(f"MLflow run {run_id} continues with its first values of {len(kept)} changed param(s): "
+                       + ", ".join(kept[:5]) + (" ..." if len(kept) > 5 else ""))
+    params = [Param(k, v) for k, v in flat.items() if k not in logged]
     try:
         for i in range(0, len(params), 100):  # MLflow's batch limit
             client.log_batch(run_id, params=params[i : i + 100])

@@ -11,9 +11,10 @@ Runs (``python -m lit_rl fit --config conf/erils.yaml --config tests/tiny_overla
                rollout batch and exit 0; then resumed;
 * ``savekill`` SIGKILLed while writing a checkpoint: the previous ``last.ckpt`` must still load; resumed.
 
-Each resumed run must match ``ref``: every logged metric at every step (MLflow sqlite store, the killed and
-the resumed MLflow runs together; wall-clock ``time/*`` metrics excluded), bitwise-equal final weights and
-optimizer state, and the same consumed prompts (``consumed_prompts.jsonl``), none skipped or repeated.
+Each resumed run must match ``ref``: every logged metric at every step (MLflow sqlite store: one run, the
+interrupted one continued by the resume and FINISHED; steps logged again after a kill carry the same values;
+wall-clock ``time/*`` metrics excluded), bitwise-equal final weights and optimizer state, one ``last.ckpt``
+(no ``last-v1.ckpt``), and the same consumed prompts (``consumed_prompts.jsonl``), none skipped or repeated.
 """
 
 from __future__ import annotations
@@ -157,6 +158,7 @@ def runs(tmp_path_factory):
                 "last_step": (_ckpt(dirs[name] / "checkpoints" / "last.ckpt")["global_step"]
                               if (dirs[name] / "checkpoints" / "last.ckpt").exists() else None),
                 "ledger_lines": len(_ledger(dirs[name])),
+                "mlflow_runs": _runs(dirs[name]),
             }
             second[name] = _start(dirs[name], resume=True)
         if time.time() > deadline:
@@ -175,24 +177,33 @@ def _ckpt(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
+def _runs(run_dir: Path) -> list[list[str]]:
+    """[[run id, status], ...] of the MLflow store, in start order."""
+    con = sqlite3.connect(run_dir / "mlflow.db")
+    try:
+        return [list(r) for r in con.execute("SELECT run_uuid, status FROM runs ORDER BY start_time")]
+    finally:
+        con.close()
+
+
 def _ledger(run_dir: Path) -> list[dict]:
     p = run_dir / "consumed_prompts.jsonl"
     return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
 
 
-def _metrics(run_dir: Path) -> list[dict[tuple[str, int], list[float]]]:
-    """Per MLflow run (in start order): {(key, step): sorted values}, wall-clock metrics excluded."""
+def _metrics(run_dir: Path) -> list[tuple[str, dict[tuple[str, int], set[float]]]]:
+    """Per MLflow run (in start order): (status, {(key, step): distinct values}), wall-clock metrics excluded."""
     con = sqlite3.connect(run_dir / "mlflow.db")
     try:
-        run_ids = [r[0] for r in con.execute("SELECT run_uuid FROM runs ORDER BY start_time")]
+        runs = list(con.execute("SELECT run_uuid, status FROM runs ORDER BY start_time"))
         out = []
-        for rid in run_ids:
-            d: dict[tuple[str, int], list[float]] = {}
+        for rid, status in runs:
+            d: dict[tuple[str, int], set[float]] = {}
             for key, step, value in con.execute("SELECT key, step, value FROM metrics WHERE run_uuid = ?", (rid,)):
                 if key.startswith("time/"):
                     continue
-                d.setdefault((key, int(step)), []).append(float(value))
-            out.append({k: sorted(v) for k, v in d.items()})
+                d.setdefault((key, int(step)), set()).add(float(value))
+            out.append((status, d))
         return out
     finally:
         con.close()
@@ -202,20 +213,19 @@ def _compare(runs, name: str, ref_name: str = "ref") -> dict:
     ref_dir, dirs = runs["dirs"][ref_name], runs["dirs"]
     assert runs["rc1"][ref_name] == 0, (ref_dir / "run.log").read_text()[-3000:]
     assert runs["rc2"][name] == 0, (dirs[name] / "resume.log").read_text()[-3000:]
-    # 1. metric trajectory
-    (ref,) = _metrics(ref_dir)
+    # 1. metric trajectory: one MLflow run, the interrupted one continued
+    ((_, ref),) = _metrics(ref_dir)
     parts = _metrics(dirs[name])
-    assert len(parts) == 2, f"expected the interrupted and the resumed MLflow run, got {len(parts)}"
-    union: dict = {}
-    for part in parts:
-        for k, v in part.items():
-            assert k in ref, f"{name}: metric {k} was logged but not by the uninterrupted run"
-            assert v == ref[k], f"{name}: metric {k}: {v} != uninterrupted {ref[k]}"
-            union[k] = v
+    assert [status for status, _ in parts] == ["FINISHED"], f"{name}: expected one continued MLflow run: {parts}"
+    union = parts[0][1]
+    for k, v in union.items():
+        assert k in ref, f"{name}: metric {k} was logged but not by the uninterrupted run"
+        assert v == ref[k], f"{name}: metric {k}: {v} != uninterrupted {ref[k]}"
     missing = sorted(set(ref) - set(union))
     assert not missing, f"{name}: metrics of the uninterrupted run never logged: {missing[:10]}"
     steps = sorted({s for _, s in ref})
     # 2. final weights and optimizer state, bitwise
+    assert not [p.name for p in (dirs[name] / "checkpoints").iterdir() if p.name.startswith("last-")]
     a, b = _ckpt(ref_dir / "checkpoints" / "last.ckpt"), _ckpt(dirs[name] / "checkpoints" / "last.ckpt")
     assert a["global_step"] == b["global_step"] == MAX_STEPS
     max_diff = 0.0
@@ -244,6 +254,8 @@ def _compare(runs, name: str, ref_name: str = "ref") -> dict:
         "final_weight_max_abs_diff": max_diff,
         "prompts_consumed": len(ids),
         "after_fault": runs["after_fault"].get(name),
+        "mlflow_runs_after_resume": _runs(dirs[name]),
+        "checkpoints_after_resume": sorted(p.name for p in (dirs[name] / "checkpoints").iterdir()),
     }
     print(f"[resume] {json.dumps(summary)}")
     return summary
@@ -254,6 +266,7 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(runs):
     after = runs["after_fault"]["kill"]
     # the checkpoint is the last completed rollout batch before the kill
     assert after["last_step"] == (KILL_STEP // MU) * MU
+    assert [status for _, status in after["mlflow_runs"]] == ["RUNNING"]  # what kill -9 leaves: continued
     _compare(runs, "kill")
 
 
@@ -264,6 +277,7 @@ def test_sigterm_saves_at_batch_end_and_exits_cleanly_then_resume_matches(runs):
     assert after["last_step"] == (TERM_STEP // MU + 1) * MU
     assert after["ledger_lines"] == TERM_STEP // MU + 1
     assert "SIGTERM: saved" in (runs["dirs"]["term"] / "run.log").read_text()
+    assert [status for _, status in after["mlflow_runs"]] == ["KILLED"]  # stopped as asked, resumable
     _compare(runs, "term")
 
 
