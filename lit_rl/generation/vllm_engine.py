@@ -21,7 +21,7 @@ import importlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +101,27 @@ def _hf_model(obj: nn.Module) -> nn.Module:
     raise TypeError(f"push_weights: {type(obj).__name__} is neither a lit_rl policy (with .model) nor a HF model")
 
 
+def _checkpoint_format(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` under the checkpoint's names and layout, as ``save_pretrained`` writes it: transformers 5 keeps some
+    weights in another form in memory than on disk (e.g. Qwen3-MoE's experts fused into 3-D ``experts.gate_up_proj``,
+    stored per expert), and an engine loads the disk form. A no-op for models without such a conversion."""
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # transformers 4: memory and disk names agree
+        return state
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return dict(revert_weight_conversion(base, state))
+
+
 def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Plain HF parameter names and tensors of ``model``, LoRA adapters merged when it is a peft model.
+    """Plain HF checkpoint names and tensors of ``model``, LoRA adapters merged when it is a peft model.
 
     peft names look like ``base_model.model.<hf name>`` with ``.base_layer`` inserted before the adapted
-    Linear's weight; merging writes ``W + BA`` into ``base_layer.weight``, which we read, then unmerge.
+    Linear's weight; merging writes ``W + BA`` into ``base_layer.weight``, which we read, then unmerge. The result
+    is in checkpoint form (:func:`_checkpoint_format`).
     """
     if not (hasattr(model, "merge_adapter") and hasattr(model, "unmerge_adapter")):
-        return {k: v.detach() for k, v in model.state_dict().items()}
+        return _checkpoint_format(model, {k: v.detach() for k, v in model.state_dict().items()})
     model.merge_adapter()
     try:
         out: dict[str, torch.Tensor] = {}
@@ -121,7 +134,7 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
             out[clean] = tensor.detach().clone()
     finally:
         model.unmerge_adapter()
-    return out
+    return _checkpoint_format(model, out)
 
 
 def policy_weights(weights: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -157,7 +170,11 @@ def checkpoint_shapes(model_dir: str | os.PathLike) -> dict[str, tuple[int, ...]
     """Names and shapes of the tensors in a local checkpoint's safetensors files (headers only, no weights read);
     ``None`` when ``model_dir`` is not a local directory with safetensors (a hub name: the check is skipped)."""
     root = Path(model_dir)
-    files = sorted(root.glob("*.safetensors")) if root.is_dir() else []
+    index = root / "model.safetensors.index.json"
+    if index.is_file():  # a sharded checkpoint: only the shards its index names (a snapshot may hold other files)
+        files = sorted({root / f for f in json.loads(index.read_text())["weight_map"].values()})
+    else:
+        files = [root / "model.safetensors"] if (root / "model.safetensors").is_file() else []
     if not files:
         return None
     from safetensors import safe_open
@@ -166,7 +183,8 @@ def checkpoint_shapes(model_dir: str | os.PathLike) -> dict[str, tuple[int, ...]
     for f in files:
         with safe_open(str(f), framework="pt") as handle:
             for key in handle.keys():
-                shapes[key] = tuple(handle.get_slice(key).get_shape())
+                if not key.endswith("rotary_emb.inv_freq"):  # a buffer older checkpoints stored; not a weight
+                    shapes[key] = tuple(handle.get_slice(key).get_shape())
     return shapes
 
 
@@ -186,7 +204,8 @@ def check_weights(
 
     The message names the first mismatching key (sorted order) and a few names from each side, so a naming
     difference (``model.layers...`` vs ``layers...``, a peft prefix) shows at once."""
-    extra = sorted(set(pushed) - set(expected) - ({"lm_head.weight"} if tied else set()))
+    buffers = {k for k in pushed if k.endswith("rotary_emb.inv_freq")}  # not weights (vLLM skips them too)
+    extra = sorted(set(pushed) - set(expected) - buffers - ({"lm_head.weight"} if tied else set()))
     missing = sorted(set(expected) - set(pushed))
     shapes = sorted(k for k in set(pushed) & set(expected) if tuple(pushed[k].shape) != tuple(expected[k]))
 
@@ -208,7 +227,7 @@ def check_weights(
             f"checkpoint names: {sample(sorted(expected))}")
 
 
-def reload_weights(llm: Any, items: list[tuple[str, torch.Tensor]]) -> None:
+def reload_weights(llm: Any, items: Iterable[tuple[str, torch.Tensor]]) -> None:
     """Load ``items`` (HF checkpoint names) into a running in-process engine, then drop its prefix cache.
 
     vLLM's ``reload_weights`` worker call (vLLM >= 0.32 tested) re-runs the model's ``load_weights`` on freshly

@@ -49,7 +49,6 @@ from lit_rl.rollouts.backend_types import (  # noqa: F401  (re-exported: the bac
     emit,
     request_seed,
 )
-from lit_rl.generation.vllm_engine import on_cpu_platform
 from lit_rl.rollouts.openai_client import OpenAIBackend
 
 # --------------------------------------------------------------------------------------------------------
@@ -105,13 +104,16 @@ class VLLMPoolBackend(Backend):
         try:
             return importlib.import_module("vllm")
         except ImportError:
-            raise BackendError("backend 'vllm' needs the vllm package: pip install 'lit-rl[vllm]' "
-                               "(or use the 'openai' backend against a vLLM server)") from None
+            raise BackendError("backend 'vllm' needs the vllm package: pip install 'lit-rl[vllm]' on a CUDA machine, "
+                               "scripts/setup.sh vllm then .venv-vllm/bin/python on a CPU one (docs/vllm.md); or use "
+                               "the 'openai' backend against a vLLM server") from None
 
     def _engine(self) -> Any:
         if self._llm is None:
             vllm = self._vllm()
             kwargs = dict(self.engine_kwargs)
+            from lit_rl.generation.vllm_engine import on_cpu_platform  # here: it imports torch (the CLI starts faster)
+
             if "enable_chunked_prefill" not in kwargs and on_cpu_platform(vllm):  # seeded requests: see there
                 kwargs["enable_chunked_prefill"] = False
             self._llm = vllm.LLM(model=self.model, **kwargs)

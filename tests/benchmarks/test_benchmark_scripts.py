@@ -1,21 +1,18 @@
 """The benchmark scripts run (their --quick / --cpu-dry-run modes) and print what their docstrings promise."""
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
+from support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks", name)
 
 
 def test_dllm_decode_quick_prints_a_json_summary_last(capsys):

@@ -1,4 +1,5 @@
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -177,11 +178,12 @@ def test_hf_logprobs_are_the_trainers_values_of_the_same_samples():
     assert 0 < int(live.sum()) < live.numel(), "some rows end before the budget"
     torch.testing.assert_close(lps[live], trainer[live], atol=1e-5, rtol=0)
     assert (lps[~live] == 0).all()
-    # greedy: the unscaled log-softmax of the argmax token
-    g, glp = b.generate_with_logprobs(ids, mask, max_new_tokens=4, temperature=0.0)
+    # greedy: the unscaled log-softmax of the argmax token, at every position up to the row's end
+    g, glp = b.generate_with_logprobs(ids, mask, max_new_tokens=10, temperature=0.0)
     with torch.no_grad():
         ref = p.token_logprobs(torch.cat([ids, g], 1), torch.cat([mask, torch.ones_like(g)], 1), ids.shape[1])
-    torch.testing.assert_close(glp[:, :1], ref[:, :1], atol=1e-5, rtol=0)
+    live = torch.arange(10)[None, :] < p.completion_lengths(g)[:, None]
+    torch.testing.assert_close(glp[live], ref[live], atol=1e-5, rtol=0)
 
 
 def test_merged_state_dict_of_a_plain_model_is_its_state_dict():
@@ -193,3 +195,62 @@ def test_vllm_missing_gives_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
     with pytest.raises(ImportError, match=r"lit-rl\[vllm\].*scripts/setup.sh vllm.*HFBackend"):
         VLLMBackend("m")
+
+
+
+# -- VLLMBackend's own logic around the engine (the engine itself: tests/vllm, in .venv-vllm) ------------------
+class _LP:
+    def __init__(self, logprob):
+        self.logprob = logprob
+
+
+def _sample(index, tokens, finish, stop=None):
+    """A vLLM CompletionOutput's fields: ``logprobs=0`` gives one dict per step holding the sampled token."""
+    return SimpleNamespace(index=index, token_ids=tokens, finish_reason=finish, stop_reason=stop,
+                           logprobs=[{t: _LP(-0.5 - k)} for k, t in enumerate(tokens)])
+
+
+class _Engine:
+    """Records the requests and returns scripted samples, out of order (the backend sorts them by index)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, params, use_tqdm=True):
+        self.calls.append((prompts, params))
+        return [SimpleNamespace(outputs=[
+            _sample(1, [60 + i, 99], "stop", 99),  # another stop token id: rewritten as our EOS (2)
+            _sample(0, [50 + i, 2], "stop", None),  # our EOS itself
+            _sample(2, [70 + i] * p.max_tokens, "length"),
+        ]) for i, p in enumerate(params)]
+
+
+def _backend():
+    b = object.__new__(VLLMBackend)
+    b.vllm = SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(**kw))
+    b.llm, b.eos_id, b.ignore_eos = _Engine(), 2, False
+    return b
+
+
+def test_vllm_rows_rewrite_other_stops_as_eos_and_mark_their_logprob_unknown():
+    b = _backend()
+    ids = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    out, lps = b.generate_with_logprobs(ids, mask, max_new_tokens=4, temperature=0.7, n=3, seed=10)
+    prompts, params = b.llm.calls[-1]
+    assert prompts == [{"prompt_token_ids": [5, 6]}, {"prompt_token_ids": [7, 8, 9, 10]}]  # padding stripped
+    # seeds n apart: vLLM gives the j-th of n samples seed + j, so no two samples share a stream
+    assert [p.seed for p in params] == [10, 13] and all(p.stop_token_ids == [2] and p.logprobs == 0 for p in params)
+    assert out.tolist() == [[50, 2, 2, 2], [60, 2, 2, 2], [70, 70, 70, 70], [51, 2, 2, 2], [61, 2, 2, 2], [71] * 4]
+    # the engine scored 99, not EOS, at the rewritten position: NaN there; 0 after each row's end
+    assert lps[0].tolist() == [-0.5, -1.5, 0.0, 0.0] and lps[2].tolist() == [-0.5, -1.5, -2.5, -3.5]
+    assert lps[1, 0].item() == -0.5 and torch.isnan(lps[1, 1]) and lps[1, 2:].tolist() == [0.0, 0.0]
+
+
+def test_vllm_closed_backend_says_so():
+    b = _backend()
+    b._tmp = None
+    b.close()
+    b.close()  # idempotent
+    with pytest.raises(RuntimeError, match="engine was closed"):
+        b.generate(torch.tensor([[5]]), torch.tensor([[1]]), max_new_tokens=2)

@@ -72,3 +72,21 @@ def test_a_mismatch_names_the_first_key_and_both_sides():
     check_weights(ok, expected, "/ck", tied=True)
     with pytest.raises(WeightSyncError, match="'lm_head.weight' is pushed"):
         check_weights(ok, expected, "/ck", tied=False)
+
+
+def test_a_moe_model_pushes_the_checkpoints_per_expert_names(tmp_path):
+    """transformers 5 fuses Qwen3-MoE's experts into 3-D tensors in memory; save_pretrained (and an engine) use the
+    per-expert names. The pushed weights are in the checkpoint's form."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    cfg = Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, num_experts=4,
+                         num_experts_per_tok=2, head_dim=16)
+    model = Qwen3MoeForCausalLM(cfg)
+    assert "model.layers.0.mlp.experts.gate_up_proj" in model.state_dict()  # fused in memory
+    model.save_pretrained(tmp_path)
+    shapes, tied = engine_shapes(tmp_path)
+    pushed = policy_weights(model)
+    assert "model.layers.0.mlp.experts.3.gate_proj.weight" in pushed
+    assert {k: tuple(v.shape) for k, v in pushed.items()} == shapes
+    check_weights(pushed, shapes, where=str(tmp_path), tied=tied)

@@ -36,3 +36,17 @@ def chainsum_policy(seed: int = 0, lora=None, steps: int = 60):
         loss.backward()
         opt.step()
     return policy.eval(), task
+
+
+def logprob_gap(engine, policy, ids, mask, n: int = 2, max_new_tokens: int = 40, seed: int = 0):
+    """Sampler vs trainer on the engine's own samples at T 1: (max |diff|, mean |diff|, mean pi_trainer/pi_sampler)
+    over every token up to and including each row's EOS."""
+    comp, lps = engine.generate_with_logprobs(ids, mask, max_new_tokens=max_new_tokens, temperature=1.0, n=n,
+                                              seed=seed)
+    grp = torch.arange(ids.shape[0]).repeat_interleave(n)
+    with torch.no_grad():
+        trainer = policy.token_logprobs(torch.cat([ids[grp], comp], 1),
+                                        torch.cat([mask[grp], torch.ones_like(comp)], 1), ids.shape[1])
+    live = torch.arange(comp.shape[1])[None, :] < policy.completion_lengths(comp)[:, None]
+    diff = (lps - trainer)[live].abs()
+    return float(diff.max()), float(diff.mean()), float(torch.exp(trainer - lps)[live].mean())

@@ -1,17 +1,15 @@
 """The vLLM benchmark scripts run on the real engine (their quick modes) and print what their docstrings promise."""
 
-import importlib.util
 import json
 from pathlib import Path
+
+from support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks", name)
 
 
 def test_ar_backends_quick_times_both_backends_side_by_side(capsys):

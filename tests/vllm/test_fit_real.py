@@ -56,11 +56,12 @@ def test_double_rollout_fit_with_vllm_rollouts_keeps_the_engine_in_sync(tmp_path
     # continuations share their prefix blocks with the first-stage rows: the cache was hit
     queried, hit = engine.prefix_cache_counts()
     assert 0 < hit < queried
-    # the engine decodes as the trained policy (the last evaluation pushed step 4's weights) ...
+    # the engine decodes as the trained policy: the last evaluation (at step 4) pushed step 4's weights ...
+    assert dm._synced_step == 4
     policy = module.policy.eval()
     examples = list(dm.task.eval_examples())[:8]
     ids, mask = policy.encode_prompts([dm.task.messages(e) for e in examples], 32)
-    ours = dm.generator(policy).generate(ids, mask, max_new_tokens=48, temperature=0.0)
+    ours = engine.generate(ids, mask, max_new_tokens=48, temperature=0.0)  # no push here
     assert torch.equal(ours, HFBackend(policy).generate(ids, mask, max_new_tokens=48, temperature=0.0))
     # ... and not as the checkpoint it started from (the warm start, exported before the first update)
     start = copy.deepcopy(policy)

@@ -10,18 +10,7 @@ from lit_rl.models import LoraSettings
 from lit_rl.models.ar import PretrainedCausalLM
 
 from support.tiny_chat_model import write_tiny_chat_model
-from support.vllm_policies import ENGINE
-
-
-def _logprob_gap(engine, policy, ids, mask) -> tuple[float, float]:
-    comp, lps = engine.generate_with_logprobs(ids, mask, max_new_tokens=12, temperature=1.0, n=2, seed=4)
-    grp = torch.arange(ids.shape[0]).repeat_interleave(2)
-    with torch.no_grad():
-        trainer = policy.token_logprobs(torch.cat([ids[grp], comp], 1),
-                                        torch.cat([mask[grp], torch.ones_like(comp)], 1), ids.shape[1])
-    live = torch.arange(comp.shape[1])[None, :] < policy.completion_lengths(comp)[:, None]
-    diff = (lps - trainer)[live].abs()
-    return float(diff.max()), float(diff.mean())
+from support.vllm_policies import ENGINE, logprob_gap
 
 
 def test_a_pretrained_lora_policy_starts_the_engine_from_its_path_and_pushes_merged_adapters(tmp_path):
@@ -34,15 +23,16 @@ def test_a_pretrained_lora_policy_starts_the_engine_from_its_path_and_pushes_mer
         assert engine.llm.get_tokenizer() is not None  # started with the folder's tokenizer
         ids, mask = policy.encode_prompts([[{"role": "user", "content": "Sum: 3 4 5"}],
                                            [{"role": "user", "content": "Solve the puzzle"}]], 32)
-        assert _logprob_gap(engine, policy, ids, mask)[0] < 1e-3  # lora_B = 0 at init: the base model
+        gap = logprob_gap(engine, policy, ids, mask, max_new_tokens=12, seed=4)
+        assert gap[0] < 1e-3  # lora_B = 0 at init: the base model
         with torch.no_grad():  # train the adapters "a lot": the policy now differs from the checkpoint on disk
             g = torch.Generator().manual_seed(0)
             for n, p in policy.named_parameters():
                 if "lora_" in n:
                     p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-        stale = _logprob_gap(engine, policy, ids, mask)
+        stale = logprob_gap(engine, policy, ids, mask, max_new_tokens=12, seed=4)
         engine.push_weights(policy)
-        fresh = _logprob_gap(engine, policy, ids, mask)
+        fresh = logprob_gap(engine, policy, ids, mask, max_new_tokens=12, seed=4)
         print(f"log-prob |diff| before the push: max {stale[0]:.3f}; after: max {fresh[0]:.2e} mean {fresh[1]:.2e}")
         assert stale[0] > 0.05 and fresh[0] < 1e-3
     finally:

@@ -8,7 +8,7 @@ from lit_rl.generation.ar import HFBackend, VLLMBackend
 from lit_rl.generation.vllm_engine import WeightSyncError
 from lit_rl.models import LoraSettings
 
-from support.vllm_policies import ENGINE, chainsum_policy
+from support.vllm_policies import ENGINE, chainsum_policy, logprob_gap
 
 
 def prompts(policy, task, n=16):
@@ -87,19 +87,9 @@ def test_a_name_or_shape_mismatch_is_one_error_and_the_engine_keeps_its_weights(
 def test_sampler_logprobs_match_the_trainers_recomputed_values(fp32):
     policy, task, engine = fp32
     ids, mask = prompts(policy, task, n=8)
-    comp, lps = engine.generate_with_logprobs(ids, mask, max_new_tokens=40, temperature=1.0, n=4, seed=3)
-    grp = torch.arange(ids.shape[0]).repeat_interleave(4)
-    full = torch.cat([ids[grp], comp], 1)
-    with torch.no_grad():
-        trainer = policy.token_logprobs(full, torch.cat([mask[grp], torch.ones_like(comp)], 1), ids.shape[1])
-    live = torch.arange(comp.shape[1])[None, :] < policy.completion_lengths(comp)[:, None]
-    diff = (lps - trainer)[live].abs()
-    ratio = torch.exp(trainer - lps)[live]  # pi_trainer / pi_sampler per token
-    print(f"fp32 log-prob |diff| max {diff.max():.2e} mean {diff.mean():.2e}; ratio mean {ratio.mean():.6f}")
-    assert float(diff.max()) < 1e-3 and abs(float(ratio.mean()) - 1) < 1e-4
-    # the HF backend's own log-probs are the trainer's too (same samples not required: another sampler)
-    _, hf_lps = HFBackend(policy).generate_with_logprobs(ids, mask, max_new_tokens=8, temperature=1.0, n=2, seed=3)
-    assert hf_lps.shape == (ids.shape[0] * 2, 8) and (hf_lps <= 0).all()
+    dmax, dmean, ratio = logprob_gap(engine, policy, ids, mask, n=4, seed=3)
+    print(f"fp32 log-prob |diff| max {dmax:.2e} mean {dmean:.2e}; ratio mean {ratio:.6f} (8 prompts x 4)")
+    assert dmax < 1e-3 and abs(ratio - 1) < 1e-4
 
 
 def test_seeded_sampling_repeats_and_continuations_use_per_prefix_budgets(fp32):
@@ -149,30 +139,30 @@ def test_many_seeded_requests_beyond_one_steps_token_budget_do_not_crash_the_cpu
 def test_bf16_engine_agrees_with_the_fp32_policy_within_the_stated_tolerance(trained):
     """bf16: the engine rounds every weight and activation to 8 mantissa bits while the trainer's policy is fp32;
     greedy rows then part at the first near-tie. Tolerance: half of the prompts identical over 40 tokens, and
-    the first tokens (where no tie has compounded) agree for 15 of 16 (measured: docs/vllm.md).
+    the first tokens (where no tie has compounded) agree for 15 of 16 (measured: docs/vllm.md). Plain weights and
+    then LoRA-merged ones (the same names and shapes) are pushed after changing them, and the engine must follow.
 
     Last in the file on purpose: a second engine in one process is fine while it lives, but when one of two is
     dropped vLLM tears down process-wide parallel state and the other fails ("pipeline model parallel group is not
     initialized"), so this module's fp32 engine is not used after this test."""
     policy, task = trained
     engine = VLLMBackend(policy, dtype="bfloat16", **ENGINE)
+    lora, _ = chainsum_policy(lora=LoraSettings(r=8, alpha=16, dropout=0.0), steps=60)
     try:
-        ids, mask = prompts(policy, task)
-        engine.push_weights(policy)
-        ours = engine.generate(ids, mask, max_new_tokens=40, temperature=0.0)
-        ref = HFBackend(policy).generate(ids, mask, max_new_tokens=40, temperature=0.0)
-        share, differ = agreement(ours, ref, policy.eos_id)
-        first = float((ours[:, :4] == ref[:, :4]).all(-1).float().mean())
-        print(f"bf16: {share:.3f} of prompts identical over 40 tokens, {first:.3f} over the first 4")
-        assert share >= 0.5 and first >= 15 / 16
-        comp, lps = engine.generate_with_logprobs(ids, mask, max_new_tokens=40, temperature=1.0, n=2, seed=0)
-        grp = torch.arange(ids.shape[0]).repeat_interleave(2)
-        with torch.no_grad():
-            trainer = policy.token_logprobs(torch.cat([ids[grp], comp], 1),
-                                            torch.cat([mask[grp], torch.ones_like(comp)], 1), ids.shape[1])
-        live = torch.arange(comp.shape[1])[None, :] < policy.completion_lengths(comp)[:, None]
-        diff, ratio = (lps - trainer)[live].abs(), torch.exp(trainer - lps)[live]
-        print(f"bf16 log-prob |diff| max {diff.max():.2e} mean {diff.mean():.2e}; ratio mean {ratio.mean():.4f}")
-        assert float(diff.mean()) < 0.05 and abs(float(ratio.mean()) - 1) < 0.05  # bf16 rounding, no bias
+        for name, pol, scale in (("plain", policy, 0.02), ("LoRA", lora, 0.01)):
+            ids, mask = prompts(pol, task)
+            before = engine.generate(ids, mask, max_new_tokens=40, temperature=0.0)
+            perturb(pol, seed=7, scale=scale)
+            engine.push_weights(pol)
+            ours = engine.generate(ids, mask, max_new_tokens=40, temperature=0.0)
+            ref = HFBackend(pol).generate(ids, mask, max_new_tokens=40, temperature=0.0)
+            share, differ = agreement(ours, ref, pol.eos_id)
+            first = float((ours[:, :4] == ref[:, :4]).all(-1).float().mean())
+            dmax, dmean, ratio = logprob_gap(engine, pol, ids, mask, n=2)
+            print(f"bf16 {name}: {share:.3f} of prompts identical over 40 tokens, {first:.3f} over the first 4; "
+                  f"log-prob |diff| max {dmax:.2e} mean {dmean:.2e}; ratio mean {ratio:.4f} (16 prompts x 2)")
+            assert not torch.equal(before, ours), f"{name}: the engine follows the pushed weights"
+            assert share >= 0.5 and first >= 15 / 16
+            assert dmean < 0.05 and abs(ratio - 1) < 0.05  # bf16 rounding, no bias
     finally:
         engine.close()
