@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rl.atomic import atomic_write_text
+from lit_rl.errors import FieldError
 from lit_rl.rng import seed_for
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Example, Task
@@ -88,6 +89,24 @@ class PromptStreamDataModule(L.LightningDataModule):
     #: the training rows' sources, in order (:mod:`datamodules.sources`); set by subclasses
     sources: list[Any] = []
 
+    @staticmethod
+    def check_args(prompts_per_batch: int = 8, max_prompt_len: int | None = 1024, eval_size: int | None = 128,
+                   eval_batch_size: int = 32, num_train_prompts: int | None = None) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        if prompts_per_batch < 1:
+            raise FieldError("prompts_per_batch", f"must be >= 1, got {prompts_per_batch}")
+        if eval_batch_size < 1:
+            raise FieldError("eval_batch_size", f"must be >= 1, got {eval_batch_size}")
+        # a negative N would silently drop the last |N| prompts (list[:N]); 0 would leave none
+        if eval_size is not None and eval_size < 1:
+            raise FieldError("eval_size", f"must be >= 1 or null (all), got {eval_size}: the evaluation set would "
+                             "be empty")
+        if num_train_prompts is not None and num_train_prompts < 1:
+            raise FieldError("num_train_prompts", f"must be >= 1 or null (all), got {num_train_prompts}: the "
+                             "training set would be empty")
+        if max_prompt_len is not None and max_prompt_len < 1:
+            raise FieldError("max_prompt_len", f"must be >= 1 or null (no cut), got {max_prompt_len}")
+
     def __init__(
         self,
         task: Task,
@@ -100,17 +119,9 @@ class PromptStreamDataModule(L.LightningDataModule):
         output_dir: str | None = None,
     ) -> None:
         super().__init__()
-        if prompts_per_batch < 1:
-            raise ValueError(f"data.prompts_per_batch must be >= 1, got {prompts_per_batch}")
-        if eval_batch_size < 1:
-            raise ValueError(f"data.eval_batch_size must be >= 1, got {eval_batch_size}")
-        # a negative N would silently drop the last |N| prompts (list[:N]); 0 would leave none
-        if eval_size is not None and eval_size < 1:
-            raise ValueError(f"data.eval_size must be >= 1 or null (all), got {eval_size}")
-        if num_train_prompts is not None and num_train_prompts < 1:
-            raise ValueError(f"data.num_train_prompts must be >= 1 or null (all), got {num_train_prompts}")
-        if max_prompt_len is not None and max_prompt_len < 1:
-            raise ValueError(f"data.max_prompt_len must be >= 1 or null (no cut), got {max_prompt_len}")
+        PromptStreamDataModule.check_args(prompts_per_batch=prompts_per_batch, max_prompt_len=max_prompt_len,
+                                          eval_size=eval_size, eval_batch_size=eval_batch_size,
+                                          num_train_prompts=num_train_prompts)
         self.task = task
         self.prompts_per_batch = prompts_per_batch
         self.max_prompt_len = max_prompt_len
