@@ -149,8 +149,7 @@ class RolloutDataModule(PromptStreamDataModule):
         """
         policy = getattr(module, "policy", module)
         device = next(policy.parameters()).device
-        prompt_ids, prompt_mask = policy.encode_prompts([self.task.messages(e) for e in batch.examples],
-                                                        self.max_prompt_len)
+        prompt_ids, prompt_mask = self.encode_prompts(policy, batch.examples)
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
         comp = policy.generate(prompt_ids, prompt_mask, self.eval_generation, step_seed(self.seed, 0, salt=1))
         texts = policy.decode_completions(comp)

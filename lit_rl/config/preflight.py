@@ -21,6 +21,7 @@ from lit_rl.config.lines import ConfigView, fail, parse_command_line
 import lit_rl.config.signatures as sig
 from lit_rl.config.trainer_rules import check_trainer_args
 from lit_rl.errors import ConfigError, FieldError
+from lit_rl.tasks.base import check_prompt_set
 from lit_rl.tracking import tracking_uri_problem
 
 __all__ = ["ConfigError", "preflight"]
@@ -141,9 +142,38 @@ def _check_semantics(cfg: ConfigView) -> None:
                         f"max_prompt_len + L_gen = {max_prompt} + {L} = {max_prompt + L} exceeds the policy's "
                         f"max_positions = {max_pos} ({cfg.loc(mpath + ('policy', 'init_args', 'max_positions'))})",
                     )
+    _check_surrogate_blocks(cfg, mpath, margs, dpath, dargs)
     threads = cfg.data.get("threads")
     if _is_int(threads) and threads < 1:
         raise fail(cfg, ("threads",), f"must be >= 1 or null, got {threads}")
+
+
+def _check_surrogate_blocks(cfg: ConfigView, mpath: tuple, margs: dict, dpath: tuple, dargs: dict) -> None:
+    """The SPG surrogate's block_length against the training decode's L_gen: the rule of
+    :func:`~lit_rl.generation.settings.check_block_multiple` (``ERILSModule.setup`` applies it at run time)."""
+    from lit_rl.generation.settings import DecodeSettings, check_block_multiple
+
+    sur = margs.get("surrogate")
+    mcls = _class_of(cfg, "model")
+    if margs.get("loss_fn") is not None or mcls is None or "surrogate" not in sig.params(mcls)[0]:
+        return  # no SPG surrogate scores this run
+    sargs = sur.get("init_args") if isinstance(sur, dict) and isinstance(sur.get("init_args"), dict) else {}
+    cp = sur.get("class_path") if isinstance(sur, dict) else None
+    try:
+        surrogate_cls = sig.import_class(cp) if isinstance(cp, str) and "." in cp else None
+    except Exception:  # noqa: BLE001 - reported by the key checks
+        return
+    B = sargs.get("block_length", _default(surrogate_cls, "block_length", 32))  # None: ERILSModule's SPGSurrogate()
+    gen = dargs.get("generation")
+    L = gen.get("gen_length", DecodeSettings.gen_length) if isinstance(gen, dict) else None
+    if not (_is_int(B) and B >= 1 and _is_int(L)):
+        return
+    try:
+        check_block_multiple(L, B, "block_length", "the surrogate's ")
+    except FieldError as e:
+        raise fail(cfg, mpath + ("surrogate", "init_args", "block_length"),
+                   f"{e.problem} (data.init_args.generation.gen_length at "
+                   f"{cfg.loc(dpath + ('generation', 'gen_length'))})") from None
 
 
 def _check_task_and_pool(cfg: ConfigView) -> None:
@@ -195,6 +225,13 @@ def _check_task_and_pool(cfg: ConfigView) -> None:
         if not any(e.id in by_prompt for e in use):
             raise fail(cfg, dpath + ("pool_path",), f"{pool}: no training prompt has g_ext = {g_ext} usable external "
                        "rollouts: the training set would be empty")
+        use = [e for e in use if e.id in by_prompt]
+    ppb = dargs.get("prompts_per_batch", _default(dcls, "prompts_per_batch", 1))
+    devices = cfg.get(("trainer", "devices"))
+    try:
+        check_prompt_set(use, ppb if _is_int(ppb) and ppb >= 1 else 1, devices if _is_int(devices) else 1)
+    except FieldError as e:
+        raise fail(cfg, tpath if e.field == "task" else dpath + (e.field,), e.problem) from None
 
 
 def _check_mlflow(cfg: ConfigView) -> None:

@@ -127,6 +127,26 @@ def record_fields(question: Any, extra: dict[str, Any], default_id: str) -> tupl
     return str(rid), question
 
 
+def check_prompt_set(examples: Sequence["Example"], prompts_per_batch: int, world: int = 1) -> None:
+    """The training prompts a stream draws from: ids unique (the prompt ledger, the pool and ``score --details``
+    key on them) and at least one batch of them (``prompts_per_batch`` per rank; a larger batch would hold a
+    prompt twice). Raises :class:`~lit_rl.errors.FieldError` (``task`` or ``prompts_per_batch``); called by the
+    data modules' ``setup`` and by the config preflight."""
+    from lit_rl.errors import FieldError
+
+    seen: dict[str, int] = {}
+    for i, e in enumerate(examples):
+        if e.id in seen:
+            raise FieldError("task", f"prompt id {e.id!r} is used twice in the training set (prompts {seen[e.id] + 1} "
+                             f"and {i + 1}): ids must be unique (id_column)")
+        seen[e.id] = i
+    need = prompts_per_batch * world
+    if need > len(examples):
+        ranks = f" x {world} ranks = {need}" if world > 1 else ""
+        raise FieldError("prompts_per_batch", f"{prompts_per_batch}{ranks} prompts per batch, but the training set "
+                         f"has {len(examples)}: every batch would repeat prompts; lower prompts_per_batch")
+
+
 def fill_template(template: str, **fields: Any) -> str:
     """Replace each ``{name}`` in ``template`` by ``str(fields[name])``; other braces are left alone.
 
