@@ -256,19 +256,23 @@ def _check_ckpt(cfg: ConfigView) -> None:
         raise fail(cfg, ("ckpt_path",), f"checkpoint file not found: {ck}")
 
 
-def preflight(argv: Sequence[str]) -> None:
+def preflight(argv: Sequence[str], data: bool = True) -> ConfigView | None:
     """Check a ``fit``/``validate``/``test`` command line; raise :class:`ConfigError` on the first problem.
 
     Runs in seconds, before any model, logger or trainer is built (the pool file and the task's dataset
-    are read once). Command lines it does not understand are left to LightningCLI.
+    are read once; ``data=False`` leaves out those reads and the MLflow store, for checking many variants of one
+    config, as the sweeps do). Returns the merged config, or ``None`` for a command line it does not understand
+    (left to LightningCLI).
     """
     parsed = parse_command_line(argv)
     if parsed is None:
-        return
+        return None
     _sub, cfg = parsed
     check_shapes(cfg)
     _check_semantics(cfg)
     _check_keys(cfg)
     _check_ckpt(cfg)
-    _check_mlflow(cfg)
-    _check_task_and_pool(cfg)
+    if data:
+        _check_mlflow(cfg)
+        _check_task_and_pool(cfg)
+    return cfg
