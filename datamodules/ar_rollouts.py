@@ -289,7 +289,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
     # -- rollouts ----------------------------------------------------------------------------------
     def _encode(self, policy: torch.nn.Module, examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
         device = next(policy.parameters()).device
-        ids, mask = policy.encode_prompts([self.task.messages(e) for e in examples], self.max_prompt_len)
+        ids, mask = self.encode_prompts(policy, examples)
         return ids.to(device), mask.to(device)  # (B_p, P)
 
     def extra_stats(self) -> dict[str, float]:

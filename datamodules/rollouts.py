@@ -29,6 +29,7 @@ import torch
 
 from datamodules.sources import DiffusionOnPolicy, ExternalPool, RolloutSource
 from datamodules.stream import PromptStreamDataModule, step_seed
+from lit_rl.errors import FieldError
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Task
@@ -60,6 +61,25 @@ class RolloutDataModule(PromptStreamDataModule):
             ``g_ext``, ``pool_path`` and ``generation`` describe.
     """
 
+    @staticmethod
+    def check_args(g_on: int = 4, g_ext: int = 2, group_size: int | None = None, pool_path: str | None = None,
+                   sources: Sequence[Any] | None = None) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`).
+        A ``sources`` list says the group itself: the ``g_on`` / ``g_ext`` rules do not apply to it."""
+        if sources is not None:
+            if not sources:
+                raise FieldError("sources", "is empty: a rollout batch needs at least one source")
+            return
+        for name, v in (("g_on", g_on), ("g_ext", g_ext)):
+            if v < 0:
+                raise FieldError(name, f"must be >= 0, got {v}")
+        if g_on + g_ext == 0:
+            raise FieldError("g_on", "g_on + g_ext = 0: a rollout group needs at least one completion")
+        if group_size is not None and group_size != g_on + g_ext:
+            raise FieldError("group_size", f"G = {group_size} but g_on + g_ext = {g_on} + {g_ext} = {g_on + g_ext}")
+        if g_ext > 0 and not pool_path:
+            raise FieldError("pool_path", f"required when g_ext > 0 (g_ext = {g_ext}): the external rollout pool file")
+
     def __init__(
         self,
         task: Task,
@@ -89,18 +109,13 @@ class RolloutDataModule(PromptStreamDataModule):
             num_train_prompts=num_train_prompts,
             output_dir=output_dir,
         )
+        RolloutDataModule.check_args(g_on=g_on, g_ext=g_ext, group_size=group_size, pool_path=pool_path,
+                                     sources=sources)
         if sources is not None:  # the list says everything: G_on / G_ext are what it holds
             g_ext = sum(s.num for s in sources if isinstance(s, ExternalPool))
             g_on = sum(s.num for s in sources if not isinstance(s, ExternalPool))
-            if not sources:
-                raise ValueError("data.sources is empty: a rollout batch needs at least one source")
-        if g_on < 0 or g_ext < 0 or g_on + g_ext == 0:
-            raise ValueError(f"data.g_on ({g_on}) and data.g_ext ({g_ext}) must be >= 0 with g_on + g_ext > 0")
-        if group_size is not None and group_size != g_on + g_ext:
-            raise ValueError(f"data.group_size (G = {group_size}) must equal data.g_on + data.g_ext = "
-                             f"{g_on} + {g_ext} = {g_on + g_ext}")
-        if sources is None and g_ext > 0 and not pool_path:
-            raise ValueError("data.pool_path is required when data.g_ext > 0 (the external rollout pool file)")
+            if group_size is not None and group_size != g_on + g_ext:
+                raise FieldError("group_size", f"G = {group_size} but the sources hold {g_on + g_ext} rows per prompt")
         self.pool_path = pool_path
         self.g_on, self.g_ext = g_on, g_ext
         if generation is None and sources is not None:  # the list's on-policy decoding is the run's
@@ -134,8 +149,7 @@ class RolloutDataModule(PromptStreamDataModule):
         """
         policy = getattr(module, "policy", module)
         device = next(policy.parameters()).device
-        prompt_ids, prompt_mask = policy.encode_prompts([self.task.messages(e) for e in batch.examples],
-                                                        self.max_prompt_len)
+        prompt_ids, prompt_mask = self.encode_prompts(policy, batch.examples)
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
         comp = policy.generate(prompt_ids, prompt_mask, self.eval_generation, step_seed(self.seed, 0, salt=1))
         texts = policy.decode_completions(comp)

@@ -33,7 +33,8 @@ import torch
 from lit_rl.core.sources import Source
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.models.ar import SamplingSettings
-from lit_rl.rollouts.pool import load_pool
+from lit_rl.errors import ConfigError
+from lit_rl.rollouts.pool import iter_pool, load_pool
 from lit_rl.rollouts.types import PromptBatch
 from lit_rl.tasks.parsing import last_answer_block
 
@@ -182,6 +183,7 @@ class ExternalPool(RolloutSource):
             raise ValueError("ExternalPool.pool_path is required (the external rollout pool file)")
         self.num, self.pool_path, self.max_external_len, self.min_width = num, pool_path, max_external_len, min_width
         self._pool: dict[str, list[Any]] = {}
+        self._fits_checked = False
 
     def setup(self, dm: Any) -> None:
         if self.min_width is None:
@@ -196,6 +198,42 @@ class ExternalPool(RolloutSource):
                 f"rollouts in {self.pool_path}"
             )
         dm._set_train_examples(kept)
+        trainer = getattr(dm, "trainer", None)
+        policy = getattr(getattr(trainer, "lightning_module", None), "policy", None) if trainer is not None else None
+        if policy is not None:
+            self.check_fits(policy, dm)
+
+    def check_fits(self, policy: Any, dm: Any) -> None:
+        """Refuse, at load, a record whose row cannot fit the policy's positions (``policy.max_positions``, where it
+        has one), with the pool's file:line: the longest training prompt (at most ``max_prompt_len`` tokens) plus
+        the record's width (its tokens + EOS, at most ``max_external_len + 1``, at least ``min_width``) must fit.
+        Without this the first update that meets the record fails on an ``IndexError`` in the position embedding.
+        """
+        self._fits_checked = True
+        max_pos = getattr(policy, "max_positions", None)
+        if not isinstance(max_pos, int) or not self._pool:
+            return
+        prompt_ids, _ = policy.encode_prompts([dm.task.messages(e) for e in dm.train_examples], dm.max_prompt_len)
+        P = prompt_ids.shape[1]  # the longest training prompt, in policy tokens
+        for recs in self._pool.values():
+            for r in recs[: self.num]:
+                n = policy.count_tokens(r.completion)
+                width = max(self.min_width or 0, min(n + 1, self.max_external_len + 1))
+                if P + width > max_pos:
+                    raise ConfigError(
+                        f"{self._where(r)}: the external completion of prompt {r.prompt_id!r} is {n} policy tokens: "
+                        f"with the longest training prompt ({P} tokens) its row needs {P + width} positions, the "
+                        f"policy has max_positions = {max_pos}; set max_external_len <= {max_pos - P - 1} (longer "
+                        "completions are cut for training), or raise max_positions"
+                    )
+
+    def _where(self, record: Any) -> str:
+        """``pool:line`` of ``record`` (read again: only an error needs it)."""
+        _, records = iter_pool(self.pool_path, with_lines=True)
+        for lineno, r in records:
+            if r.prompt_id == record.prompt_id and r.index == record.index:
+                return f"{self.pool_path}:{lineno}"
+        return str(self.pool_path)
 
     def attach(self, batch: PromptBatch) -> None:
         mine = [self._pool.get(e.id, [])[: self.num] for e in batch.examples]
@@ -207,6 +245,8 @@ class ExternalPool(RolloutSource):
         ext = [(g, r.completion) for g, recs in enumerate(mine) for r in recs]
         if not ext:
             return None
+        if not self._fits_checked:
+            self.check_fits(policy, dm)
         n_tok = [policy.count_tokens(t) for _, t in ext]
         width = max(self.min_width, min(max(n_tok) + 1, self.max_external_len + 1))
         # (E, width)

@@ -26,9 +26,10 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rl.atomic import atomic_write_text
+from lit_rl.errors import ConfigError, FieldError
 from lit_rl.rng import seed_for
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
-from lit_rl.tasks.base import Example, Task
+from lit_rl.tasks.base import Example, Task, check_prompt_set
 from lit_rl.tasks.rewards import completion_id_lists
 from lit_rl.runs import run_dir
 
@@ -88,6 +89,24 @@ class PromptStreamDataModule(L.LightningDataModule):
     #: the training rows' sources, in order (:mod:`datamodules.sources`); set by subclasses
     sources: list[Any] = []
 
+    @staticmethod
+    def check_args(prompts_per_batch: int = 8, max_prompt_len: int | None = 1024, eval_size: int | None = 128,
+                   eval_batch_size: int = 32, num_train_prompts: int | None = None) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        if prompts_per_batch < 1:
+            raise FieldError("prompts_per_batch", f"must be >= 1, got {prompts_per_batch}")
+        if eval_batch_size < 1:
+            raise FieldError("eval_batch_size", f"must be >= 1, got {eval_batch_size}")
+        # a negative N would silently drop the last |N| prompts (list[:N]); 0 would leave none
+        if eval_size is not None and eval_size < 1:
+            raise FieldError("eval_size", f"must be >= 1 or null (all), got {eval_size}: the evaluation set would "
+                             "be empty")
+        if num_train_prompts is not None and num_train_prompts < 1:
+            raise FieldError("num_train_prompts", f"must be >= 1 or null (all), got {num_train_prompts}: the "
+                             "training set would be empty")
+        if max_prompt_len is not None and max_prompt_len < 1:
+            raise FieldError("max_prompt_len", f"must be >= 1 or null (no cut), got {max_prompt_len}")
+
     def __init__(
         self,
         task: Task,
@@ -100,17 +119,9 @@ class PromptStreamDataModule(L.LightningDataModule):
         output_dir: str | None = None,
     ) -> None:
         super().__init__()
-        if prompts_per_batch < 1:
-            raise ValueError(f"data.prompts_per_batch must be >= 1, got {prompts_per_batch}")
-        if eval_batch_size < 1:
-            raise ValueError(f"data.eval_batch_size must be >= 1, got {eval_batch_size}")
-        # a negative N would silently drop the last |N| prompts (list[:N]); 0 would leave none
-        if eval_size is not None and eval_size < 1:
-            raise ValueError(f"data.eval_size must be >= 1 or null (all), got {eval_size}")
-        if num_train_prompts is not None and num_train_prompts < 1:
-            raise ValueError(f"data.num_train_prompts must be >= 1 or null (all), got {num_train_prompts}")
-        if max_prompt_len is not None and max_prompt_len < 1:
-            raise ValueError(f"data.max_prompt_len must be >= 1 or null (no cut), got {max_prompt_len}")
+        PromptStreamDataModule.check_args(prompts_per_batch=prompts_per_batch, max_prompt_len=max_prompt_len,
+                                          eval_size=eval_size, eval_batch_size=eval_batch_size,
+                                          num_train_prompts=num_train_prompts)
         self.task = task
         self.prompts_per_batch = prompts_per_batch
         self.max_prompt_len = max_prompt_len
@@ -124,6 +135,9 @@ class PromptStreamDataModule(L.LightningDataModule):
         self._eval: list[Example] | None = None
         self._orders: dict[int, list[int]] = {}
         self.last_stats: dict[str, float] = {}
+        self.prompts_truncated = 0  # prompts cut to max_prompt_len in this process (training and evaluation)
+        self._cut_in_last_encode = 0
+        self._warned_truncation = False
 
     # -- data ----------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -138,6 +152,10 @@ class PromptStreamDataModule(L.LightningDataModule):
             for source in self.sources:
                 source.setup(self)
             self._sources_ready = True
+            try:
+                check_prompt_set(self.train_examples, self.prompts_per_batch, self._world()[1])
+            except FieldError as e:
+                raise ConfigError(f"data.{e.field}: {e.problem} (task {self.task.name!r})") from None
         if self._eval is None:
             ev = self.task.eval_examples()
             self._eval = ev[: self.eval_size] if self.eval_size is not None else ev
@@ -264,8 +282,9 @@ class PromptStreamDataModule(L.LightningDataModule):
         policy = getattr(module, "policy", module)
         device = next(policy.parameters()).device
         examples = batch.examples
-        prompt_ids, prompt_mask = policy.encode_prompts([self.task.messages(e) for e in examples], self.max_prompt_len)
+        prompt_ids, prompt_mask = self.encode_prompts(policy, examples)
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)  # (B_p, P)
+        cut = self._cut_in_last_encode
         parts = [r for src in self.sources if (r := src.rows(batch, policy, prompt_ids, prompt_mask, self)) is not None]
         if not parts:
             raise RuntimeError(f"data: no rollouts for batch {batch.step} "
@@ -286,7 +305,9 @@ class PromptStreamDataModule(L.LightningDataModule):
         pos = torch.arange(width, device=device)[None, :]  # (1, L)
         ids = completion_id_lists(completion, lengths) if self.task.extra_reward_funcs else None
         scores = self.task.total_rewards(texts, [examples[g] for g in grp.tolist()], completion_ids=ids)
-        self.last_stats = {k: v for p in parts for k, v in p.stats.items()} | scores.metrics() | self.extra_stats()
+        self.last_stats = ({k: v for p in parts for k, v in p.stats.items()} | scores.metrics() | self.extra_stats()
+                           | {"train/prompts_truncated": float(cut),
+                              "train/prompts_truncated_total": float(self.prompts_truncated)})
         return RolloutBatch(
             input_ids=torch.cat([prompt_ids[grp], completion], dim=1),  # (N, P+L)
             attention_mask=torch.cat([prompt_mask[grp], (pos < gen_width[:, None]).to(prompt_mask.dtype)], dim=1),
@@ -301,6 +322,26 @@ class PromptStreamDataModule(L.LightningDataModule):
             hit_limit=torch.tensor([h for p in parts for h in p.hit_limit], dtype=torch.bool, device=device),
             gen_width=gen_width,
         )
+
+    def encode_prompts(self, policy: Any, examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompts of ``examples`` encoded by ``policy`` (``(ids (B, P), mask (B, P))``, on the CPU), cut to
+        their last ``max_prompt_len`` tokens. Cut prompts are counted (``prompts_truncated``, the
+        ``train/prompts_truncated`` metrics) and the first one of the run is a warning."""
+        cut: list[int] = []
+        out = policy.encode_prompts([self.task.messages(e) for e in examples], self.max_prompt_len, truncated=cut)
+        self._cut_in_last_encode = len(cut)
+        self.prompts_truncated += len(cut)
+        if cut and not self._warned_truncation:
+            from lightning.pytorch.utilities import rank_zero_warn
+
+            self._warned_truncation = True
+            rank_zero_warn(
+                f"data.max_prompt_len = {self.max_prompt_len}: prompt {examples[cut[0]].id!r} and {len(cut) - 1} "
+                f"other(s) of this batch are longer and keep only their last {self.max_prompt_len} tokens (the "
+                "start of the prompt, e.g. the instructions, is lost); raise max_prompt_len. Shown once per run; "
+                "train/prompts_truncated counts them per batch"
+            )
+        return out
 
     def extra_stats(self) -> dict[str, float]:
         """The DataModule's own per-batch metrics next to the sources' (subclasses; e.g. data profiling)."""

@@ -66,11 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     from lit_rl.models.remote_compat import RemoteCodeError
-    from lit_rl.errors import CheckpointError, ConfigError
+    from lit_rl.errors import CheckpointError, ConfigError, FieldError, RewardError
 
     try:
         run_lightning_cli(None if from_command_line else argv)
-    except (RemoteCodeError, ConfigError, CheckpointError) as e:
+    except (RemoteCodeError, ConfigError, CheckpointError, FieldError, RewardError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "ConfigError", "FieldError"]
+__all__ = ["CheckpointError", "ConfigError", "FieldError", "RewardError"]
 
 
 class ConfigError(ValueError):
@@ -25,3 +25,9 @@ class FieldError(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
         self.field, self.problem = field, problem
+
+
+class RewardError(ValueError):
+    """A reward function's output that cannot be a reward (not a list of one number per completion, a string, an
+    infinite value); the one-line message names the function, and the row and its prompt id
+    (:func:`lit_rl.tasks.rewards.check_reward_output`)."""

@@ -21,12 +21,12 @@ def user_facing_cause(err: BaseException) -> BaseException | None:
     """The first error in ``err``'s cause/context chain that lit_rl raised for the user to read
     (jsonargparse wraps a class's constructor error in "Does not validate against any of the Union subtypes")."""
     from lit_rl.models.remote_compat import RemoteCodeError
-    from lit_rl.errors import ConfigError
+    from lit_rl.errors import ConfigError, FieldError
 
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, (RemoteCodeError, ConfigError)):
+        if isinstance(err, (RemoteCodeError, ConfigError, FieldError)):
             return err
         err = err.__cause__ or err.__context__
     return None
@@ -98,7 +98,14 @@ class LitRLCLI(LightningCLI):
         """``predict`` writes the completions (:class:`callbacks.predictions.PredictionWriter`) unless the
         config already has a prediction writer; ``fit`` records the run in its checkpoints
         (:class:`callbacks.run_record.RunRecord`) unless the config already does."""
+        from lit_rl.config.trainer_rules import check_trainer_args
+        from lit_rl.errors import ConfigError, FieldError
+
         trainer = super().instantiate_trainer(**kwargs)
+        try:
+            check_trainer_args(val_check_interval=trainer.val_check_interval)
+        except FieldError as e:
+            raise ConfigError(f"trainer.{e.field}: {e.problem}") from None
         resolve_checkpoint_dirs(trainer)
         if self.subcommand == "fit":
             from callbacks.run_record import RunRecord

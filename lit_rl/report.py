@@ -454,19 +454,51 @@ def main(argv: list[str] | None = None) -> int:
         tags[k] = v
     spec = ReportSpec(curves=a.curves, table_metrics=a.table_metrics, pareto_x=a.pareto_x, pareto_y=a.pareto_y,
                       minimize=a.minimize, label=a.label)
-    runs = load_runs(a.tracking_uri, a.experiment, tags, a.study, a.filter, a.run_id, a.label)
-    if not runs:
-        print("no runs matched", file=sys.stderr)
-        return 1
-    out = Path(a.out)
-    drawn = build_report(runs, out, spec, a.title)
-    for name, what in drawn.items():
-        print(f"{out / name}: {what}")
-    if not a.no_log:
-        run_id = log_report(a.tracking_uri, out, a.log_experiment or (a.experiment[0] if a.experiment else None),
-                            a.log_run_id)
-        print(f"logged to MLflow run {run_id} (artifacts report/)")
+    problem = store_problem(a.tracking_uri)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:  # a wrong selector or a broken store is one line (exit 2), not a traceback
+        runs = load_runs(a.tracking_uri, a.experiment, tags, a.study, a.filter, a.run_id, a.label)
+        if not runs:
+            print("no runs matched", file=sys.stderr)
+            return 1
+        out = Path(a.out)
+        drawn = build_report(runs, out, spec, a.title)
+        for name, what in drawn.items():
+            print(f"{out / name}: {what}")
+        if not a.no_log:
+            run_id = log_report(a.tracking_uri, out, a.log_experiment or (a.experiment[0] if a.experiment else None),
+                                a.log_run_id)
+            print(f"logged to MLflow run {run_id} (artifacts report/)")
+    except Exception as e:  # noqa: BLE001 - MLflow / SQLAlchemy / OS errors of the store, a selector that matches no experiment
+        if not _store_error(e):
+            raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        print(f"error: MLflow store {a.tracking_uri}: {first}", file=sys.stderr)
+        return 2
     return 0
+
+
+def store_problem(uri: str) -> str | None:
+    """Why ``report`` cannot read the store ``uri`` (``None`` if it looks readable). A missing sqlite file is an
+    error, not an empty store: MLflow would create the database there."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    db = Path(uri[len("sqlite:///"):])
+    if not db.is_file():
+        return f"no MLflow store at {db} (--tracking_uri {uri}): nothing to report (the runs' config names its store)"
+    with open(db, "rb") as fh:
+        head = fh.read(16)
+    if head != b"SQLite format 3\x00" and (head or db.stat().st_size):
+        return f"{db} is not an SQLite database (--tracking_uri {uri})"
+    return None
+
+
+def _store_error(e: BaseException) -> bool:
+    """Whether ``e`` is the store's or the selection's fault (printed as one line) rather than lit_rl's."""
+    names = {c.__module__.split(".")[0] for c in type(e).__mro__}
+    return isinstance(e, (ValueError, OSError)) or bool(names & {"mlflow", "sqlalchemy", "sqlite3"})
 
 
 if __name__ == "__main__":

@@ -138,6 +138,7 @@ def score_files(
     reward_sum = 0.0
     for p in paths:
         path = Path(p)
+        n_before = n
         for where, rec, completion in _records(path):
             if "question" not in rec or "ground_truth" not in rec:
                 raise InputError(f"{where}: needs 'question' and 'ground_truth'")
@@ -157,6 +158,8 @@ def score_files(
                     "where": where, "id": example.id, "extracted": task.extract(completion, example, parser=parser),
                     "correct": score.correct, "total": score.total, "reward": reward,
                 })
+        if n == n_before:  # an accuracy of 0.0 over nothing would pass for a result
+            raise InputError(f"{path}: no generations in the file (empty): nothing to score")
     return {
         "task": task.name,
         "parser": parser,

@@ -32,6 +32,8 @@ from lit_rl.algorithms.processors import Processor
 from lit_rl.algorithms.rl_module import NonFiniteUpdateError, RLModule
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.advantages import frac_reward_zero_std
+from lit_rl.errors import ConfigError, FieldError
+from lit_rl.generation.settings import check_block_multiple
 from lit_rl.models.policy import DiffusionPolicy
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
 
@@ -119,6 +121,17 @@ class ERILSModule(RLModule):
         )
         self.advantages = self_advantages
         self.surrogate = spg.surrogate
+
+    def setup(self, stage: str) -> None:
+        """Before anything trains: the surrogate's blocks must tile the training decode
+        (:func:`~lit_rl.generation.settings.check_block_multiple`, the rule the config preflight applies)."""
+        gen = getattr(getattr(self.trainer, "datamodule", None), "generation", None)
+        if stage == "fit" and isinstance(self.loss_fn, SPGLoss) and isinstance(getattr(gen, "gen_length", None), int):
+            try:
+                check_block_multiple(gen.gen_length, self.loss_fn.surrogate.block_length, "block_length",
+                                     "the surrogate's ")
+            except FieldError as e:
+                raise ConfigError(f"model.surrogate.{e.field}: {e.problem} (data.generation.gen_length)") from None
 
     def batch_metrics(self, ro: RolloutBatch, batch: PromptBatch) -> dict[str, float]:
         return source_metrics(ro)

@@ -44,6 +44,7 @@ from torch.distributed.tensor import DTensor
 from lit_rl import rng
 from lit_rl.algorithms.losses import Loss
 from lit_rl.algorithms.processors import Processor, run_processors
+from lit_rl.errors import FieldError
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 
 __all__ = ["NonFiniteUpdateError", "RLModule"]
@@ -79,6 +80,19 @@ class RLModule(L.LightningModule):
         loss_fn: the loss (:mod:`lit_rl.algorithms.losses`).
     """
 
+    @staticmethod
+    def check_args(updates_per_batch: int = 1, micro_batch_size: int | None = None, grad_clip: float | None = 1.0,
+                   max_consecutive_skips: int = 10) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        if updates_per_batch < 1:
+            raise FieldError("updates_per_batch", f"must be >= 1, got {updates_per_batch}")
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise FieldError("micro_batch_size", f"must be >= 1 or null, got {micro_batch_size}")
+        if grad_clip is not None and not grad_clip > 0:
+            raise FieldError("grad_clip", f"must be > 0 or null (no clipping), got {grad_clip}")
+        if max_consecutive_skips < 1:
+            raise FieldError("max_consecutive_skips", f"must be >= 1, got {max_consecutive_skips}")
+
     def __init__(
         self,
         policy: torch.nn.Module,
@@ -93,12 +107,8 @@ class RLModule(L.LightningModule):
         loss_fn: Loss | None = None,
     ) -> None:
         super().__init__()
-        if updates_per_batch < 1:
-            raise ValueError(f"model.updates_per_batch must be >= 1, got {updates_per_batch}")
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(f"model.micro_batch_size must be >= 1 or null, got {micro_batch_size}")
-        if max_consecutive_skips < 1:
-            raise ValueError(f"model.max_consecutive_skips must be >= 1, got {max_consecutive_skips}")
+        RLModule.check_args(updates_per_batch=updates_per_batch, micro_batch_size=micro_batch_size,
+                            grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips)
         self.automatic_optimization = False
         self.policy = policy
         self.optimizer_factory = optimizer

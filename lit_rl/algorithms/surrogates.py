@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import torch
 
 from lit_rl import rng
+from lit_rl.errors import FieldError
 from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 from lit_rl.core.masks import (
     BLOCK_CHOICES,
@@ -77,6 +78,44 @@ class SPGSurrogate:
             row's completion length (``weighting: length``) still counts the kept prefix in both modes.
     """
 
+    @staticmethod
+    def check_args(
+        beta: float = 1.0,
+        num_t: int = 2,
+        mode: str = "mix",
+        w: float = 0.5,
+        block_length: int = 32,
+        block_choice: BlockChoice | str = "spg",
+        external_rule: str = "count",
+        micro_batch_size: int | None = None,
+        weighting: str = "length",
+        continuation_masks: str = "whole",
+    ) -> None:
+        """The constructor's argument rules, one :class:`~lit_rl.errors.FieldError` each (the config preflight
+        calls this too, :mod:`lit_rl.config.classes`)."""
+        if mode not in ("mix", "eubo", "elbo"):
+            raise FieldError("mode", f"must be 'mix', 'eubo' or 'elbo', got {mode!r}")
+        if not beta > 0:
+            raise FieldError("beta", f"must be > 0, got {beta}")
+        if num_t < 1:
+            raise FieldError("num_t", f"must be >= 1, got {num_t}")
+        if not 0.0 <= w <= 1.0:
+            raise FieldError("w", f"must be in [0, 1], got {w}")
+        if block_length < 1:
+            raise FieldError("block_length", f"must be >= 1, got {block_length}")
+        # a dotted string is a callable's import path (jsonargparse imports it)
+        if isinstance(block_choice, str) and block_choice not in BLOCK_CHOICES and "." not in block_choice:
+            raise FieldError("block_choice",
+                             f"must be one of {sorted(BLOCK_CHOICES)} or a callable, got {block_choice!r}")
+        if external_rule not in ("count", "bernoulli"):
+            raise FieldError("external_rule", f"must be 'count' or 'bernoulli', got {external_rule!r}")
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise FieldError("micro_batch_size", f"must be >= 1 or None, got {micro_batch_size}")
+        if weighting not in ("length", "rollout"):
+            raise FieldError("weighting", f"must be 'length' or 'rollout', got {weighting!r}")
+        if continuation_masks not in ("whole", "tail"):
+            raise FieldError("continuation_masks", f"must be 'whole' or 'tail', got {continuation_masks!r}")
+
     def __init__(
         self,
         beta: float = 1.0,
@@ -93,24 +132,10 @@ class SPGSurrogate:
         weighting: str = "length",
         continuation_masks: str = "whole",
     ) -> None:
-        if mode not in ("mix", "eubo", "elbo"):
-            raise ValueError(f"mode must be 'mix', 'eubo' or 'elbo', got {mode!r}")
-        if beta <= 0:
-            raise ValueError(f"beta must be > 0, got {beta}")
-        if num_t < 1:
-            raise ValueError(f"num_t must be >= 1, got {num_t}")
-        if not 0.0 <= w <= 1.0:
-            raise ValueError(f"w must be in [0, 1], got {w}")
-        if isinstance(block_choice, str) and block_choice not in BLOCK_CHOICES:
-            raise ValueError(f"block_choice must be one of {sorted(BLOCK_CHOICES)} or a callable, got {block_choice!r}")
-        if external_rule not in ("count", "bernoulli"):
-            raise ValueError(f"external_rule must be 'count' or 'bernoulli', got {external_rule!r}")
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be >= 1 or None, got {micro_batch_size}")
-        if weighting not in ("length", "rollout"):
-            raise ValueError(f"weighting must be 'length' or 'rollout', got {weighting!r}")
-        if continuation_masks not in ("whole", "tail"):
-            raise ValueError(f"continuation_masks must be 'whole' or 'tail', got {continuation_masks!r}")
+        SPGSurrogate.check_args(beta=beta, num_t=num_t, mode=mode, w=w, block_length=block_length,
+                                block_choice=block_choice, external_rule=external_rule,
+                                micro_batch_size=micro_batch_size, weighting=weighting,
+                                continuation_masks=continuation_masks)
         self.weighting = weighting
         self.continuation_masks = continuation_masks
         self.beta = beta

@@ -59,7 +59,13 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, str]]:
 
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found (--config)")
-    text = path.read_text(encoding="utf-8")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        byte = raw[e.start]
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x}); save the file as UTF-8") from None
     try:
         loader = yaml.SafeLoader(text)
         try:
@@ -87,8 +93,9 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, str]]:
 
     if node is not None:
         walk(node, ())
-    if data is None:
-        data = {}
+    if node is None or data is None:
+        raise ConfigError(f"{path}:1: the config file is empty (only comments or blank lines); give it keys or "
+                          "leave out its --config")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}:1: expected a mapping at the top level, got {type(data).__name__}")
     return data, where

@@ -12,16 +12,16 @@ the field, and for data files the data file and line.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import types
-import typing
 from pathlib import Path
 from typing import Any, Sequence
 
+from lit_rl.config.classes import check_shapes, walk_classes, walk_settings
 from lit_rl.config.lines import ConfigView, fail, parse_command_line
 import lit_rl.config.signatures as sig
+from lit_rl.config.trainer_rules import check_trainer_args
 from lit_rl.errors import ConfigError, FieldError
+from lit_rl.tasks.base import check_prompt_set
 from lit_rl.tracking import tracking_uri_problem
 
 __all__ = ["ConfigError", "preflight"]
@@ -34,47 +34,6 @@ _TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_pat
              "weights_only", "verbose", "return_predictions"}
 #: init args that name an input file that must exist
 _INPUT_PATHS = {"pool_path", "train_path", "eval_path", "test_csv", "data_path"}
-
-
-def _check_class(cfg: ConfigView, path: tuple, node: dict) -> None:
-    cp = node.get("class_path")
-    if not isinstance(cp, str):
-        raise fail(cfg, path + ("class_path",), f"expected a dotted class path, got {cp!r}")
-    if "." not in cp:
-        return  # a short name that jsonargparse resolves among the subclasses
-    try:
-        cls = sig.import_class(cp)
-    except (ImportError, AttributeError, ValueError) as e:
-        what = "unknown task" if "task" in path else "cannot import"
-        raise fail(cfg, path + ("class_path",), f"{what} {cp!r} ({type(e).__name__}: {e})") from None
-    args = node.get("init_args") or {}
-    if not isinstance(args, dict):
-        raise fail(cfg, path + ("init_args",), f"expected a mapping, got {type(args).__name__}")
-    params, hints, open_kwargs = sig.params(cls)
-    for k, v in args.items():
-        if k not in params:
-            if open_kwargs:
-                continue
-            close = [p for p in params if p.lower().startswith(str(k).lower()[:4])] or sorted(params)
-            raise fail(cfg, path + ("init_args", k), f"unknown key for {cp} (accepted: {', '.join(close)})")
-        if k in hints:
-            problem = sig.type_problem(hints[k], v)
-            if problem:
-                raise fail(cfg, path + ("init_args", k), problem)
-
-
-def _walk_classes(cfg: ConfigView, node: Any, path: tuple) -> None:
-    if isinstance(node, dict):
-        if "class_path" in node:
-            _check_class(cfg, path, node)
-            for k, v in (node.get("init_args") or {}).items() if isinstance(node.get("init_args"), dict) else ():
-                _walk_classes(cfg, v, path + ("init_args", k))
-        else:
-            for k, v in node.items():
-                _walk_classes(cfg, v, path + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            _walk_classes(cfg, v, path + (i,))
 
 
 def _check_keys(cfg: ConfigView) -> None:
@@ -93,71 +52,15 @@ def _check_keys(cfg: ConfigView) -> None:
                 problem = sig.type_problem(hints[k], v)
                 if problem:
                     raise fail(cfg, ("trainer", k), problem)
-    _walk_classes(cfg, cfg.data, ())
+        try:
+            check_trainer_args(**{k: trainer[k] for k in ("val_check_interval",) if k in trainer})
+        except FieldError as e:
+            raise fail(cfg, ("trainer", e.field), e.problem) from None
+    walk_classes(cfg, cfg.data, ())
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _unwrap_optional(hint: Any) -> Any:
-    """``X | None`` / ``Optional[X]`` -> ``X``; other hints unchanged."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
-        return args[0]
-    return hint
-
-
-def _dataclass_in(hint: Any) -> type | None:
-    """The dataclass a type hint names (``X``, ``X | None``, ``Optional[X]``), else ``None``."""
-    hint = _unwrap_optional(hint)
-    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
-
-
-def _build_settings(cfg: ConfigView, path: tuple, hint: Any, value: Any) -> Any:
-    """Build a settings dataclass (and the ones nested in it, and in lists of them) from its YAML mapping, so
-    its own ``__post_init__`` rules run here; a :class:`~lit_rl.errors.FieldError` is reported at the
-    argument's file:line. Anything that is not such a mapping is returned unchanged (the key checks, which
-    run next, report unknown keys and wrong types)."""
-    hint = _unwrap_optional(hint)
-    if typing.get_origin(hint) is list and isinstance(value, list):
-        (item,) = typing.get_args(hint) or (Any,)
-        return [_build_settings(cfg, path + (i,), item, v) for i, v in enumerate(value)]
-    dc = _dataclass_in(hint)
-    if dc is None or not isinstance(value, dict):
-        return value
-    try:
-        hints = typing.get_type_hints(dc)
-    except Exception:  # noqa: BLE001 - an unresolvable annotation: leave the check to the run
-        return value
-    if any(k not in hints for k in value):
-        return value
-    kwargs = {k: _build_settings(cfg, path + (k,), hints[k], v) for k, v in value.items()}
-    try:
-        return dc(**kwargs)
-    except FieldError as e:
-        raise fail(cfg, path + tuple(e.field.split(".")), e.problem) from None
-    except (TypeError, ValueError) as e:
-        raise fail(cfg, path, str(e)) from None
-
-
-def _walk_settings(cfg: ConfigView, node: Any, path: tuple) -> None:
-    """Every ``class_path`` node's settings arguments through :func:`_build_settings`."""
-    if isinstance(node, dict):
-        if isinstance(node.get("class_path"), str) and "." in node["class_path"]:
-            try:
-                _, hints, _ = sig.params(sig.import_class(node["class_path"]))
-            except Exception:  # noqa: BLE001 - reported by the key checks
-                hints = {}
-            args = node.get("init_args") if isinstance(node.get("init_args"), dict) else {}
-            for k, v in args.items():
-                if k in hints:
-                    _build_settings(cfg, path + ("init_args", k), hints[k], v)
-        for k, v in node.items():
-            _walk_settings(cfg, v, path + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            _walk_settings(cfg, v, path + (i,))
 
 
 def _init_args(cfg: ConfigView, key: str) -> tuple[tuple, dict]:
@@ -187,55 +90,27 @@ def _default(cls: Any, name: str, fallback: Any = None) -> Any:
 
 
 def _check_semantics(cfg: ConfigView) -> None:
-    _walk_settings(cfg, cfg.data, ())
+    walk_settings(cfg, cfg.data, ())
     mpath, margs = _init_args(cfg, "model")
     dpath, dargs = _init_args(cfg, "data")
     mcls, dcls = _class_of(cfg, "model"), _class_of(cfg, "data")
-    # rollout groups: G_on + G_ext (= G where configured)
+    # the model's G against the data's G_on + G_ext (each class's own rules: RolloutDataModule.check_args)
     dparams = sig.params(dcls)[0] if dcls is not None else {}
-    if "g_on" in dparams or "g_on" in dargs or "g_ext" in dargs:
-        # a sources list (datamodules.sources) says the group itself: the legacy G_on / G_ext rules do not apply
-        legacy = not dargs.get("sources")
-        g_on = dargs.get("g_on", _default(dcls, "g_on", 0)) if legacy else None
-        g_ext = dargs.get("g_ext", _default(dcls, "g_ext", 0)) if legacy else None
-        if _is_int(g_on) and _is_int(g_ext):
-            for name, v in (("g_on", g_on), ("g_ext", g_ext)):
-                if v < 0:
-                    raise fail(cfg, dpath + (name,), f"must be >= 0, got {v}")
-            if g_on + g_ext == 0:
-                raise fail(cfg, dpath + ("g_on",), "g_on + g_ext = 0: a rollout group needs at least one completion")
+    if ("g_on" in dparams or "g_on" in dargs or "g_ext" in dargs) and not dargs.get("sources"):
+        g_on = dargs.get("g_on", _default(dcls, "g_on", 0))
+        g_ext = dargs.get("g_ext", _default(dcls, "g_ext", 0))
+        if _is_int(g_on) and _is_int(g_ext) and g_on >= 0 and g_ext >= 0:
             for gkey in ("group_size", "G", "num_generations"):
-                for ppath, pargs in ((dpath, dargs), (mpath, margs)):
-                    G = pargs.get(gkey)
-                    if _is_int(G) and G != g_on + g_ext:
-                        raise fail(
-                            cfg, ppath + (gkey,),
-                            f"G = {G} but g_on + g_ext = {g_on} + {g_ext} = {g_on + g_ext} "
-                            f"(g_on at {cfg.loc(dpath + ('g_on',))}, g_ext at {cfg.loc(dpath + ('g_ext',))})",
-                        )
-            if g_ext > 0 and not dargs.get("pool_path", _default(dcls, "pool_path")):
-                raise fail(cfg, dpath + ("pool_path",),
-                           f"required when g_ext > 0 (g_ext = {g_ext} at {cfg.loc(dpath + ('g_ext',))})")
-        ppb = dargs.get("prompts_per_batch")
-        if _is_int(ppb) and ppb < 1:
-            raise fail(cfg, dpath + ("prompts_per_batch",), f"must be >= 1, got {ppb}")
-        es = dargs.get("eval_size", "unset")
-        if _is_int(es) and es < 1:
-            raise fail(cfg, dpath + ("eval_size",),
-                       f"must be >= 1 or null (all), got {es}: the evaluation set would be empty")
-        ntp = dargs.get("num_train_prompts")
-        if _is_int(ntp) and ntp < 1:
-            raise fail(cfg, dpath + ("num_train_prompts",),
-                       f"must be >= 1 or null (all), got {ntp}: the training set would be empty")
-        for key in ("eval_batch_size", "max_prompt_len"):
-            v = dargs.get(key)
-            if _is_int(v) and v < 1:
-                raise fail(cfg, dpath + (key,), f"must be >= 1, got {v}")
+                G = margs.get(gkey)
+                if _is_int(G) and G != g_on + g_ext:
+                    raise fail(
+                        cfg, mpath + (gkey,),
+                        f"G = {G} but g_on + g_ext = {g_on} + {g_ext} = {g_on + g_ext} "
+                        f"(g_on at {cfg.loc(dpath + ('g_on',))}, g_ext at {cfg.loc(dpath + ('g_ext',))})",
+                    )
     # optimizer updates per rollout batch vs max_steps
     mu = margs.get("updates_per_batch", _default(mcls, "updates_per_batch", 1))
-    if _is_int(mu):
-        if mu < 1:
-            raise fail(cfg, mpath + ("updates_per_batch",), f"must be >= 1, got {mu}")
+    if _is_int(mu) and mu >= 1:  # mu < 1: RLModule.check_args
         max_steps = cfg.get(("trainer", "max_steps"))
         if _is_int(max_steps) and max_steps != -1:
             if max_steps < 1:
@@ -247,9 +122,6 @@ def _check_semantics(cfg: ConfigView) -> None:
                     f"({cfg.loc(mpath + ('updates_per_batch',))}): the last rollout batch would overshoot to "
                     f"{-(-max_steps // mu) * mu}",
                 )
-    mcs = margs.get("max_consecutive_skips")
-    if _is_int(mcs) and mcs < 1:
-        raise fail(cfg, mpath + ("max_consecutive_skips",), f"must be >= 1, got {mcs}")
     # prompt + completion must fit the tiny model's positions
     policy = margs.get("policy")
     if isinstance(policy, dict) and isinstance(policy.get("class_path"), str):
@@ -270,9 +142,38 @@ def _check_semantics(cfg: ConfigView) -> None:
                         f"max_prompt_len + L_gen = {max_prompt} + {L} = {max_prompt + L} exceeds the policy's "
                         f"max_positions = {max_pos} ({cfg.loc(mpath + ('policy', 'init_args', 'max_positions'))})",
                     )
+    _check_surrogate_blocks(cfg, mpath, margs, dpath, dargs)
     threads = cfg.data.get("threads")
     if _is_int(threads) and threads < 1:
         raise fail(cfg, ("threads",), f"must be >= 1 or null, got {threads}")
+
+
+def _check_surrogate_blocks(cfg: ConfigView, mpath: tuple, margs: dict, dpath: tuple, dargs: dict) -> None:
+    """The SPG surrogate's block_length against the training decode's L_gen: the rule of
+    :func:`~lit_rl.generation.settings.check_block_multiple` (``ERILSModule.setup`` applies it at run time)."""
+    from lit_rl.generation.settings import DecodeSettings, check_block_multiple
+
+    sur = margs.get("surrogate")
+    mcls = _class_of(cfg, "model")
+    if margs.get("loss_fn") is not None or mcls is None or "surrogate" not in sig.params(mcls)[0]:
+        return  # no SPG surrogate scores this run
+    sargs = sur.get("init_args") if isinstance(sur, dict) and isinstance(sur.get("init_args"), dict) else {}
+    cp = sur.get("class_path") if isinstance(sur, dict) else None
+    try:
+        surrogate_cls = sig.import_class(cp) if isinstance(cp, str) and "." in cp else None
+    except Exception:  # noqa: BLE001 - reported by the key checks
+        return
+    B = sargs.get("block_length", _default(surrogate_cls, "block_length", 32))  # None: ERILSModule's SPGSurrogate()
+    gen = dargs.get("generation")
+    L = gen.get("gen_length", DecodeSettings.gen_length) if isinstance(gen, dict) else None
+    if not (_is_int(B) and B >= 1 and _is_int(L)):
+        return
+    try:
+        check_block_multiple(L, B, "block_length", "the surrogate's ")
+    except FieldError as e:
+        raise fail(cfg, mpath + ("surrogate", "init_args", "block_length"),
+                   f"{e.problem} (data.init_args.generation.gen_length at "
+                   f"{cfg.loc(dpath + ('generation', 'gen_length'))})") from None
 
 
 def _check_task_and_pool(cfg: ConfigView) -> None:
@@ -324,6 +225,13 @@ def _check_task_and_pool(cfg: ConfigView) -> None:
         if not any(e.id in by_prompt for e in use):
             raise fail(cfg, dpath + ("pool_path",), f"{pool}: no training prompt has g_ext = {g_ext} usable external "
                        "rollouts: the training set would be empty")
+        use = [e for e in use if e.id in by_prompt]
+    ppb = dargs.get("prompts_per_batch", _default(dcls, "prompts_per_batch", 1))
+    devices = cfg.get(("trainer", "devices"))
+    try:
+        check_prompt_set(use, ppb if _is_int(ppb) and ppb >= 1 else 1, devices if _is_int(devices) else 1)
+    except FieldError as e:
+        raise fail(cfg, tpath if e.field == "task" else dpath + (e.field,), e.problem) from None
 
 
 def _check_mlflow(cfg: ConfigView) -> None:
@@ -348,18 +256,23 @@ def _check_ckpt(cfg: ConfigView) -> None:
         raise fail(cfg, ("ckpt_path",), f"checkpoint file not found: {ck}")
 
 
-def preflight(argv: Sequence[str]) -> None:
+def preflight(argv: Sequence[str], data: bool = True) -> ConfigView | None:
     """Check a ``fit``/``validate``/``test`` command line; raise :class:`ConfigError` on the first problem.
 
     Runs in seconds, before any model, logger or trainer is built (the pool file and the task's dataset
-    are read once). Command lines it does not understand are left to LightningCLI.
+    are read once; ``data=False`` leaves out those reads and the MLflow store, for checking many variants of one
+    config, as the sweeps do). Returns the merged config, or ``None`` for a command line it does not understand
+    (left to LightningCLI).
     """
     parsed = parse_command_line(argv)
     if parsed is None:
-        return
+        return None
     _sub, cfg = parsed
+    check_shapes(cfg)
     _check_semantics(cfg)
     _check_keys(cfg)
     _check_ckpt(cfg)
-    _check_mlflow(cfg)
-    _check_task_and_pool(cfg)
+    if data:
+        _check_mlflow(cfg)
+        _check_task_and_pool(cfg)
+    return cfg

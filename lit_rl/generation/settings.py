@@ -7,6 +7,14 @@ from dataclasses import dataclass
 from lit_rl.errors import FieldError
 
 
+def check_block_multiple(gen_length: int, block_length: int, field: str = "gen_length", whose: str = "") -> None:
+    """The one rule for blocks: ``L_gen`` is a multiple of the block length (the decoder's, in
+    :class:`DecodeSettings`; the SPG surrogate's masking blocks against the training decode's ``L_gen``, which SPG
+    asserts too). ``whose`` names the block length's owner in the message (e.g. ``"the surrogate's "``)."""
+    if gen_length % block_length:
+        raise FieldError(field, f"L_gen = {gen_length} is not a multiple of {whose}block_length = {block_length}")
+
+
 @dataclass
 class DecodeSettings:
     """Semi-autoregressive dLLM decoding (docs/decoding.md).
@@ -42,8 +50,7 @@ class DecodeSettings:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise FieldError(name, f"must be a positive integer, got {value!r}")
         L, B, S = self.gen_length, self.block_length, self.steps
-        if L % B:
-            raise FieldError("gen_length", f"L_gen = {L} is not a multiple of block_length = {B}")
+        check_block_multiple(L, B)
         if S % (L // B):
             raise FieldError(
                 "steps", f"steps = {S} is not divisible by the number of blocks L_gen/block_length = {L}/{B} = {L // B}"

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_rl.models.policy import LoraSettings, QuantizationSettings, apply_lora
+from lit_rl.models.policy import LoraSettings, QuantizationSettings, apply_lora, check_tiny_model_args
 from lit_rl.models.text import TextPolicy
 from lit_rl.models.tokenizer import build_char_tokenizer
 
@@ -178,6 +178,12 @@ class TinyCausalLM(CausalPolicy):
 
     think_end = "</reasoning>"
 
+    @staticmethod
+    def check_args(hidden_size: int = 128, num_layers: int = 4, num_heads: int = 4, intermediate_size: int = 512,
+                   max_positions: int = 512) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        check_tiny_model_args(hidden_size, num_layers, num_heads, intermediate_size, max_positions)
+
     def __init__(
         self,
         hidden_size: int = 128,
@@ -192,8 +198,8 @@ class TinyCausalLM(CausalPolicy):
         super().__init__()
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        if hidden_size % num_heads:
-            raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
+        TinyCausalLM.check_args(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                                intermediate_size=intermediate_size, max_positions=max_positions)
         self.tokenizer = build_char_tokenizer()
         config = LlamaConfig(
             vocab_size=len(self.tokenizer),

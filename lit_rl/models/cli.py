@@ -7,9 +7,11 @@ See :mod:`lit_rl.models.export`.
 
 from __future__ import annotations
 
+import sys
 
-from lit_rl.models.export import export_policy
 from lit_rl.cli_args import LitArgumentParser
+from lit_rl.errors import CheckpointError, ConfigError
+from lit_rl.models.export import export_policy
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
                     help="dtype of the exported base")
     args = ap.parse_args(argv)
-    manifest = export_policy(args.ckpt_path, args.out, merge=args.merge, config=args.config, dtype=args.dtype)
+    try:
+        manifest = export_policy(args.ckpt_path, args.out, merge=args.merge, config=args.config, dtype=args.dtype)
+    except (CheckpointError, ConfigError, FileNotFoundError) as e:  # one line, exit 2 (as the other commands)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for key in ("adapter", "merged"):
         if key in manifest:
             print(f"{key}: {manifest[key]}")

@@ -31,6 +31,7 @@ import torch
 import yaml
 
 from lit_rl.atomic import atomic_write_text
+from lit_rl.errors import CheckpointError, ConfigError
 from lit_rl.models.policy import DiffusionPolicy, PretrainedDiffusionLM
 
 
@@ -119,7 +120,11 @@ def keep_official_files(policy: DiffusionPolicy, merged_dir: Path) -> list[str]:
 
 def checkpoint_policy_state(ckpt: Path) -> dict[str, torch.Tensor]:
     """The ``policy.*`` entries of a Lightning checkpoint, prefix removed."""
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - a truncated, empty or foreign file: one line naming it
+        raise CheckpointError(f"checkpoint {ckpt} cannot be read ({type(e).__name__}: "
+                              f"{(str(e).splitlines() or [''])[0][:200]})") from None
     sd = state.get("state_dict", state)
     return {k.removeprefix("policy."): v for k, v in sd.items() if k.startswith("policy.")}
 
@@ -128,6 +133,12 @@ def export_policy(ckpt: str | Path, out: str | Path, merge: bool = False, config
                   dtype: str = "bfloat16") -> dict[str, Any]:
     """Export the policy of ``ckpt`` to ``out`` (see the module docstring); returns the manifest."""
     ckpt, out = Path(ckpt), Path(out)
+    if not ckpt.is_file():  # before the config is looked up next to it, so that the message names what is missing
+        raise CheckpointError(f"checkpoint not found: {ckpt} (--ckpt_path)" if not ckpt.exists()
+                              else f"--ckpt_path {ckpt} is a folder, not a checkpoint file")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file: export writes a folder (adapter/, merged/, export.json); "
+                          "give a new or existing folder")
     config_path = Path(config) if config else find_run_config(ckpt)
     policy_cfg = policy_config(config_path)
     policy = build_full_precision_policy(policy_cfg, dtype=dtype)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 from torch import nn
 
+from lit_rl.errors import FieldError
 from lit_rl.generation.diffusion import position_ids_from_attention_mask
 from lit_rl.models.text import TextPolicy
 from lit_rl.models.remote_compat import check_token_id, mask_token_id
@@ -204,6 +205,20 @@ class DiffusionPolicy(TextPolicy, nn.Module):
         return stack
 
 
+def check_tiny_model_args(hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
+                          max_positions: int) -> None:
+    """The sizes of a tiny transformer built from a config (:class:`TinyDiffusionLM`, ``TinyCausalLM``): each
+    positive, and ``hidden_size`` split evenly over the heads; one :class:`~lit_rl.errors.FieldError` each."""
+    sizes = {"hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
+             "intermediate_size": intermediate_size, "max_positions": max_positions}
+    for name, value in sizes.items():
+        if value < 1:
+            raise FieldError(name, f"must be >= 1, got {value}")
+    if hidden_size % num_heads:
+        raise FieldError("hidden_size", f"{hidden_size} is not divisible by num_heads = {num_heads}: each head "
+                         f"needs hidden_size / num_heads dimensions")
+
+
 class TinyDiffusionLM(DiffusionPolicy):
     """A tiny bidirectional masked LM built from a config, with the char tokenizer (offline, seconds).
 
@@ -227,6 +242,14 @@ class TinyDiffusionLM(DiffusionPolicy):
     accepts_position_ids = True
     ARCHITECTURES = ("bert", "llada")
 
+    @staticmethod
+    def check_args(hidden_size: int = 128, num_layers: int = 4, num_heads: int = 4, intermediate_size: int = 512,
+                   max_positions: int = 512, architecture: str = "bert") -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        check_tiny_model_args(hidden_size, num_layers, num_heads, intermediate_size, max_positions)
+        if architecture not in TinyDiffusionLM.ARCHITECTURES:
+            raise FieldError("architecture", f"must be one of {TinyDiffusionLM.ARCHITECTURES}, got {architecture!r}")
+
     def __init__(
         self,
         hidden_size: int = 128,
@@ -241,10 +264,9 @@ class TinyDiffusionLM(DiffusionPolicy):
         rope_theta: float = 10000.0,
     ) -> None:
         super().__init__()
-        if hidden_size % num_heads:
-            raise ValueError(f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads})")
-        if architecture not in self.ARCHITECTURES:
-            raise ValueError(f"policy.architecture must be one of {self.ARCHITECTURES}, got {architecture!r}")
+        TinyDiffusionLM.check_args(hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                                   intermediate_size=intermediate_size, max_positions=max_positions,
+                                   architecture=architecture)
         self.tokenizer = build_char_tokenizer()
         self.architecture = architecture
         with torch.random.fork_rng(devices=[]):

@@ -23,18 +23,21 @@ class TextPolicy:
     eos_id: int
     pad_id: int
 
-    def encode_prompts(self, messages: Sequence[list[dict[str, str]]],
-                       max_prompt_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_prompts(self, messages: Sequence[list[dict[str, str]]], max_prompt_len: int | None = None,
+                       truncated: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Render chat prompts and left-pad them: ``(ids (B, P), mask (B, P))``.
 
-        Prompts longer than ``max_prompt_len`` keep their last ``max_prompt_len`` tokens (as TRL does).
+        Prompts longer than ``max_prompt_len`` keep their last ``max_prompt_len`` tokens (as TRL does); the
+        index of each such prompt is appended to ``truncated`` when given (the data modules count and warn).
         """
         rows: list[list[int]] = []
-        for msgs in messages:
+        for i, msgs in enumerate(messages):
             text = self.tokenizer.apply_chat_template(list(msgs), tokenize=False, add_generation_prompt=True)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if max_prompt_len is not None and len(ids) > max_prompt_len:
                 ids = ids[-max_prompt_len:]
+                if truncated is not None:
+                    truncated.append(i)
             rows.append(ids)
         width = max(len(r) for r in rows)
         out = torch.full((len(rows), width), self.pad_id, dtype=torch.long)

@@ -50,6 +50,7 @@ from lit_rl.cli_args import LitArgumentParser
 from lit_rl.sweep.derived import DerivedRule
 from lit_rl.sweep.errors import SweepConfigError
 from lit_rl.sweep.pruning import INTERMEDIATE_KEY, PRUNED_STEP_KEY, StepPruningCallback
+from lit_rl.sweep.validate import check_against_base
 from lit_rl.sweep.runner import SweepRunner, fit_trial_with_lightning_cli, objective_from_mlflow, run_sweep, summarize
 from lit_rl.sweep.schema import Objective, SweepConfig, build_pruner
 from lit_rl.sweep.space import ParamSpec
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides[("sampler", "name")] = (args.sampler, "command line (--sampler)")
     try:  # a bad sweep file is one line naming the file, line and key (exit 2), not a traceback
         cfg = SweepConfig.from_yaml(args.config, overrides)
+        check_against_base(cfg)  # space keys, choices, derived values, the objective: before any trial trains
         runner = SweepRunner(cfg)
         runner.setup(args.n_trials)
         ran = runner.run(args.max_trials)

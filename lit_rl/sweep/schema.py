@@ -214,7 +214,9 @@ class SweepConfig:
             else:
                 node[key[-1]] = value
                 where[key] = origin
-        return cls.from_dict(raw, source=path, where=where)
+        cfg = cls.from_dict(raw, source=path, where=where)
+        cfg.source, cfg.where = str(path), where  # for the checks against the base config (lit_rl.sweep.validate)
+        return cfg
 
     # ----------------------------------------------------------------------------------------- pieces
 

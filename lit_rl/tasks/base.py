@@ -127,6 +127,26 @@ def record_fields(question: Any, extra: dict[str, Any], default_id: str) -> tupl
     return str(rid), question
 
 
+def check_prompt_set(examples: Sequence["Example"], prompts_per_batch: int, world: int = 1) -> None:
+    """The training prompts a stream draws from: ids unique (the prompt ledger, the pool and ``score --details``
+    key on them) and at least one batch of them (``prompts_per_batch`` per rank; a larger batch would hold a
+    prompt twice). Raises :class:`~lit_rl.errors.FieldError` (``task`` or ``prompts_per_batch``); called by the
+    data modules' ``setup`` and by the config preflight."""
+    from lit_rl.errors import FieldError
+
+    seen: dict[str, int] = {}
+    for i, e in enumerate(examples):
+        if e.id in seen:
+            raise FieldError("task", f"prompt id {e.id!r} is used twice in the training set (prompts {seen[e.id] + 1} "
+                             f"and {i + 1}): ids must be unique (id_column)")
+        seen[e.id] = i
+    need = prompts_per_batch * world
+    if need > len(examples):
+        ranks = f" x {world} ranks = {need}" if world > 1 else ""
+        raise FieldError("prompts_per_batch", f"{prompts_per_batch}{ranks} prompts per batch, but the training set "
+                         f"has {len(examples)}: every batch would repeat prompts; lower prompts_per_batch")
+
+
 def fill_template(template: str, **fields: Any) -> str:
     """Replace each ``{name}`` in ``template`` by ``str(fields[name])``; other braces are left alone.
 
@@ -174,6 +194,9 @@ class Task(abc.ABC):
             subclass docstring).
         system_role: send the system prompt as a ``system`` message instead of prefixing the user message
             (d1 prefixes).
+        reward_timeout: seconds one call of a ``reward_funcs`` entry may take; a call still running then counts as
+            ``None`` for its batch (adds nothing) and the first one of each function is a warning naming it
+            (``null``: wait for it). A verifier never runs model text, so a slow function is a bug to fix.
     """
 
     name: str = "task"
@@ -197,6 +220,7 @@ class Task(abc.ABC):
         question_template: str | None = None,
         system_role: bool = False,
         prompt_style: str = "d1_train",
+        reward_timeout: float | None = None,
     ) -> None:
         if self.SYSTEM_PROMPTS and prompt_style not in self.SYSTEM_PROMPTS:
             raise ValueError(f"prompt_style={prompt_style!r}: expected one of {sorted(self.SYSTEM_PROMPTS)}")
@@ -214,6 +238,9 @@ class Task(abc.ABC):
         self._system_prompt_override = system_prompt
         self._question_template_override = question_template
         self.system_role = system_role
+        if reward_timeout is not None and not reward_timeout > 0:
+            raise ValueError(f"reward_timeout must be > 0 seconds or null, got {reward_timeout}")
+        self.reward_timeout = reward_timeout
 
     # -- prompts -----------------------------------------------------------------------------------
     @property
@@ -304,7 +331,7 @@ class Task(abc.ABC):
             ids = [list(map(int, row)) for row in completion_ids] if completion_ids is not None else None
             kwargs = self.reward_kwargs(examples)
             for f, w in zip(self.extra_reward_funcs, self.reward_weights):
-                values = call_reward_func(f, prompts, comps, completion_ids=ids, **kwargs)
+                values = call_reward_func(f, prompts, comps, completion_ids=ids, timeout=self.reward_timeout, **kwargs)
                 name = reward_func_name(f)
                 while name in per_func:
                     name += "_"

@@ -155,6 +155,12 @@ class PromptTask(Task):
         if which not in self._cache:
             rows = self._rows(which)
             examples = [self._example(where, row, which, i) for i, (where, row) in enumerate(rows)]
+            first: dict[str, str] = {}
+            for (where, _), e in zip(rows, examples):
+                if e.id in first:  # the ledger, the pool and score --details key on the id
+                    raise ValueError(f"{where}: id {e.id!r} repeats {first[e.id]} ({self.id_column or 'id'}): "
+                                     "prompt ids must be unique")
+                first[e.id] = where
             if which == "eval" and self.eval_size is not None:
                 examples = examples[: self.eval_size]
             self._cache[which] = examples

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Callable, Iterable
+import math
+import threading
+import warnings
+from typing import Any, Callable, Iterable, Sequence
 
 RewardFunc = Callable[..., list[float]]
 
@@ -86,11 +89,17 @@ def resolve_reward_funcs(specs: Iterable[RewardFunc | str] | RewardFunc | str | 
 
 def call_reward_func(
     f: RewardFunc, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None,
-    **kwargs: Any
+    timeout: float | None = None, **kwargs: Any
 ) -> list[float]:
-    """Call a reward function as TRL does (module doc) and check its output: one float per completion
-    (``None`` -> NaN). Raises ``ValueError`` naming the function on a wrong output length."""
-    name = getattr(f, "__name__", None) or type(f).__name__
+    """Call a reward function as TRL does (module doc) and check its output: one number per completion
+    (``None`` or NaN -> NaN: no reward, it adds nothing, as TRL's ``nansum``).
+
+    Raises :class:`~lit_rl.errors.RewardError` naming the function (and the row and its prompt id) for an output
+    that is not a list of that length, an entry that is not a number (a string, a list ...) and an infinite value.
+    With ``timeout`` (seconds), a call that has not returned by then is left running in a background thread and
+    its values for this batch are NaN; the first such call of each function is a warning naming it.
+    """
+    name = reward_func_name(f)
     args: dict[str, Any] = {"prompts": prompts, "completions": completions, **kwargs}
     if completion_ids is not None:
         args["completion_ids"] = completion_ids
@@ -99,19 +108,106 @@ def call_reward_func(
     except (TypeError, ValueError):  # builtins, some C callables: TRL's keyword call
         params = None
     if params is None:
-        out = f(**args)
+        def call() -> Any:
+            return f(**args)
     else:
         var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
         named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
         if "completions" in named or var_kw and not _positional_only(params):
-            out = f(**(args if var_kw else {k: v for k, v in args.items() if k in named}))
+            def call() -> Any:
+                return f(**(args if var_kw else {k: v for k, v in args.items() if k in named}))
         else:  # lit_rl's older positional form f(prompts, completions, **kwargs) under other names
             rest = {k: v for k, v in args.items() if k not in ("prompts", "completions") and (var_kw or k in named)}
-            out = f(prompts, completions, **rest)
+
+            def call() -> Any:
+                return f(prompts, completions, **rest)
+    if timeout is None:
+        out = call()
+    else:
+        done, out = _call_with_timeout(call, timeout)
+        if not done:
+            if name not in _TIMED_OUT:
+                _TIMED_OUT.add(name)
+                warnings.warn(
+                    f"reward function {name} did not return within reward_timeout = {timeout:g} s (a batch of "
+                    f"{len(completions)} completions): its rewards of this batch count as None (they add nothing) "
+                    "and the call is left running in the background. Shown once per function", stacklevel=2)
+            return [float("nan")] * len(completions)
+    return check_reward_output(name, out, len(completions), kwargs.get("prompt_id"))
+
+
+#: reward functions that have timed out in this process (each is warned about once)
+_TIMED_OUT: set[str] = set()
+
+
+def _call_with_timeout(call: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
+    """``(True, call())`` if it returns within ``timeout`` seconds (its exception is raised here), else
+    ``(False, None)``; the call runs in a daemon thread, which a Python thread cannot be stopped in."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["out"] = call()
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            box["err"] = e
+
+    t = threading.Thread(target=run, name="lit_rl-reward", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        return False, None
+    if "err" in box:
+        raise box["err"]
+    return True, box["out"]
+
+
+def check_reward_output(name: str, out: Any, n: int, prompt_ids: Sequence[Any] | None = None) -> list[float]:
+    """A reward function's output as ``n`` floats (``None`` -> NaN), or a :class:`~lit_rl.errors.RewardError`
+    naming the function, the row and its prompt id."""
+    from lit_rl.errors import RewardError
+
+    def row(i: int) -> str:
+        pid = prompt_ids[i] if prompt_ids is not None and i < len(prompt_ids) else None
+        return f"row {i}" + (f" (prompt {pid!r})" if pid is not None else "")
+
+    if out is None or isinstance(out, (str, bytes, dict)) or not hasattr(out, "__iter__") or _is_scalar(out):
+        raise RewardError(f"reward function {name} returned {_short(out)}; it must return a list of one float (or "
+                          f"None) per completion ({n})")
     out = list(out)
-    if len(out) != len(completions):
-        raise ValueError(f"reward function {name} returned {len(out)} values for {len(completions)} completions")
-    return [float("nan") if v is None else float(v) for v in out]
+    if len(out) != n:
+        raise RewardError(f"reward function {name} returned {len(out)} values for {n} completions")
+    values = []
+    for i, v in enumerate(out):
+        if v is None:
+            values.append(float("nan"))
+            continue
+        if isinstance(v, (str, bytes)) or not _is_scalar(v):
+            raise RewardError(f"reward function {name} returned {_short(v)} at {row(i)}: expected a float or None")
+        x = float(v)
+        if math.isinf(x):
+            raise RewardError(f"reward function {name} returned {x} at {row(i)}: rewards must be finite (None or "
+                              "NaN means no reward)")
+        values.append(x)
+    return values
+
+
+def _is_scalar(v: Any) -> bool:
+    """A real number: bool / int / float, or a 0-d tensor / NumPy scalar (anything ``float()`` takes that is not
+    text or a container)."""
+    if isinstance(v, (bool, int, float)):
+        return True
+    if getattr(v, "ndim", None) == 0 or getattr(v, "shape", None) == ():
+        try:
+            float(v)
+        except (TypeError, ValueError):
+            return False
+        return True
+    return False
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return f"{type(v).__name__} {r if len(r) <= 40 else r[:37] + '...'}"
 
 
 def _positional_only(params: Any) -> bool:

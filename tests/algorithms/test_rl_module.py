@@ -25,9 +25,9 @@ def test_both_modules_use_the_shared_skeleton(cls):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"updates_per_batch": 0}, "model.updates_per_batch must be >= 1"),
-        ({"micro_batch_size": 0}, "model.micro_batch_size must be >= 1 or null"),
-        ({"max_consecutive_skips": 0}, "model.max_consecutive_skips must be >= 1"),
+        ({"updates_per_batch": 0}, "updates_per_batch: must be >= 1"),
+        ({"micro_batch_size": 0}, "micro_batch_size: must be >= 1 or null"),
+        ({"max_consecutive_skips": 0}, "max_consecutive_skips: must be >= 1"),
     ],
 )
 def test_constructor_checks_name_the_field(kwargs, message):

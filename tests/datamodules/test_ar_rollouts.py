@@ -154,5 +154,5 @@ def test_policy_generate_matches_the_pass_at_k_signature():
 
 def test_eval_batch_size_zero_fails_at_construction():
     # it used to pass construction and die with a ZeroDivisionError in val_dataloader
-    with pytest.raises(ValueError, match="data.eval_batch_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="eval_batch_size: must be >= 1, got 0"):
         ARRolloutDataModule(task(), prompts_per_batch=2, num_generations=3, eval_batch_size=0)

@@ -80,17 +80,17 @@ def test_cursor_state_round_trip_and_seed_mismatch():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(g_ext=2, pool_path=None), "data.pool_path is required"),
+        (dict(g_ext=2, pool_path=None), "pool_path: required when g_ext > 0"),
         (dict(g_on=0, g_ext=0), "g_on"),
-        (dict(prompts_per_batch=0), "data.prompts_per_batch must be >= 1, got 0"),
+        (dict(prompts_per_batch=0), "prompts_per_batch: must be >= 1, got 0"),
         # was a ZeroDivisionError in val_dataloader
-        (dict(eval_batch_size=0), "data.eval_batch_size must be >= 1, got 0"),
-        (dict(eval_size=0), r"data.eval_size must be >= 1 or null \(all\), got 0"),
-        (dict(eval_size=-3), r"data.eval_size must be >= 1 or null \(all\), got -3"),  # list[:-3] dropped 3 prompts
-        (dict(num_train_prompts=-1), r"data.num_train_prompts must be >= 1 or null \(all\), got -1"),
-        (dict(max_prompt_len=0), r"data.max_prompt_len must be >= 1 or null \(no cut\), got 0"),  # ids[-0:] kept all
+        (dict(eval_batch_size=0), "eval_batch_size: must be >= 1, got 0"),
+        (dict(eval_size=0), r"eval_size: must be >= 1 or null \(all\), got 0"),
+        (dict(eval_size=-3), r"eval_size: must be >= 1 or null \(all\), got -3"),  # list[:-3] dropped 3 prompts
+        (dict(num_train_prompts=-1), r"num_train_prompts: must be >= 1 or null \(all\), got -1"),
+        (dict(max_prompt_len=0), r"max_prompt_len: must be >= 1 or null \(no cut\), got 0"),  # ids[-0:] kept all
         (dict(pool_path="pool.jsonl", group_size=5),
-         r"data.group_size \(G = 5\) must equal data.g_on \+ data.g_ext = 4 \+ 2 = 6"),
+         r"group_size: G = 5 but g_on \+ g_ext = 4 \+ 2 = 6"),
     ],
 )
 def test_bad_arguments_fail_fast(kwargs, message):

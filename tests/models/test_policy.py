@@ -91,5 +91,5 @@ def test_tiny_llada_architecture_is_the_native_llada_seeded_and_bidirectional():
 
 
 def test_tiny_unknown_architecture_is_named():
-    with pytest.raises(ValueError, match=r"policy.architecture must be one of \('bert', 'llada'\), got 'gpt'"):
+    with pytest.raises(ValueError, match=r"architecture: must be one of \('bert', 'llada'\), got 'gpt'"):
         TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, architecture="gpt")

@@ -1,0 +1,63 @@
+"""Issue #42, items 9/10: ``export`` and ``report`` on bad inputs are one ``error:`` line and exit 2.
+
+Before the fix (eb0de98): ``export`` of a missing checkpoint said "no config.yaml next to or above …" (the
+checkpoint is what is missing); ``export --out`` onto a file, ``report --experiment nosuch`` and a garbage
+``mlflow.db`` were tracebacks; ``report`` at a missing sqlite path created an empty database there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+from lit_rl import cli
+
+
+def _run(args: list[str]) -> tuple[int, list[str]]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            rc = cli.main(args)
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else 1
+    return rc, err.getvalue().strip().splitlines()
+
+
+def test_export_of_a_missing_checkpoint_names_the_checkpoint(tmp_path):
+    rc, lines = _run(["export", "--ckpt_path", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out")])
+    assert rc == 2 and lines == [f"error: checkpoint not found: {tmp_path / 'nope.ckpt'} (--ckpt_path)"], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_onto_an_existing_file_is_refused(tmp_path):
+    ckpt, out = tmp_path / "last.ckpt", tmp_path / "model.bin"
+    ckpt.write_bytes(b"x")
+    out.write_text("keep me")
+    rc, lines = _run(["export", "--ckpt_path", str(ckpt), "--out", str(out)])
+    assert rc == 2 and len(lines) == 1 and f"--out {out} is a file" in lines[0], lines
+    assert out.read_text() == "keep me"
+
+
+def test_report_at_a_missing_store_does_not_create_it(tmp_path):
+    db = tmp_path / "runs" / "mlflow.db"
+    rc, lines = _run(["report", "--tracking_uri", f"sqlite:///{db}", "--out", str(tmp_path / "report"), "--no_log"])
+    assert rc == 2 and len(lines) == 1 and f"no MLflow store at {db}" in lines[0], lines
+    assert not db.exists() and not db.parent.exists()
+
+
+def test_report_on_a_garbage_store_is_one_line(tmp_path):
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"this is not a database\n" * 100)
+    rc, lines = _run(["report", "--tracking_uri", f"sqlite:///{db}", "--out", str(tmp_path / "report"), "--no_log"])
+    assert rc == 2 and lines == [f"error: {db} is not an SQLite database (--tracking_uri sqlite:///{db})"], lines
+
+
+def test_report_of_an_unknown_experiment_is_one_line(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri).search_experiments()  # an empty store
+    rc, lines = _run(["report", "--tracking_uri", uri, "--experiment", "nosuch", "--out", str(tmp_path / "r"),
+                      "--no_log"])
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: MLflow store {uri}: no MLflow experiment named ['nosuch']"), lines
