@@ -79,3 +79,23 @@ def test_the_shipped_sweeps_pass_the_check(monkeypatch):
     monkeypatch.chdir(ROOT)
     for path in sorted((ROOT / "conf/sweeps").glob("*.yaml")):
         check_against_base(SweepConfig.from_yaml(path))
+
+
+def test_a_train_objective_that_is_never_logged_stops_the_sweep_after_its_first_trial(tmp_path, monkeypatch):
+    """``train/...`` names are not checked against the base config (it cannot know every training metric); a name
+    no trial logs then stops the sweep after the first trial, instead of failing every trial in turn."""
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(_sweep(tmp_path, objective={"metric": "train/los", "direction": "minimize"}),
+                                   sort_keys=False))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = sweep_main(["--config", str(path)])
+    errors = [ln for ln in err.getvalue().splitlines() if ln.startswith("error:")]
+    assert rc == 2 and len(errors) == 1, err.getvalue()[-2000:]
+    assert "objective.metric: 'train/los' was not logged by trial 0; did you mean 'train/loss'?" in errors[0]
+    import optuna
+
+    study = optuna.load_study(study_name="check", storage=f"sqlite:///{tmp_path}/optuna.db")
+    states = [t.state.name for t in study.trials]
+    assert states.count("FAIL") == 1 and "COMPLETE" not in states and "RUNNING" not in states  # one trial ran

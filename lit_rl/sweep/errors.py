@@ -7,7 +7,7 @@ from typing import Any, Iterable, Sequence
 
 from lit_rl.errors import ConfigError
 
-__all__ = ["SweepConfigError"]  # and the shared helpers _bad, _is_int, _is_num, _unknown
+__all__ = ["ObjectiveNotLoggedError", "SweepConfigError"]  # and the shared helpers _bad, _is_int, _is_num, _unknown
 
 
 class SweepConfigError(ConfigError):
@@ -15,6 +15,14 @@ class SweepConfigError(ConfigError):
     and line (when loaded from a file) and the key. ``key`` is the key path the location is looked up by."""
 
     key: tuple[str, ...] = ()
+
+
+class ObjectiveNotLoggedError(SweepConfigError):
+    """A trial trained to its end and never logged ``objective.metric``: every other trial would do the same, so the
+    sweep stops after the first one (names that the base config check cannot know, such as ``train/...``, end
+    here)."""
+
+    key = ("objective", "metric")
 
 
 def _bad(key: Sequence[str], problem: str, at: Sequence[str] | None = None) -> SweepConfigError:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import logging
 import math
@@ -19,7 +20,7 @@ from typing import Any, Callable
 from lit_rl.atomic import atomic_write_text
 import yaml
 
-from lit_rl.sweep.errors import SweepConfigError, _bad
+from lit_rl.sweep.errors import ObjectiveNotLoggedError, SweepConfigError, _bad
 from lit_rl.sweep.pruning import StepPruningCallback
 from lit_rl.sweep.schema import Objective, SweepConfig
 from lit_rl.sweep.tracking import StudyTracker
@@ -281,7 +282,7 @@ class SweepRunner:
             except Exception as e:  # noqa: BLE001
                 error = f"{type(e).__name__}: {e}"
                 log.error("trial %d failed: %s", trial.number, error, exc_info=not isinstance(e, SweepConfigError))
-                if not cfg.catch_exceptions:
+                if not cfg.catch_exceptions or isinstance(e, ObjectiveNotLoggedError):  # the latter: every trial
                     self.tracker.finish_child(run_id, "FAIL", error=error)
                     self.study.tell(trial, state=TS.FAIL)
                     raise
@@ -364,7 +365,11 @@ def fit_trial_with_lightning_cli(cfg: SweepConfig, trial, values: dict[str, Any]
         if value is None:
             value = objective_from_mlflow(cfg.tracking_uri, run_id, cfg.objective)
         if value is None:
-            raise KeyError(f"objective metric {cfg.objective.metric!r} was not logged")
+            logged = sorted(k for k in trainer.callback_metrics if "/" in k)
+            near = difflib.get_close_matches(cfg.objective.metric, logged, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"logged: {', '.join(logged[:12])}"
+            raise ObjectiveNotLoggedError(f"objective.metric: {cfg.objective.metric!r} was not logged by trial "
+                                          f"{trial.number}; {hint}")
         return value
     finally:
         del cli, trainer

@@ -61,3 +61,25 @@ def test_report_of_an_unknown_experiment_is_one_line(tmp_path):
                       "--no_log"])
     assert rc == 2 and len(lines) == 1, lines
     assert lines[0].startswith(f"error: MLflow store {uri}: no MLflow experiment named ['nosuch']"), lines
+
+
+def test_report_on_a_full_store_is_one_line(tmp_path, monkeypatch):
+    """A store whose disk is full answers SQLite's "database or disk is full" on the first write: the report
+    logging its figures into it (without --no_log) is one line naming the store, not a traceback."""
+    import sqlalchemy.exc
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("e")
+    run = client.create_run(exp, run_name="r")
+    client.log_metric(run.info.run_id, "val/sudoku/greedy/accuracy", 0.5, step=1)
+    client.set_terminated(run.info.run_id)
+
+    def full(*args, **kwargs):
+        raise sqlalchemy.exc.OperationalError("INSERT INTO runs ...", {}, Exception("database or disk is full"))
+
+    monkeypatch.setattr("mlflow.store.tracking.sqlalchemy_store.SqlAlchemyStore.create_run", full)
+    rc, lines = _run(["report", "--tracking_uri", uri, "--out", str(tmp_path / "report")])
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert "database or disk is full" in lines[0] and "mlflow.db" in lines[0], lines
