@@ -16,7 +16,13 @@ One home per rule. A class whose constructor checks its own arguments does it in
 The constructor calls it by its class's name (``self.check_args`` would find a subclass's); the preflight calls
 the ``check_args`` of the class and of every base class that defines one, with the values of the config (the
 constructor's defaults for the keys the config leaves out), and reports a :class:`~lit_rl.errors.FieldError` at
-that key's file:line. ``check_args`` takes only arguments of the constructor, by the same names.
+that key's file:line. ``check_args`` takes only arguments of the constructor, by the same names. A settings
+argument (a dataclass, or a list of them) reaches it built, as the constructor gets it; a ``class_path`` argument
+reaches it as its config mapping (the preflight builds no object a config names).
+
+A rule that reads a class attribute a subclass sets (``Task.SYSTEM_PROMPTS``) is a ``classmethod``: the
+preflight binds it to the configured class, and the constructor calls ``Task.check_args.__func__(type(self),
+...)``.
 """
 
 from __future__ import annotations
@@ -59,18 +65,21 @@ def run_check_args(cfg: ConfigView, path: tuple, cls: Any, args: dict) -> None:
     :class:`~lit_rl.errors.FieldError` becomes a :class:`~lit_rl.errors.ConfigError` at the key."""
     if not isinstance(cls, type):
         return
-    params, _, _ = sig.params(cls)
+    params, hints, _ = sig.params(cls)
     for owner in reversed(cls.__mro__):
         check = vars(owner).get("check_args")
-        check = check.__func__ if isinstance(check, (staticmethod, classmethod)) else None
-        if check is None:
+        if isinstance(check, staticmethod):
+            check = check.__func__
+        elif isinstance(check, classmethod):
+            check = check.__get__(None, cls)  # the configured class: its class attributes
+        else:
             continue
         kwargs: dict[str, Any] = {}
         for name, p in inspect.signature(check).parameters.items():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 continue
-            if name in args:
-                kwargs[name] = args[name]
+            if name in args:  # a settings argument built, as the constructor gets it
+                kwargs[name] = build_settings(cfg, path + ("init_args", name), hints.get(name), args[name])
             elif name in params and params[name].default is not inspect.Parameter.empty:
                 kwargs[name] = params[name].default
             elif p.default is inspect.Parameter.empty:
