@@ -28,9 +28,10 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-from callbacks.warmup import _weights_digest
+from callbacks.warmup import FormatWarmup, _weights_digest
 from lit_rl.algorithms.ar_sft import scripted_sft
 from lit_rl.checkpoint_io import atomic_torch_save
+from lit_rl.errors import FieldError
 from lit_rl.tasks.registry import known_traces
 
 __all__ = ["ScriptedSFTWarmup"]
@@ -51,6 +52,14 @@ class ScriptedSFTWarmup(L.Callback):
         cache_dir: where warmed-up weights are cached (``None`` disables the cache).
     """
 
+    @staticmethod
+    def check_args(steps: int = 300, batch_size: int = 32, error_rate: float = 0.0) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`):
+        :class:`~callbacks.warmup.FormatWarmup`'s, and the error rate."""
+        FormatWarmup.check_args(steps=steps, batch_size=batch_size)
+        if not 0 <= error_rate <= 1:
+            raise FieldError("error_rate", f"must be in [0, 1], got {error_rate}")
+
     def __init__(
         self,
         steps: int = 300,
@@ -62,10 +71,7 @@ class ScriptedSFTWarmup(L.Callback):
         cache_dir: str | None = "runs/cache",
         trace: str | None = None,
     ) -> None:
-        if steps < 0 or batch_size < 1:
-            raise ValueError(f"ScriptedSFTWarmup: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
-        if not 0 <= error_rate <= 1:
-            raise ValueError(f"ScriptedSFTWarmup.error_rate must be in [0, 1], got {error_rate}")
+        ScriptedSFTWarmup.check_args(steps=steps, batch_size=batch_size, error_rate=error_rate)
         self.steps, self.lr, self.batch_size = steps, lr, batch_size
         self.error_rate, self.max_completion_len, self.seed, self.cache_dir = (
             error_rate, max_completion_len, seed, cache_dir)

@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 
 from lit_rl.algorithms.dr_reliability import reliability_rows, reliability_table, table_markdown
 from lit_rl.atomic import atomic_write_text
+from lit_rl.errors import FieldError
 from lit_rl.runs import run_dir
 
 __all__ = ["ContinuationReliability"]
@@ -34,9 +35,14 @@ class ContinuationReliability(L.Callback):
         output_dir: where to write the table (default: the run folder).
     """
 
-    def __init__(self, length_bins: int = 3, output_dir: str | None = None) -> None:
+    @staticmethod
+    def check_args(length_bins: int = 3) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
         if length_bins < 1:
-            raise ValueError(f"ContinuationReliability.length_bins must be >= 1, got {length_bins}")
+            raise FieldError("length_bins", f"must be >= 1, got {length_bins}")
+
+    def __init__(self, length_bins: int = 3, output_dir: str | None = None) -> None:
+        ContinuationReliability.check_args(length_bins=length_bins)
         self.length_bins, self.output_dir = length_bins, output_dir
         self.rows: dict[str, list[torch.Tensor]] = {k: [] for k in FIELDS}
 

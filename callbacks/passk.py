@@ -44,6 +44,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lit_rl.atomic import atomic_write_text
+from lit_rl.errors import FieldError
 from lit_rl.evaluation import (
     ConfigScorer,
     EvalConfig,
@@ -89,6 +90,26 @@ class PassAtKEvaluation(Callback):
         run_on_validate: run in ``trainer.validate`` / ``trainer.test`` (``python -m lit_rl validate``).
     """
 
+    @staticmethod
+    def check_args(configs: Sequence[EvalConfig] | None = None, every_n_steps: int = 100, start_step: int = 0,
+                   batch_size: int = 32, subset_mode: str = "first") -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        if every_n_steps < 1:
+            raise FieldError("every_n_steps", f"must be >= 1, got {every_n_steps}")
+        if start_step < 0:
+            raise FieldError("start_step", f"must be >= 0, got {start_step}")
+        if batch_size < 1:
+            raise FieldError("batch_size", f"must be >= 1, got {batch_size}")
+        if subset_mode not in ("first", "random"):
+            raise FieldError("subset_mode", f"must be 'first' or 'random', got {subset_mode!r}")
+        if configs is not None:
+            if not configs:
+                raise FieldError("configs", "is empty: list at least one configuration, or leave it out (the "
+                                 "paper's)")
+            names = [c.name for c in configs]
+            if len(set(names)) != len(names):
+                raise FieldError("configs", f"names must be unique, got {names}")
+
     def __init__(
         self,
         configs: list[EvalConfig] | None = None,
@@ -107,20 +128,9 @@ class PassAtKEvaluation(Callback):
         num_logged_samples: int = 4,
         run_on_validate: bool = True,
     ) -> None:
-        if every_n_steps < 1:
-            raise ValueError(f"PassAtKEvaluation.every_n_steps must be >= 1, got {every_n_steps}")
-        if start_step < 0:
-            raise ValueError(f"PassAtKEvaluation.start_step must be >= 0, got {start_step}")
-        if batch_size < 1:
-            raise ValueError(f"PassAtKEvaluation.batch_size must be >= 1, got {batch_size}")
-        if subset_mode not in ("first", "random"):
-            raise ValueError(f"PassAtKEvaluation.subset_mode must be 'first' or 'random', got {subset_mode!r}")
+        PassAtKEvaluation.check_args(configs=configs, every_n_steps=every_n_steps, start_step=start_step,
+                                     batch_size=batch_size, subset_mode=subset_mode)
         self.configs = list(configs) if configs is not None else paper_configs()
-        if not self.configs:
-            raise ValueError("PassAtKEvaluation.configs is empty")
-        names = [c.name for c in self.configs]
-        if len(set(names)) != len(names):
-            raise ValueError(f"PassAtKEvaluation.configs: names must be unique, got {names}")
         self.every_n_steps = every_n_steps
         self.start_step = start_step
         self.eval_at_start = eval_at_start

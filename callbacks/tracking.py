@@ -33,6 +33,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import MLFlowLogger
 
+from lit_rl.errors import FieldError
 from lit_rl.evaluation import is_due
 from lit_rl.rollouts.types import RolloutBatch, Source
 from lit_rl.runs import run_dir
@@ -118,6 +119,14 @@ class RolloutTracker(Callback):
         output_dir: where ``rollout_samples.jsonl`` goes (default: log dir or ``default_root_dir``).
     """
 
+    @staticmethod
+    def check_args(every_n_batches: int = 1, samples_every_n_batches: int | None = None) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        if every_n_batches < 1:
+            raise FieldError("every_n_batches", f"must be >= 1, got {every_n_batches}")
+        if samples_every_n_batches is not None and samples_every_n_batches < 1:
+            raise FieldError("samples_every_n_batches", f"must be >= 1 or null, got {samples_every_n_batches}")
+
     def __init__(
         self,
         every_n_batches: int = 1,
@@ -128,11 +137,7 @@ class RolloutTracker(Callback):
         prefix: str = "rollouts",
         output_dir: str | None = None,
     ) -> None:
-        if every_n_batches < 1:
-            raise ValueError(f"RolloutTracker.every_n_batches must be >= 1, got {every_n_batches}")
-        if samples_every_n_batches is not None and samples_every_n_batches < 1:
-            raise ValueError("RolloutTracker.samples_every_n_batches must be >= 1 or null, "
-                             f"got {samples_every_n_batches}")
+        RolloutTracker.check_args(every_n_batches=every_n_batches, samples_every_n_batches=samples_every_n_batches)
         self.every_n_batches = every_n_batches
         self.samples_at_eval = samples_at_eval
         self.samples_every_n_batches = samples_every_n_batches

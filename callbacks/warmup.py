@@ -25,6 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
 from lit_rl.checkpoint_io import atomic_torch_save
+from lit_rl.errors import FieldError
 from lit_rl.rng import cpu_generator
 from lit_rl.tasks.registry import format_warmup_text
 
@@ -57,12 +58,20 @@ class FormatWarmup(L.Callback):
             are never cached).
     """
 
+    @staticmethod
+    def check_args(steps: int = 300, batch_size: int = 32) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`);
+        :class:`~callbacks.ar_warmup.ScriptedSFTWarmup` shares them."""
+        if steps < 0:
+            raise FieldError("steps", f"must be >= 0, got {steps}")
+        if batch_size < 1:
+            raise FieldError("batch_size", f"must be >= 1, got {batch_size}")
+
     def __init__(
         self, steps: int = 300, lr: float = 1e-3, batch_size: int = 32, seed: int = 0,
         cache_dir: str | None = "runs/cache", trace: str | None = None,
     ) -> None:
-        if steps < 0 or batch_size < 1:
-            raise ValueError(f"FormatWarmup: steps must be >= 0 and batch_size >= 1, got {steps}, {batch_size}")
+        FormatWarmup.check_args(steps=steps, batch_size=batch_size)
         self.steps, self.lr, self.batch_size, self.seed, self.cache_dir = steps, lr, batch_size, seed, cache_dir
         self.trace = trace
         self.ran = False
