@@ -14,6 +14,7 @@ import warnings
 import torch
 
 from lit_rl.algorithms.processors import Processor
+from lit_rl.errors import FieldError
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 from lit_rl.core.advantages import (  # noqa: F401  (re-exported)
     EXTERNAL,
@@ -45,9 +46,14 @@ class AdvantageProcessor(Processor):
     advantage is 0. The loss leaves ``keep == False`` rows out.
     """
 
-    def __init__(self, scale_std: bool = False, eps: float = 1e-4, nan_policy: str = "drop") -> None:
+    @staticmethod
+    def check_args(nan_policy: str = "drop") -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
         if nan_policy not in ("drop", "raise"):
-            raise ValueError(f"nan_policy must be 'drop' or 'raise', got {nan_policy!r}")
+            raise FieldError("nan_policy", f"must be 'drop' or 'raise', got {nan_policy!r}")
+
+    def __init__(self, scale_std: bool = False, eps: float = 1e-4, nan_policy: str = "drop") -> None:
+        AdvantageProcessor.check_args(nan_policy=nan_policy)
         self.scale_std = scale_std
         self.eps = eps
         self.nan_policy = nan_policy

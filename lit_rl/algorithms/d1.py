@@ -35,6 +35,7 @@ from torch import Tensor
 from lit_rl import rng
 from lit_rl.algorithms.losses import Loss, _kept
 from lit_rl.core.entropy import masked_entropy_mean, token_entropy
+from lit_rl.errors import FieldError
 from lit_rl.core.spg import d1_loss, sequence_logprob_sum, token_logprobs_from_logits, wd1_weights
 from lit_rl.rollouts.types import RolloutBatch
 
@@ -82,9 +83,14 @@ class OneStepBatch:
 class _OneStepLoss(Loss):
     """The shared part: kept rows, one prompt-mask draw per update, micro-batched forward passes."""
 
-    def __init__(self, p_mask_prompt: float = 0.15) -> None:
+    @staticmethod
+    def check_args(p_mask_prompt: float = 0.15) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
         if not 0.0 <= p_mask_prompt < 1.0:
-            raise ValueError(f"model.loss_fn.init_args.p_mask_prompt must be in [0, 1), got {p_mask_prompt}")
+            raise FieldError("p_mask_prompt", f"must be in [0, 1), got {p_mask_prompt}")
+
+    def __init__(self, p_mask_prompt: float = 0.15) -> None:
+        _OneStepLoss.check_args(p_mask_prompt=p_mask_prompt)
         self.p_mask_prompt = p_mask_prompt
 
     def draws(self, ro: RolloutBatch, module: Any) -> Tensor:
@@ -145,15 +151,21 @@ class D1Loss(_OneStepLoss):
 
     stats_prefix = "train/d1"
 
+    @staticmethod
+    def check_args(epsilon: float = 0.5, beta: float = 0.04, reference: str = "auto") -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`);
+        ``p_mask_prompt`` is the base's."""
+        if not 0.0 < epsilon < 1.0:
+            raise FieldError("epsilon", f"must be in (0, 1), got {epsilon}")
+        if beta < 0:
+            raise FieldError("beta", f"must be >= 0, got {beta}")
+        if reference not in ("auto", "adapter", "copy"):
+            raise FieldError("reference", f"must be 'auto', 'adapter' or 'copy', got {reference!r}")
+
     def __init__(self, epsilon: float = 0.5, beta: float = 0.04, p_mask_prompt: float = 0.15,
                  reference: str = "auto") -> None:
         super().__init__(p_mask_prompt)
-        if not 0.0 < epsilon < 1.0:
-            raise ValueError(f"model.loss_fn.init_args.epsilon must be in (0, 1), got {epsilon}")
-        if beta < 0:
-            raise ValueError(f"model.loss_fn.init_args.beta must be >= 0, got {beta}")
-        if reference not in ("auto", "adapter", "copy"):
-            raise ValueError(f"model.loss_fn.init_args.reference must be auto|adapter|copy, got {reference!r}")
+        D1Loss.check_args(epsilon=epsilon, beta=beta, reference=reference)
         self.epsilon, self.beta, self.reference = epsilon, beta, reference
 
     @property
@@ -208,10 +220,16 @@ class WD1Loss(_OneStepLoss):
 
     stats_prefix = "train/wd1"
 
+    @staticmethod
+    def check_args(group_reduction: str = "mean") -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`);
+        ``p_mask_prompt`` is the base's."""
+        if group_reduction not in ("mean", "sum"):
+            raise FieldError("group_reduction", f"must be 'mean' or 'sum', got {group_reduction!r}")
+
     def __init__(self, p_mask_prompt: float = 0.15, group_reduction: str = "mean") -> None:
         super().__init__(p_mask_prompt)
-        if group_reduction not in ("mean", "sum"):
-            raise ValueError(f"model.loss_fn.init_args.group_reduction must be mean|sum, got {group_reduction!r}")
+        WD1Loss.check_args(group_reduction=group_reduction)
         self.group_reduction = group_reduction
 
     def prepare(self, rollouts: RolloutBatch, module: Any) -> OneStepBatch:

@@ -32,6 +32,7 @@ from lit_rl.core.double_rollout import (
     revised_rewards,
     split_thinking,
 )
+from lit_rl.errors import FieldError
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
 
 __all__ = ["DoubleRolloutEstimate", "DoubleRolloutSettings", "Estimate", "estimate_metrics", "estimate_rewards"]
@@ -382,10 +383,16 @@ class DoubleRolloutEstimate(Processor):
                          "complete blocks before each cut; an AR loop ends per rank), so the sharded forward "
                          "passes would not line up and would hang")
 
+    @staticmethod
+    def check_args(rows: str = "all") -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`);
+        the settings' rules are :class:`DoubleRolloutSettings`' own."""
+        if rows not in ("all", "on_policy"):
+            raise FieldError("rows", f"must be 'all' or 'on_policy', got {rows!r}")
+
     def __init__(self, settings: DoubleRolloutSettings | None = None, baseline: GroupBaseline | None = None,
                  seed: int = 0, rows: str = "all") -> None:
-        if rows not in ("all", "on_policy"):
-            raise ValueError(f"DoubleRolloutEstimate.rows must be all|on_policy, got {rows!r}")
+        DoubleRolloutEstimate.check_args(rows=rows)
         self.rows = rows
         self.settings = settings if settings is not None else DoubleRolloutSettings()
         self.baseline = baseline if baseline is not None else GroupBaseline()

@@ -31,6 +31,7 @@ from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
 from lit_rl.core.sources import Source
+from lit_rl.errors import FieldError
 from lit_rl.rollouts.types import RolloutBatch
 
 __all__ = ["ClippedPGLoss", "DenoisingSFTLoss", "GRPOLossSettings", "Loss", "SPGLoss"]
@@ -283,9 +284,15 @@ class DenoisingSFTLoss(Loss):
 
     stats_prefix = "train/sft"
 
-    def __init__(self, eps: float = 1e-3, train_padding: bool = True) -> None:
+    @staticmethod
+    def check_args(eps: float = 1e-3) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`),
+        and :class:`~lit_rl.algorithms.sft_module.DenoisingSFT`'s ``eps``."""
         if not 0.0 < eps < 1.0:
-            raise ValueError(f"model.eps must be in (0, 1), got {eps}")
+            raise FieldError("eps", f"must be in (0, 1), got {eps}")
+
+    def __init__(self, eps: float = 1e-3, train_padding: bool = True) -> None:
+        DenoisingSFTLoss.check_args(eps=eps)
         self.eps, self.train_padding = eps, train_padding
 
     def prepare(self, rollouts: RolloutBatch, module: Any) -> RolloutBatch:

@@ -49,6 +49,12 @@ class DenoisingSFT(RLModule):
         train_padding: train the EOS padding of the row's own width too (LLaDA SFT).
     """
 
+    @staticmethod
+    def check_args(eps: float = 1e-3) -> None:
+        """The loss's rules (:meth:`DenoisingSFTLoss.check_args`), for the config preflight; the constructor's
+        :class:`DenoisingSFTLoss` applies them."""
+        DenoisingSFTLoss.check_args(eps=eps)
+
     def __init__(
         self,
         policy: DiffusionPolicy,
