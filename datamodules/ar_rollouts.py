@@ -39,6 +39,7 @@ from datamodules.sources import AROnPolicy
 from datamodules.stream import PromptStreamDataModule, step_seed
 from lit_rl.core.double_rollout import pass_rate_filter
 from lit_rl.atomic import atomic_write_text
+from lit_rl.errors import FieldError
 from lit_rl.generation.ar import ARBackend, HFBackend
 from lit_rl.models.ar import SamplingSettings
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
@@ -145,6 +146,13 @@ class ARRolloutDataModule(PromptStreamDataModule):
             first-stage rollouts (``AROnPolicy``).
     """
 
+    @staticmethod
+    def check_args(num_generations: int = 8) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`); the
+        prompt stream's are :meth:`PromptStreamDataModule.check_args`."""
+        if num_generations < 1:
+            raise FieldError("num_generations", f"must be >= 1, got {num_generations}")
+
     def __init__(
         self,
         task: Task,
@@ -166,8 +174,7 @@ class ARRolloutDataModule(PromptStreamDataModule):
             task, prompts_per_batch=prompts_per_batch, max_prompt_len=max_prompt_len, eval_size=eval_size,
             eval_batch_size=eval_batch_size, seed=seed, num_train_prompts=num_train_prompts, output_dir=output_dir,
         )
-        if num_generations < 1:
-            raise ValueError(f"data.num_generations must be >= 1, got {num_generations}")
+        ARRolloutDataModule.check_args(num_generations=num_generations)
         self.num_generations = num_generations
         if generation is None and sources is not None:  # the list's first-stage sampling is the run's
             generation = next((s.generation for s in sources if isinstance(s, AROnPolicy)), None)

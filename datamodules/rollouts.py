@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
-from datamodules.sources import DiffusionOnPolicy, ExternalPool, RolloutSource
+from datamodules.sources import DiffusionOnPolicy, ExternalPool, RolloutSource, rows_per_prompt
 from datamodules.stream import PromptStreamDataModule, step_seed
 from lit_rl.errors import FieldError
 from lit_rl.generation.settings import DecodeSettings
@@ -65,10 +65,14 @@ class RolloutDataModule(PromptStreamDataModule):
     def check_args(g_on: int = 4, g_ext: int = 2, group_size: int | None = None, pool_path: str | None = None,
                    sources: Sequence[Any] | None = None) -> None:
         """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`).
-        A ``sources`` list says the group itself: the ``g_on`` / ``g_ext`` rules do not apply to it."""
+        A ``sources`` list says the group itself: the ``g_on`` / ``g_ext`` rules do not apply to it, and
+        ``group_size`` is checked against the rows it holds (:func:`~datamodules.sources.rows_per_prompt`)."""
         if sources is not None:
             if not sources:
                 raise FieldError("sources", "is empty: a rollout batch needs at least one source")
+            counts = rows_per_prompt(sources)
+            if group_size is not None and counts is not None and group_size != sum(counts):
+                raise FieldError("group_size", f"G = {group_size} but the sources hold {sum(counts)} rows per prompt")
             return
         for name, v in (("g_on", g_on), ("g_ext", g_ext)):
             if v < 0:
@@ -112,10 +116,7 @@ class RolloutDataModule(PromptStreamDataModule):
         RolloutDataModule.check_args(g_on=g_on, g_ext=g_ext, group_size=group_size, pool_path=pool_path,
                                      sources=sources)
         if sources is not None:  # the list says everything: G_on / G_ext are what it holds
-            g_ext = sum(s.num for s in sources if isinstance(s, ExternalPool))
-            g_on = sum(s.num for s in sources if not isinstance(s, ExternalPool))
-            if group_size is not None and group_size != g_on + g_ext:
-                raise FieldError("group_size", f"G = {group_size} but the sources hold {g_on + g_ext} rows per prompt")
+            g_on, g_ext = rows_per_prompt(sources)
         self.pool_path = pool_path
         self.g_on, self.g_ext = g_on, g_ext
         if generation is None and sources is not None:  # the list's on-policy decoding is the run's

@@ -24,7 +24,10 @@ statistics. Rows of different widths are stacked with EOS padding outside each r
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,12 +36,12 @@ import torch
 from lit_rl.core.sources import Source
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.models.ar import SamplingSettings
-from lit_rl.errors import ConfigError
+from lit_rl.errors import ConfigError, FieldError
 from lit_rl.rollouts.pool import iter_pool, load_pool
 from lit_rl.rollouts.types import PromptBatch
 from lit_rl.tasks.parsing import last_answer_block
 
-__all__ = ["AROnPolicy", "DiffusionOnPolicy", "ExternalPool", "RolloutSource", "Rows"]
+__all__ = ["AROnPolicy", "DiffusionOnPolicy", "ExternalPool", "RolloutSource", "Rows", "rows_per_prompt"]
 
 
 @dataclass
@@ -72,6 +75,13 @@ class RolloutSource:
     #: rows per prompt group
     num: int = 0
 
+    @staticmethod
+    def check_args(num: int = 0) -> None:
+        """Every source's rule on its ``num`` (each constructor calls it; so does the config preflight,
+        :mod:`lit_rl.config.classes`, with the source's own default)."""
+        if num < 1:
+            raise FieldError("num", f"must be >= 1, got {num}")
+
     def setup(self, dm: Any) -> None:
         """Once, after the DataModule has its training prompts (e.g. align them with a pool file)."""
 
@@ -96,8 +106,7 @@ class DiffusionOnPolicy(RolloutSource):
     """
 
     def __init__(self, num: int = 4, generation: DecodeSettings | None = None) -> None:
-        if num < 1:
-            raise ValueError(f"DiffusionOnPolicy.num must be >= 1, got {num}")
+        RolloutSource.check_args(num=num)
         self.num = num
         self.generation = generation or DecodeSettings()
 
@@ -131,8 +140,7 @@ class AROnPolicy(RolloutSource):
     """
 
     def __init__(self, num: int = 8, generation: SamplingSettings | None = None) -> None:
-        if num < 1:
-            raise ValueError(f"AROnPolicy.num must be >= 1, got {num}")
+        RolloutSource.check_args(num=num)
         self.num = num
         self.generation = generation or SamplingSettings()
 
@@ -175,12 +183,17 @@ class ExternalPool(RolloutSource):
     order, for sample tables).
     """
 
+    @staticmethod
+    def check_args(pool_path: str | None = None) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`);
+        ``num``'s is :meth:`RolloutSource.check_args`."""
+        if not pool_path:
+            raise FieldError("pool_path", "required: the external rollout pool file")
+
     def __init__(self, num: int = 2, pool_path: str | None = None, max_external_len: int = 512,
                  min_width: int | None = None) -> None:
-        if num < 1:
-            raise ValueError(f"ExternalPool.num must be >= 1, got {num}")
-        if not pool_path:
-            raise ValueError("ExternalPool.pool_path is required (the external rollout pool file)")
+        RolloutSource.check_args(num=num)
+        ExternalPool.check_args(pool_path=pool_path)
         self.num, self.pool_path, self.max_external_len, self.min_width = num, pool_path, max_external_len, min_width
         self._pool: dict[str, list[Any]] = {}
         self._fits_checked = False
@@ -259,3 +272,34 @@ class ExternalPool(RolloutSource):
             texts=[cut_texts.get(j, t) for j, (_, t) in enumerate(ext)], hit_limit=cut, gen_width=width,
             stats={"train/external/cut_frac": sum(cut) / len(ext)},
         )
+
+
+def rows_per_prompt(sources: Sequence[Any]) -> tuple[int, int] | None:
+    """``(G_on, G_ext)``: the rows per prompt that ``sources`` add (``ExternalPool`` rows are external, every other
+    source's on-policy). The sources are built objects, or their config mappings (``class_path`` and
+    ``init_args``; a ``num`` left out is the constructor's default), as the config preflight sees them. ``None``
+    when a count cannot be told (a short or unknown class name, a ``num`` that is not an integer)."""
+    on = ext = 0
+    for s in sources:
+        if not isinstance(s, Mapping):  # a built source
+            cls, num = type(s), s.num
+        elif isinstance(s.get("class_path"), str) and "." in s["class_path"]:
+            module, _, name = s["class_path"].rpartition(".")
+            try:
+                cls = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError):
+                return None
+            if not (isinstance(cls, type) and issubclass(cls, RolloutSource)):
+                return None
+            args = s.get("init_args") if isinstance(s.get("init_args"), Mapping) else {}
+            default = inspect.signature(cls).parameters.get("num")
+            num = args.get("num", default.default if default is not None else None)
+            if not isinstance(num, int) or isinstance(num, bool):
+                return None
+        else:
+            return None
+        if issubclass(cls, ExternalPool):
+            ext += num
+        else:
+            on += num
+    return on, ext

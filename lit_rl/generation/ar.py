@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from lit_rl import rng
+from lit_rl.errors import FieldError
 from lit_rl.generation.vllm_engine import (
     check_weights,
     engine_shapes,
@@ -194,11 +195,16 @@ class HFBackend(ARBackend):
             fixed across runs that must match.
     """
 
+    @staticmethod
+    def check_args(prune_finished: float = 0.25) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        if not 0 <= prune_finished <= 1:
+            raise FieldError("prune_finished", f"must be in [0, 1], got {prune_finished}")
+
     def __init__(
         self, policy: nn.Module, share_prefix: bool = True, max_rows: int | None = None, prune_finished: float = 0.25
     ) -> None:
-        if not 0 <= prune_finished <= 1:
-            raise ValueError(f"prune_finished must be in [0, 1], got {prune_finished}")
+        HFBackend.check_args(prune_finished=prune_finished)
         self.policy = policy
         self.share_prefix = share_prefix
         self.max_rows = max_rows
