@@ -25,6 +25,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple, Sequence
 
+from lit_rl.errors import FieldError
 from lit_rl.tasks.rewards import RewardFunc, call_reward_func, completion_text, resolve_reward_funcs, reward_func_name
 
 #: ``eval``: the written evaluation rules (docs/tasks.md); ``reward``: the training reward's parsing;
@@ -132,8 +133,6 @@ def check_prompt_set(examples: Sequence["Example"], prompts_per_batch: int, worl
     key on them) and at least one batch of them (``prompts_per_batch`` per rank; a larger batch would hold a
     prompt twice). Raises :class:`~lit_rl.errors.FieldError` (``task`` or ``prompts_per_batch``); called by the
     data modules' ``setup`` and by the config preflight."""
-    from lit_rl.errors import FieldError
-
     seen: dict[str, int] = {}
     for i, e in enumerate(examples):
         if e.id in seen:
@@ -211,6 +210,25 @@ class Task(abc.ABC):
     #: text between the system prompt and the question when both go in one user message
     JOINERS: dict[str, str] = {}
 
+    @classmethod
+    def check_args(cls, reward_funcs: Sequence[RewardFunc | str] | RewardFunc | str | None = None,
+                   reward_weights: Sequence[float] | None = None, reward_completions: str = "conversational",
+                   prompt_style: str = "d1_train", reward_timeout: float | None = None) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`).
+        A classmethod: the prompt styles are the configured subclass's ``SYSTEM_PROMPTS``; the constructor calls it
+        as ``Task.check_args.__func__(type(self), ...)``, so a subclass's own ``check_args`` does not hide it."""
+        if cls.SYSTEM_PROMPTS and prompt_style not in cls.SYSTEM_PROMPTS:
+            raise FieldError("prompt_style", f"must be one of {sorted(cls.SYSTEM_PROMPTS)}, got {prompt_style!r}")
+        if reward_weights is not None:
+            n = 0 if reward_funcs is None else 1 if isinstance(reward_funcs, str) or callable(reward_funcs) else len(
+                reward_funcs)  # as resolve_reward_funcs counts them
+            if len(reward_weights) != n:
+                raise FieldError("reward_weights", f"has {len(reward_weights)} entries for {n} reward_funcs")
+        if reward_completions not in ("conversational", "text"):
+            raise FieldError("reward_completions", f"must be 'conversational' or 'text', got {reward_completions!r}")
+        if reward_timeout is not None and not reward_timeout > 0:
+            raise FieldError("reward_timeout", f"must be > 0 seconds or null, got {reward_timeout}")
+
     def __init__(
         self,
         reward_funcs: Sequence[RewardFunc | str] | None = None,
@@ -222,24 +240,17 @@ class Task(abc.ABC):
         prompt_style: str = "d1_train",
         reward_timeout: float | None = None,
     ) -> None:
-        if self.SYSTEM_PROMPTS and prompt_style not in self.SYSTEM_PROMPTS:
-            raise ValueError(f"prompt_style={prompt_style!r}: expected one of {sorted(self.SYSTEM_PROMPTS)}")
+        Task.check_args.__func__(type(self), reward_funcs=reward_funcs, reward_weights=reward_weights,
+                                 reward_completions=reward_completions, prompt_style=prompt_style,
+                                 reward_timeout=reward_timeout)
         self.prompt_style = prompt_style
         self.extra_reward_funcs: list[RewardFunc] = resolve_reward_funcs(reward_funcs)
-        if reward_weights is not None and len(reward_weights) != len(self.extra_reward_funcs):
-            raise ValueError(
-                f"reward_weights has {len(reward_weights)} entries for {len(self.extra_reward_funcs)} reward_funcs"
-            )
         self.reward_weights = ([float(w) for w in reward_weights] if reward_weights is not None
                                else [1.0] * len(self.extra_reward_funcs))
-        if reward_completions not in ("conversational", "text"):
-            raise ValueError(f"reward_completions must be 'conversational' or 'text', got {reward_completions!r}")
         self.reward_completions = reward_completions
         self._system_prompt_override = system_prompt
         self._question_template_override = question_template
         self.system_role = system_role
-        if reward_timeout is not None and not reward_timeout > 0:
-            raise ValueError(f"reward_timeout must be > 0 seconds or null, got {reward_timeout}")
         self.reward_timeout = reward_timeout
 
     # -- prompts -----------------------------------------------------------------------------------

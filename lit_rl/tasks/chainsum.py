@@ -25,6 +25,7 @@ import random
 import re
 from typing import Any
 
+from lit_rl.errors import FieldError
 from lit_rl.tasks.base import EvalScore, Example, Task, record_fields
 from lit_rl.tasks.parsing import last_answer_block
 
@@ -96,18 +97,29 @@ class ChainSumTask(Task):
     SYSTEM_PROMPTS = {"d1_train": "", "d1_eval": ""}
     QUESTION_TEMPLATES = {"d1_train": "Sum: {numbers}", "d1_eval": "Sum: {numbers}"}
 
+    @staticmethod
+    def check_args(num_train: int = 2000, num_eval: int = 256, min_terms: int = 3, max_terms: int = 6,
+                   max_digit: int = 9) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`); the
+        prompt options' are :meth:`Task.check_args`."""
+        if not 1 <= max_digit <= 9:
+            raise FieldError("max_digit", f"must be in 1..9, got {max_digit}")
+        if not 2 <= min_terms <= max_terms <= 16:
+            field = "min_terms" if not 2 <= min_terms <= max_terms else "max_terms"
+            raise FieldError(field, f"min_terms = {min_terms}, max_terms = {max_terms}: need 2 <= min_terms <= "
+                             "max_terms <= 16")
+        for name, v in (("num_train", num_train), ("num_eval", num_eval)):
+            if v < 0:
+                raise FieldError(name, f"must be >= 0, got {v}")
+
     def __init__(
         self, num_train: int = 2000, num_eval: int = 256, min_terms: int = 3, max_terms: int = 6, max_digit: int = 9,
         seed: int = 0, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not 1 <= max_digit <= 9:
-            raise ValueError(f"max_digit={max_digit}: need 1 <= max_digit <= 9")
+        ChainSumTask.check_args(num_train=num_train, num_eval=num_eval, min_terms=min_terms, max_terms=max_terms,
+                                max_digit=max_digit)
         self.max_digit = max_digit
-        if not 2 <= min_terms <= max_terms <= 16:
-            raise ValueError(f"min_terms={min_terms}, max_terms={max_terms}: need 2 <= min_terms <= max_terms <= 16")
-        if num_train < 0 or num_eval < 0:
-            raise ValueError(f"num_train={num_train}, num_eval={num_eval}: must be >= 0")
         self.num_train, self.num_eval, self.seed = num_train, num_eval, seed
         self.min_terms, self.max_terms = min_terms, max_terms
         self._cache: dict[str, list[Example]] = {}

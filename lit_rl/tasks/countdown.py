@@ -39,6 +39,7 @@ import re
 from fractions import Fraction
 from typing import Any, Sequence
 
+from lit_rl.errors import FieldError
 from lit_rl.tasks.arith import safe_eval, uses_exactly
 from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task, read_jsonl, record_fields, short_repr
 from lit_rl.tasks.parsing import first_answer_block, last_answer_block, last_boxed, reference_boxed
@@ -286,6 +287,13 @@ class CountdownTask(Task):
     QUESTION_TEMPLATES = {"d1_train": COUNTDOWN_TRAIN_TEMPLATE, "d1_eval": COUNTDOWN_EVAL_TEMPLATE}
     JOINERS = {"d1_train": "\n", "d1_eval": "\n\n"}
 
+    @staticmethod
+    def check_args(num_train: int = 10000) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`); the
+        prompt options' are :meth:`Task.check_args`."""
+        if num_train < 0:
+            raise FieldError("num_train", f"must be >= 0, got {num_train}")
+
     def __init__(
         self,
         num_train: int = 10000,
@@ -295,8 +303,7 @@ class CountdownTask(Task):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if num_train < 0:
-            raise ValueError(f"num_train={num_train}: must be >= 0")
+        CountdownTask.check_args(num_train=num_train)
         self.num_train, self.seed = num_train, seed
         self.wrong_numbers_reward, self.wrong_result_reward = float(wrong_numbers_reward), float(wrong_result_reward)
         self._train: list[Example] | None = None

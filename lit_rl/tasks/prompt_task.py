@@ -25,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from lit_rl.errors import FieldError
 from lit_rl.tasks.base import EvalScore, Example, Task, record_fields, short_repr
 from lit_rl.tasks.parsing import last_answer_block
 
@@ -72,6 +73,16 @@ class PromptTask(Task):
 
     max_reward = 1.0
 
+    @staticmethod
+    def check_args(answer_column: str | None = "answer", answer_check: str = "exact") -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`); the
+        prompt options' are :meth:`Task.check_args`."""
+        if answer_check not in ANSWER_CHECKS:
+            raise FieldError("answer_check", f"must be one of {ANSWER_CHECKS}, got {answer_check!r}")
+        if answer_check != "none" and not answer_column:
+            raise FieldError("answer_column", f"is {answer_column!r}, but answer_check {answer_check!r} needs the "
+                             "answer column (or set answer_check: none)")
+
     def __init__(
         self,
         train_path: str | None = None,
@@ -93,10 +104,7 @@ class PromptTask(Task):
         kwargs.setdefault("system_prompt", "")
         kwargs.setdefault("question_template", "{question}")
         super().__init__(**kwargs)
-        if answer_check not in ANSWER_CHECKS:
-            raise ValueError(f"answer_check must be one of {ANSWER_CHECKS}, got {answer_check!r}")
-        if answer_check != "none" and not answer_column:
-            raise ValueError(f"answer_check {answer_check!r} needs answer_column (or set answer_check: none)")
+        PromptTask.check_args(answer_column=answer_column, answer_check=answer_check)
         self.name = name
         self.train_path, self.eval_path, self.dataset = train_path, eval_path, dataset
         self.dataset_config, self.splits, self.data_files = (

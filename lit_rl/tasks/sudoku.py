@@ -33,6 +33,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lit_rl.errors import FieldError
 from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task, read_utf8, record_fields, short_repr
 from lit_rl.tasks.parsing import fit16, last_answer_block, sudoku_eval_answer
 
@@ -283,6 +284,19 @@ class SudokuTask(Task):
     QUESTION_TEMPLATES = {"d1_train": SUDOKU_QUESTION_TEMPLATE, "d1_eval": SUDOKU_QUESTION_TEMPLATE}
     JOINERS = {"d1_train": "\n\n", "d1_eval": "\n\n"}
 
+    @staticmethod
+    def check_args(eval_set: str = "spg", num_train: int = 10000, min_blanks: int = 6, max_blanks: int = 12) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`); the
+        prompt options' are :meth:`Task.check_args`."""
+        if eval_set not in ("spg", "d1"):
+            raise FieldError("eval_set", f"must be 'spg' or 'd1', got {eval_set!r}")
+        if not 1 <= min_blanks <= max_blanks <= 12:
+            field = "min_blanks" if not 1 <= min_blanks <= max_blanks else "max_blanks"
+            raise FieldError(field, f"min_blanks = {min_blanks}, max_blanks = {max_blanks}: need 1 <= min_blanks <= "
+                             "max_blanks <= 12")
+        if num_train < 0:
+            raise FieldError("num_train", f"must be >= 0, got {num_train}")
+
     def __init__(
         self,
         eval_set: str = "spg",
@@ -293,13 +307,7 @@ class SudokuTask(Task):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if eval_set not in ("spg", "d1"):
-            raise ValueError(f"eval_set={eval_set!r}: expected 'spg' or 'd1'")
-        if not 1 <= min_blanks <= max_blanks <= 12:
-            raise ValueError(f"min_blanks={min_blanks}, max_blanks={max_blanks}: "
-                             "need 1 <= min_blanks <= max_blanks <= 12")
-        if num_train < 0:
-            raise ValueError(f"num_train={num_train}: must be >= 0")
+        SudokuTask.check_args(eval_set=eval_set, num_train=num_train, min_blanks=min_blanks, max_blanks=max_blanks)
         self.eval_set, self.num_train, self.seed = eval_set, num_train, seed
         self.min_blanks, self.max_blanks = min_blanks, max_blanks
         self._train: list[Example] | None = None

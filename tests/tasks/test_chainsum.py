@@ -90,9 +90,9 @@ def test_example_from_record_roundtrip_and_errors():
 
 
 def test_bad_arguments_are_named():
-    with pytest.raises(ValueError, match="min_terms=5, max_terms=3"):
+    with pytest.raises(ValueError, match="min_terms = 5, max_terms = 3"):
         ChainSumTask(min_terms=5, max_terms=3)
-    with pytest.raises(ValueError, match="max_digit=0"):
+    with pytest.raises(ValueError, match="max_digit: must be in 1..9, got 0"):
         ChainSumTask(max_digit=0)
 
 

@@ -61,7 +61,7 @@ def test_none_adds_nothing_and_older_positional_functions_still_work():
 
 
 def test_bad_reward_setups_name_the_field():
-    with pytest.raises(ValueError, match="reward_weights has 2 entries for 1 reward_funcs"):
+    with pytest.raises(ValueError, match="reward_weights: has 2 entries for 1 reward_funcs"):
         SudokuTask(num_train=0, reward_funcs=["trl.rewards.think_format_reward"], reward_weights=[1.0, 2.0])
     with pytest.raises(ValueError, match="reward_completions"):
         SudokuTask(num_train=0, reward_completions="chat")
