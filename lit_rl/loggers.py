@@ -57,6 +57,7 @@ from lightning.pytorch.loggers import MLFlowLogger as _LightningMLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from lit_rl.atomic import atomic_write_text
+from lit_rl.errors import FieldError
 from lit_rl.tracking import get_or_create_experiment, tracking_uri_problem
 
 __all__ = ["MLFlowLogger", "TrackingUnavailableError", "is_transient", "read_spill", "replay"]
@@ -180,13 +181,24 @@ class MLFlowLogger(_LightningMLFlowLogger):
             defaults, 7 retries with backoff factor 2, would stall training for 4 minutes at each outage).
     """
 
+    @staticmethod
+    def check_args(retry_every_s: float = 30.0, final_wait_s: float = 300.0, max_unsent: int = 200_000,
+                   send_retries: int = 2, send_timeout_s: float = 60.0) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        for name, v in (("retry_every_s", retry_every_s), ("final_wait_s", final_wait_s),
+                        ("send_retries", send_retries)):
+            if v < 0:
+                raise FieldError(name, f"must be >= 0, got {v}")
+        if max_unsent < 1:
+            raise FieldError("max_unsent", f"must be >= 1, got {max_unsent}")
+        if send_timeout_s <= 0:
+            raise FieldError("send_timeout_s", f"must be > 0, got {send_timeout_s}")
+
     def __init__(self, *args: Any, retry_every_s: float = 30.0, final_wait_s: float = 300.0,
                  max_unsent: int = 200_000, spill_dir: str = "runs/mlflow_unsent", send_retries: int = 2,
                  send_timeout_s: float = 60.0, **kwargs: Any) -> None:
-        if min(retry_every_s, final_wait_s, send_retries) < 0 or max_unsent < 1 or send_timeout_s <= 0:
-            raise ValueError("MLFlowLogger: retry_every_s, final_wait_s and send_retries must be >= 0, max_unsent "
-                             f">= 1 and send_timeout_s > 0; got {retry_every_s}, {final_wait_s}, {send_retries}, "
-                             f"{max_unsent}, {send_timeout_s}")
+        MLFlowLogger.check_args(retry_every_s=retry_every_s, final_wait_s=final_wait_s, max_unsent=max_unsent,
+                                send_retries=send_retries, send_timeout_s=send_timeout_s)
         super().__init__(*args, **kwargs)
         self.retry_every_s, self.final_wait_s, self.max_unsent = retry_every_s, final_wait_s, max_unsent
         self.spill_dir = Path(spill_dir)
