@@ -84,5 +84,5 @@ def test_erils_double_rollout_continues_only_the_on_policy_rows(tmp_path, monkey
 
 
 def test_rows_must_be_all_or_on_policy():
-    with pytest.raises(ValueError, match="rows must be all\\|on_policy"):
+    with pytest.raises(ValueError, match="rows: must be .all. or .on_policy."):
         DoubleRolloutEstimate(rows="external")
