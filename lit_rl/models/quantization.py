@@ -18,6 +18,8 @@ right after loading, before any forward. GPU training is unaffected (the branch 
 
 from __future__ import annotations
 
+import sys
+
 from torch import nn
 
 #: ``Linear4bit`` attribute that enables the packed CPU inference path (bitsandbytes >= 0.48).
@@ -25,10 +27,13 @@ PACKING_FLAG = "support_avx512bf16_for_cpu"
 
 
 def linear4bit_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """``(name, module)`` of every ``bitsandbytes.nn.Linear4bit`` in ``model`` (peft's wrappers excluded)."""
-    try:
-        import bitsandbytes as bnb
-    except ImportError:  # no bitsandbytes: no 4-bit layers
+    """``(name, module)`` of every ``bitsandbytes.nn.Linear4bit`` in ``model`` (peft's wrappers excluded).
+
+    Looks in ``sys.modules`` instead of importing: a model can hold a ``Linear4bit`` only once bitsandbytes
+    is imported, and importing it costs 1.5-2 s (this 2-core machine) and prints a kernels warning in every
+    run that saves a checkpoint of a model without 4-bit layers."""
+    bnb = sys.modules.get("bitsandbytes")
+    if bnb is None:  # never imported: no 4-bit layers
         return []
     return [(n, m) for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)]
 
