@@ -52,7 +52,12 @@ TRAIN = ("generation", "scoring", "loss fwd/bwd", "optimizer")  # the per-step f
 # (bucket, file suffix, function name or "*" for every function of the file); first match wins
 ENTRIES: tuple[tuple[str, str, str], ...] = (
     # start-up: imports, config parsing and checks, building the classes, data setup, warm start
-    ("start-up", "<frozen importlib._bootstrap>", "_find_and_load"),
+    ("other", "lit_rl/__main__.py", "<module>"),  # the root: what runs below it without an entry is "other"
+    ("other", "<string>", "<module>"),
+    ("start-up", "<frozen importlib._bootstrap>", "*"),  # imports (a module's own code: its "<module>")
+    ("start-up", "<frozen importlib._bootstrap_external>", "*"),
+    ("start-up", "", "<module>"),
+    ("start-up", "transformers/utils/import_utils.py", "*"),  # transformers' lazy imports
     ("start-up", "lit_rl/config/preflight.py", "preflight"),
     ("start-up", "lightning/pytorch/cli.py", "parse_arguments"),
     ("start-up", "lit_rl/lightning_cli.py", "instantiate_classes"),
@@ -90,6 +95,9 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     ("logging", "lightning/pytorch/loggers/", "*"),
     ("logging", "lightning/pytorch/callbacks/progress/", "*"),
     ("logging", "lit_rl/loggers.py", "*"),
+    ("logging", "site-packages/mlflow/", "*"),  # with the store's SQL below it (a fresh store creates its schema)
+    ("logging", "site-packages/alembic/", "*"),
+    ("logging", "site-packages/sqlalchemy/", "*"),
     ("logging", "lit_rl/lightning_cli.py", "save_config"),
     ("logging", "callbacks/progress.py", "*"),
     ("logging", "callbacks/tracking.py", "*"),
@@ -155,6 +163,16 @@ def _order(stats: Mapping[Key, tuple]) -> list[Key]:
 def bucket_times(stats: Mapping[Key, tuple], entries: tuple[tuple[str, str, str], ...] = ENTRIES) -> dict[str, float]:
     """Seconds per bucket from a ``pstats.Stats(...).stats`` table ``{(file, line, fn): (cc, nc, tt, ct,
     {caller: (cc, nc, tt, ct)})}``; the values sum to the table's total own time (rule: module docstring)."""
+    out = dict.fromkeys(BUCKETS, 0.0)
+    for parts in own_time_parts(stats, entries).values():
+        for b, v in parts.items():
+            out[b] += v
+    return out
+
+
+def own_time_parts(stats: Mapping[Key, tuple], entries: tuple[tuple[str, str, str], ...] = ENTRIES
+                   ) -> dict[Key, dict[str, float]]:
+    """Each function's own time split over the buckets (:func:`bucket_times` sums these)."""
     label = {f: entry_bucket(f, entries) for f in stats}
     ctx: dict[Key, dict[str, float]] = {}
     for f in _order(stats):
@@ -169,10 +187,11 @@ def bucket_times(stats: Mapping[Key, tuple], entries: tuple[tuple[str, str, str]
                     mix[b] += w * p
         total = sum(mix.values())
         ctx[f] = {b: v / total for b, v in mix.items()} if total > 0 else {"other": 1.0}
-    out = dict.fromkeys(BUCKETS, 0.0)
+    out: dict[Key, dict[str, float]] = {}
     for f, (_, _, tt, _, callers) in stats.items():
+        out[f] = parts = defaultdict(float)
         if label[f]:
-            out[label[f]] += tt
+            parts[label[f]] += tt
             continue
         rest = tt
         for g, edge in callers.items():
@@ -180,21 +199,26 @@ def bucket_times(stats: Mapping[Key, tuple], entries: tuple[tuple[str, str, str]
                 part = min(edge[2], rest)  # f's own time when called from g, in g's context
                 rest -= part
                 for b, p in ctx[g].items():
-                    out[b] += part * p
+                    parts[b] += part * p
         for b, p in ctx[f].items():  # the unassigned remainder (self-recursion, rounding) in f's own context
-            out[b] += rest * p
+            parts[b] += rest * p
     return out
+
+
+def _name(key: Key) -> str:
+    return pstats.func_std_string(key).replace(str(ROOT) + "/", "").replace(sys.prefix + "/", "")
 
 
 def top_rows(stats: pstats.Stats, sort: str, n: int) -> list[dict[str, Any]]:
     """The first ``n`` functions by ``sort`` ("cumulative" or "tottime")."""
     col = 3 if sort == "cumulative" else 2
     rows = sorted(stats.stats.items(), key=lambda kv: kv[1][col], reverse=True)[:n]  # type: ignore[attr-defined]
-    return [{"function": pstats.func_std_string(k).replace(str(ROOT) + "/", "").replace(sys.prefix + "/", ""),
+    return [{"function": _name(k),
              "calls": v[1], "tottime": round(v[2], 3), "cumtime": round(v[3], 3)} for k, v in rows]
 
 
-def profile_run(configs: list[str], max_steps: int | None, extra: list[str], top: int) -> dict[str, Any]:
+def profile_run(configs: list[str], max_steps: int | None, extra: list[str], top: int,
+                keep: Path | None = None) -> dict[str, Any]:
     """One ``lit_rl fit`` under cProfile in a subprocess (fresh root dir and MLflow store); its buckets."""
     with tempfile.TemporaryDirectory(prefix="step_profile_") as tmp:
         prof = Path(tmp) / "fit.prof"
@@ -209,7 +233,15 @@ def profile_run(configs: list[str], max_steps: int | None, extra: list[str], top
         if proc.returncode != 0:
             raise RuntimeError(f"lit_rl fit failed (rc {proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-4000:]}")
         stats = pstats.Stats(str(prof), stream=io.StringIO())
-    buckets = bucket_times(stats.stats)  # type: ignore[attr-defined]
+        if keep is not None:
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            keep.write_bytes(prof.read_bytes())
+    parts = own_time_parts(stats.stats)  # type: ignore[attr-defined]
+    buckets = dict.fromkeys(BUCKETS, 0.0)
+    for v in parts.values():
+        for b, x in v.items():
+            buckets[b] += x
+    other = sorted(((v.get("other", 0.0), k) for k, v in parts.items()), reverse=True)[:top]
     profiled = sum(buckets.values())
     buckets["outside profile"] = max(wall - profiled, 0.0)
     steps = sum(v[1] for k, v in stats.stats.items()  # type: ignore[attr-defined]
@@ -218,7 +250,8 @@ def profile_run(configs: list[str], max_steps: int | None, extra: list[str], top
     return {"command": shown, "wall_s": round(wall, 3), "profiled_s": round(profiled, 3), "updates": steps,
             "buckets": {k: round(v, 3) for k, v in buckets.items()},
             "train_s_per_update": round(sum(buckets[b] for b in TRAIN) / steps, 4) if steps else None,
-            "top_cumulative": top_rows(stats, "cumulative", top), "top_tottime": top_rows(stats, "tottime", top)}
+            "top_cumulative": top_rows(stats, "cumulative", top), "top_tottime": top_rows(stats, "tottime", top),
+            "top_other": [{"function": _name(k), "other_s": round(x, 3)} for x, k in other]}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -243,7 +276,9 @@ def report(label: str, result: dict[str, Any]) -> str:
         f"{result['updates']} optimizer updates; wall {result['wall_s']:.1f} s (profiled {result['profiled_s']:.1f} s); "
         f"generation + scoring + loss + optimizer per update: {per} s", table(result),
         "Top by cumulative time:", top_table(result["top_cumulative"]),
-        "Top by own time (tottime):", top_table(result["top_tottime"])])
+        "Top by own time (tottime):", top_table(result["top_tottime"]),
+        "Largest own times counted as `other` (no entry function above them):",
+        "\n".join(f"- {r['other_s']:.2f} s `{r['function']}`" for r in result["top_other"])])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -254,17 +289,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="profile twice: with --KEY=VALUE (before) and without it (after); prints both and the ratio")
     ap.add_argument("--top", type=int, default=20, help="functions in each top list")
     ap.add_argument("--out", default=None, help="also write the tables to this markdown file")
+    ap.add_argument("--keep-prof", default=None, help="copy each run's cProfile file into this folder")
     ap.add_argument("overrides", nargs="*", help="passed on to lit_rl fit (after --), e.g. --trainer.x=1")
     args = ap.parse_args(argv)
     extra = [o if o.startswith("--") else f"--{o}" for o in args.overrides]
     runs: dict[str, dict[str, Any]] = {}
+    keep = Path(args.keep_prof) if args.keep_prof else None
     if args.compare:
         if "=" not in args.compare:
             ap.error(f"--compare needs KEY=VALUE, got {args.compare!r}")
-        runs[f"before ({args.compare})"] = profile_run(args.config, args.max_steps, extra + [f"--{args.compare}"], args.top)
-        runs["after (default)"] = profile_run(args.config, args.max_steps, extra, args.top)
+        runs[f"before ({args.compare})"] = profile_run(args.config, args.max_steps, extra + [f"--{args.compare}"], args.top,
+                                                          keep and keep / "before.prof")
+        runs["after (default)"] = profile_run(args.config, args.max_steps, extra, args.top, keep and keep / "after.prof")
     else:
-        runs[" + ".join(args.config)] = profile_run(args.config, args.max_steps, extra, args.top)
+        runs[" + ".join(args.config)] = profile_run(args.config, args.max_steps, extra, args.top, keep and keep / "fit.prof")
     text = "\n\n".join(report(k, v) for k, v in runs.items())
     summary: dict[str, Any] = {"benchmark": "step_profile", "configs": args.config, "max_steps": args.max_steps,
                                "runs": {k: {x: v[x] for x in ("wall_s", "profiled_s", "buckets", "train_s_per_update")}
