@@ -273,8 +273,9 @@ def report(label: str, result: dict[str, Any]) -> str:
     per = result["train_s_per_update"]
     return "\n\n".join([
         f"### {label}", f"`{result['command']}`",
-        f"{result['updates']} optimizer updates; wall {result['wall_s']:.1f} s (profiled {result['profiled_s']:.1f} s); "
-        f"generation + scoring + loss + optimizer per update: {per} s", table(result),
+        f"{result['updates']} optimizer updates; wall {result['wall_s']:.1f} s "
+        f"(profiled {result['profiled_s']:.1f} s); generation + scoring + loss + optimizer per update: {per} s",
+        table(result),
         "Top by cumulative time:", top_table(result["top_cumulative"]),
         "Top by own time (tottime):", top_table(result["top_tottime"]),
         "Largest own times counted as `other` (no entry function above them):",
@@ -295,14 +296,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     extra = [o if o.startswith("--") else f"--{o}" for o in args.overrides]
     runs: dict[str, dict[str, Any]] = {}
     keep = Path(args.keep_prof) if args.keep_prof else None
+    def run(extra_args: list[str], name: str) -> dict[str, Any]:
+        return profile_run(args.config, args.max_steps, extra_args, args.top, keep and keep / f"{name}.prof")
+
     if args.compare:
         if "=" not in args.compare:
             ap.error(f"--compare needs KEY=VALUE, got {args.compare!r}")
-        runs[f"before ({args.compare})"] = profile_run(args.config, args.max_steps, extra + [f"--{args.compare}"], args.top,
-                                                          keep and keep / "before.prof")
-        runs["after (default)"] = profile_run(args.config, args.max_steps, extra, args.top, keep and keep / "after.prof")
+        runs[f"before ({args.compare})"] = run(extra + [f"--{args.compare}"], "before")
+        runs["after (default)"] = run(extra, "after")
     else:
-        runs[" + ".join(args.config)] = profile_run(args.config, args.max_steps, extra, args.top, keep and keep / "fit.prof")
+        runs[" + ".join(args.config)] = run(extra, "fit")
     text = "\n\n".join(report(k, v) for k, v in runs.items())
     summary: dict[str, Any] = {"benchmark": "step_profile", "configs": args.config, "max_steps": args.max_steps,
                                "runs": {k: {x: v[x] for x in ("wall_s", "profiled_s", "buckets", "train_s_per_update")}
