@@ -91,38 +91,43 @@ def test_double_rollout_cost_prints_its_table_and_a_json_line_last(capsys):
     assert last["stage2_reuse_s"] == table[1]["time"] and last["prefix_cache_hit_frac"] is None
 
 
-def test_step_profile_buckets_count_nested_entries_once():
-    """A hand-built pstats table: (cc, nc, tt, ct, {caller: (cc, nc, tt, ct)}); entries by file and name."""
-    bucket_times = _load("step_profile").bucket_times
-    entries = (("optimizer", "opt.py", "update"), ("loss fwd/bwd", "loss.py", "backward"),
-               ("logging", "log.py", "log"), ("generation", "gen.py", "rows"), ("evaluation", "ev.py", "*"))
-    root, update, backward, step_impl, log = ("run.py", 1, "main"), ("opt.py", 1, "update"), \
-        ("loss.py", 1, "backward"), ("opt.py", 9, "step_impl"), ("log.py", 1, "log")
-    gen, matmul, evaluate, hub, leaf = ("gen.py", 1, "rows"), ("torch.py", 1, "matmul"), ("ev.py", 1, "evaluate"), \
-        ("hooks.py", 1, "call_hooks"), ("hooks.py", 9, "leaf")
-    stats = {
-        root: (1, 1, 1.0, 18.6, {}),
-        update: (1, 1, 1.0, 10.0, {root: (1, 1, 1.0, 10.0)}),  # its 10 s hold the loss's 6 and the log's 1
-        backward: (1, 1, 1.0, 6.0, {update: (1, 1, 1.0, 6.0)}),
-        step_impl: (1, 1, 2.0, 2.0, {update: (1, 1, 2.0, 2.0)}),
-        log: (1, 1, 1.0, 1.0, {update: (1, 1, 1.0, 1.0)}),
-        gen: (1, 1, 1.0, 5.0, {root: (1, 1, 1.0, 5.0)}),
-        matmul: (2, 2, 9.0, 9.0, {backward: (1, 1, 5.0, 5.0), gen: (1, 1, 4.0, 4.0)}),  # shared: 5 s + 4 s
-        evaluate: (1, 1, 0.2, 2.0, {root: (1, 1, 0.2, 2.0)}),
-        hub: (2, 2, 0.4, 2.4, {root: (1, 1, 0.1, 0.6), evaluate: (1, 1, 0.3, 1.8)}),  # context 1/4 other, 3/4 eval
-        leaf: (2, 2, 2.0, 2.0, {hub: (2, 2, 2.0, 2.0)}),
-    }
-    b = bucket_times(stats, entries)
-    # loss: backward's own 1 + matmul's 5 under it; generation: 1 + matmul's 4 (matmul split by its callers)
-    assert b["loss fwd/bwd"] == pytest.approx(6.0) and b["generation"] == pytest.approx(5.0)
-    # optimizer: update's 10 cumulative less the loss's 6 and the log's 1 = own 1 + step_impl 2 (not 10)
-    assert b["optimizer"] == pytest.approx(3.0) and b["logging"] == pytest.approx(1.0)
-    # hub's own time by caller: 0.1 other, 0.3 evaluation; leaf's 2 by hub's context (0.6 : 1.8): 0.5, 1.5
-    assert b["evaluation"] == pytest.approx(0.2 + 0.3 + 1.5)
-    assert b["other"] == pytest.approx(1.0 + 0.1 + 0.5)  # the root's own time and its share of the hub
-    assert sum(b.values()) == pytest.approx(18.6)  # every second once: the root's cumulative time
-    naive = stats[update][3] + stats[backward][3] + stats[gen][3]  # cumulative times add to 21 > 18.6
-    assert naive > sum(b.values())
+def test_step_profile_clock_counts_nested_entries_once():
+    """A hand-made trace with a fake clock: each second goes to the innermost open bucket, once."""
+    module = _load("step_profile")
+    times = iter([0.0, 1.0, 2.0, 3.0, 7.0, 8.0, 9.0, 10.0, 12.0, 13.0, 16.0, 17.0, 18.0])
+    clock = module.BucketClock(now=lambda: next(times))  # start 0.0, root "start-up"
+    clock.enter("other")          # 1.0: start-up 0-1
+    clock.enter("optimizer")      # 2.0: other 1-2
+    clock.enter("loss fwd/bwd")   # 3.0: optimizer 2-3
+    clock.exit()                  # 7.0: loss 3-7 (inside the update: not the optimizer's)
+    clock.enter("logging")        # 8.0: optimizer 7-8
+    clock.exit()                  # 9.0: logging 8-9
+    clock.exit()                  # 10.0: optimizer 9-10; the update's cumulative 10 - 2 = 8 s holds 4 + 1 of others
+    clock.enter("evaluation")     # 12.0: other 10-12
+    clock.enter("generation")     # 13.0: evaluation 12-13; generation inside evaluation stays evaluation
+    clock.exit()                  # 16.0: evaluation 13-16
+    clock.exit()                  # 17.0: evaluation 16-17
+    clock.tick()                  # 18.0: other 17-18
+    s = clock.seconds
+    assert s["loss fwd/bwd"] == 4.0 and s["logging"] == 1.0
+    assert s["optimizer"] == 3.0  # 1 + 1 + 1, not the update's cumulative 8
+    assert s["evaluation"] == 5.0 and s["generation"] == 0.0
+    assert s["start-up"] == 1.0 and s["other"] == 1.0 + 2.0 + 1.0
+    assert sum(s.values()) == clock.last - clock.start == 18.0  # every second once
+    naive = 8.0 + 4.0 + 1.0 + 5.0 + 3.0  # cumulative times of the entries add to more than the wall
+    assert naive > sum(s.values())
+
+
+def test_step_profile_wraps_every_entry():
+    """Each entry names a function that exists (install fails on one that matches nothing)."""
+    module = _load("step_profile")
+    sys.path.insert(0, str(ROOT))
+    wrapped = module.install(module.BucketClock())
+    for _, owner, name, original in reversed(wrapped):  # unwrap: later tests use these classes
+        setattr(owner, name, original)
+    wrapped = [f"{bucket}: {getattr(owner, '__name__', '')}.{name}" for bucket, owner, name, _ in wrapped]
+    assert any("RLModule.optimizer_update" in w for w in wrapped)
+    assert any(w.startswith("loss fwd/bwd:") and w.endswith(".prepare") for w in wrapped)
 
 
 def test_step_profile_real_run_buckets_sum_to_the_wall(capsys):
@@ -136,4 +141,4 @@ def test_step_profile_real_run_buckets_sum_to_the_wall(capsys):
     assert sum(run["buckets"].values()) == pytest.approx(run["wall_s"], abs=0.02)
     for name in ("start-up", "generation", "scoring", "loss fwd/bwd", "optimizer", "logging"):
         assert run["buckets"][name] > 0, name
-    assert run["train_s_per_update"] > 0
+    assert run["updates"] == 2 and run["train_s_per_update"] > 0
