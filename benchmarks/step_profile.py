@@ -314,8 +314,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if before["train_s_per_update"] and after["train_s_per_update"]:
             summary["per_update_ratio"] = round(before["train_s_per_update"] / after["train_s_per_update"], 3)
             summary["wall_ratio"] = round(before["wall_s"] / after["wall_s"], 3)
-            text += (f"\n\nper update (generation + scoring + loss + optimizer) before / after: "
-                     f"{summary['per_update_ratio']:.3f}x; whole run: {summary['wall_ratio']:.3f}x")
+            loss = [r["buckets"]["loss fwd/bwd"] for r in (before, after)]
+            summary["loss_ratio"] = round(loss[0] / loss[1], 3) if loss[1] else None
+            text += (f"\n\nbefore / after: per update (generation + scoring + loss + optimizer) "
+                     f"{summary['per_update_ratio']:.3f}x; loss fwd/bwd {summary['loss_ratio']}x; "
+                     f"whole run {summary['wall_ratio']:.3f}x")
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
