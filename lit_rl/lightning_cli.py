@@ -73,6 +73,22 @@ class LitRLCLI(LightningCLI):
             mark_stopped(self.trainer)
             raise
 
+    def validate(self, model: LightningModule, datamodule: LightningDataModule | None = None, ckpt_path=None,
+                 **kwargs):
+        """``trainer.validate`` in an MLflow run marked as the checkpoint's evaluation, at its step
+        (:mod:`lit_rl.eval_runs`)."""
+        from lit_rl.eval_runs import mark_evaluation
+
+        mark_evaluation(self.trainer, "validate", ckpt_path)
+        return self.trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
+
+    def test(self, model: LightningModule, datamodule: LightningDataModule | None = None, ckpt_path=None, **kwargs):
+        """``trainer.test``, its MLflow run marked as :meth:`validate`'s."""
+        from lit_rl.eval_runs import mark_evaluation
+
+        mark_evaluation(self.trainer, "test", ckpt_path)
+        return self.trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
+
     def instantiate_classes(self) -> None:
         try:
             super().instantiate_classes()
