@@ -38,6 +38,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+# before torch is imported: with 2 cores, busy-waiting OpenMP threads next to another busy process ran ~40x
+# slower (lit_rl.cli._set_threads)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 for _p in (ROOT, ROOT / "benchmarks"):  # lit_rl from this checkout; the sides module next to this file
     if str(_p) not in sys.path:
@@ -103,9 +107,10 @@ def print_table(result: dict) -> None:
               f"{agg['peak_rss_mb']['mean']:>8.0f}{acc['mean']:>9.3f}±{acc['sd']:<5.3f}{ratio:>10}")
     v = result["verdict"]
     if v:
+        equal = "equal" if v["equal_accuracy"] else "NOT equal"
         print(f"lit_rl GRPO per step: {v['speedup']:.2f}x TRL (goal {SPEED_GOAL}x: "
               f"{'met' if v['meets_speed_goal'] else 'not met'}); held-out accuracy lit_rl - TRL = "
-              f"{v['accuracy_diff']:+.3f} (tolerance {ACCURACY_TOLERANCE}: {'equal' if v['equal_accuracy'] else 'NOT equal'})")
+              f"{v['accuracy_diff']:+.3f} (tolerance {ACCURACY_TOLERANCE}: {equal})")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -144,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     import vs_trl_sides as sides
 
     bed = sides.testbed()
+    load_start = os.getloadavg()
     base = [f"--steps={args.steps}", f"--eval-problems={args.eval_problems}", f"--eval-samples={args.eval_samples}"]
     base += [f"--lit-override={kv}" for kv in args.lit_override]
     warm_args = ["--child", "warm", "-", f"--cache-dir={args.cache_dir}"]
@@ -181,7 +187,10 @@ def main(argv: list[str] | None = None) -> dict:
         "speed_goal": SPEED_GOAL, "verdict": verdict,
         "trl_changed_settings": sides.trl_changed_settings(args.steps, args.seeds, "<tmp>/trl_run"),
         "sides": agg, "runs": runs,
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                 text=True).stdout.strip(),
         "machine": {"cpu_count": os.cpu_count(), "threads": bed["threads"], "platform": platform.platform(),
+                    "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
                     "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__},
     }
     print_table(result)

@@ -47,7 +47,7 @@ def testbed() -> dict[str, Any]:
         "G": data["num_generations"], "prompts_per_batch": data["prompts_per_batch"],
         "max_new_tokens": data["generation"]["max_new_tokens"], "temperature": data["generation"]["temperature"],
         "max_prompt_len": data["max_prompt_len"], "lr": model["optimizer"]["init_args"]["lr"],
-        "betas": model["optimizer"]["init_args"]["betas"], "weight_decay": model["optimizer"]["init_args"]["weight_decay"],
+        "betas": model["optimizer"]["init_args"]["betas"],
         "grad_clip": model["grad_clip"], "loss": model["loss"], "threads": cfg.get("threads", 2),
     }
 
@@ -197,7 +197,7 @@ def run_lit(steps: int, seed: int, warm: Path, out_dir: Path, double_rollout: bo
     train_s = time.perf_counter() - t0
     assert cli.trainer.global_step == steps, (cli.trainer.global_step, steps)
     return {"steps": clock.steps, "train_s": train_s, "peak_rss_mb": _peak_rss_mb(),
-            "model": cli.model.policy.model, "config_classes": [type(cli.model).__name__, type(cli.datamodule).__name__]}
+            "model": cli.model.policy.model}
 
 
 # -- TRL ------------------------------------------------------------------------------------------------
@@ -213,9 +213,11 @@ def trl_changed_settings(steps: int, seed: int | list[int], output_dir: str) -> 
         dict(setting="per_device_train_batch_size", value=rows, default=8,
              reason=f"one optimizer update per rollout batch of {bed['prompts_per_batch']} prompts x G "
                     "(lit_rl prompts_per_batch, one forward/backward over the whole batch, micro_batch_size null)"),
-        dict(setting="max_completion_length", value=bed["max_new_tokens"], default=512, reason="the same max_new_tokens"),
+        dict(setting="max_completion_length", value=bed["max_new_tokens"], default=512,
+             reason="the same max_new_tokens"),
         dict(setting="learning_rate", value=bed["lr"], default=1e-6, reason="the same learning rate"),
-        dict(setting="adam_beta2", value=bed["betas"][1], default=0.999, reason="the same AdamW betas (0.9, 0.99)"),
+        dict(setting="adam_beta2", value=bed["betas"][1], default=0.999,
+             reason="the same AdamW betas (0.9, 0.99)"),
         dict(setting="lr_scheduler_type", value="constant", default="linear",
              reason="lit_rl's config has no schedule (constant lr); linear decay would lower TRL's lr over the run"),
         dict(setting="epsilon_high", value=bed["loss"]["eps_high"], default=None,
