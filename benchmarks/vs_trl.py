@@ -21,7 +21,7 @@ the first step (lazy set-up on both sides) is reported apart and left out of the
 accuracy of each final model, by one evaluator for both (T 1 samples on held-out problems, the run's seed).
 The table is printed, then one JSON line with every figure.
 
-    python benchmarks/vs_trl.py                       # 3 seeds x 30 updates per side (~25 min on 2 CPU cores)
+    python benchmarks/vs_trl.py                       # 3 seeds x 60 updates per side (~10 min on 2 CPU cores)
     python benchmarks/vs_trl.py --quick               # 1 seed, 2 updates, a 10-step warm start (the test)
     python benchmarks/vs_trl.py --sides lit --lit-override model.init_args.loss.old_logprobs=separate_pass
 """
@@ -79,6 +79,8 @@ def summarize(run: dict) -> dict:
     out["tokens_per_step"] = statistics.fmean(s["tokens"] for s in steady)
     out["rollout_tokens_per_s"] = sum(s["tokens"] for s in steady) / gen if gen > 0 else 0.0
     out["first_step_s"] = run["steps"][0]["wall_s"]
+    for kind in steady[0]["profile_s"]:
+        out[f"profile_{kind}_s"] = statistics.fmean(s["profile_s"][kind] for s in steady)
     out |= {"peak_rss_mb": run["peak_rss_mb"], "heldout_accuracy": run["heldout_accuracy"], "train_s": run["train_s"]}
     return out
 
@@ -105,6 +107,9 @@ def print_table(result: dict) -> None:
               f"{agg['score_s']['mean']:>9.3f}{agg['update_s']['mean']:>10.2f}"
               f"{agg['rollout_tokens_per_s']['mean']:>8.0f}{agg['first_step_s']['mean']:>7.1f}"
               f"{agg['peak_rss_mb']['mean']:>8.0f}{acc['mean']:>9.3f}±{acc['sd']:<5.3f}{ratio:>10}")
+    for name, agg in sides.items():
+        prof = ", ".join(f"{k[8:-2]} {v['mean']:.3f}" for k, v in agg.items() if k.startswith("profile_"))
+        print(f"  {SIDES[name]} profile, s per step (nested, see vs_trl_sides.py): {prof}")
     v = result["verdict"]
     if v:
         equal = "equal" if v["equal_accuracy"] else "NOT equal"
@@ -116,7 +121,7 @@ def print_table(result: dict) -> None:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, 2 updates, 10-step warm start, 8x2 eval samples")
-    ap.add_argument("--steps", type=int, default=30, help="optimizer updates per run")
+    ap.add_argument("--steps", type=int, default=60, help="optimizer updates per run")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--sides", nargs="+", default=list(SIDES), choices=list(SIDES))
     ap.add_argument("--eval-problems", type=int, default=128, help="held-out problems scored per model")

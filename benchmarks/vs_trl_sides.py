@@ -103,28 +103,31 @@ def heldout_accuracy(model: torch.nn.Module, problems: int, samples: int, seed: 
 
 # -- timing ---------------------------------------------------------------------------------------------
 class StepClock:
-    """Per-step wall time and the generation / scoring seconds and sampled tokens that fell inside it."""
+    """Per-step wall time and the seconds each timed call (``kind``) and the sampled tokens took inside it.
+    ``gen`` and ``score`` make the split; the other kinds are a finer profile (nested inside the step, and some
+    inside each other: see each side's list)."""
 
     def __init__(self) -> None:
-        self.gen = self.score = 0.0
+        self.acc: dict[str, float] = {"gen": 0.0, "score": 0.0}
         self.tokens = 0
-        self.steps: list[dict[str, float]] = []
-        self._mark = self._gen0 = self._score0 = 0.0
-        self._tok0 = 0
+        self.steps: list[dict[str, Any]] = []
+        self._mark, self._acc0, self._tok0 = 0.0, dict(self.acc), 0
 
     def start(self) -> None:
-        self._mark, self._gen0, self._score0, self._tok0 = time.perf_counter(), self.gen, self.score, self.tokens
+        self._mark, self._acc0, self._tok0 = time.perf_counter(), dict(self.acc), self.tokens
 
     def step_end(self) -> None:
-        now = time.perf_counter()
-        wall, gen, score = now - self._mark, self.gen - self._gen0, self.score - self._score0
-        self.steps.append({"wall_s": wall, "gen_s": gen, "score_s": score, "update_s": wall - gen - score,
-                           "tokens": self.tokens - self._tok0})
+        wall = time.perf_counter() - self._mark
+        d = {k: v - self._acc0.get(k, 0.0) for k, v in self.acc.items()}
+        self.steps.append({"wall_s": wall, "gen_s": d["gen"], "score_s": d["score"],
+                           "update_s": wall - d["gen"] - d["score"], "tokens": self.tokens - self._tok0,
+                           "profile_s": {k: v for k, v in d.items() if k not in ("gen", "score")}})
         self.start()
 
     def timed(self, fn, kind: str, count_tokens=None):
-        """``fn`` wrapped: its time added to ``kind`` (gen / score), its sampled tokens counted."""
+        """``fn`` wrapped: its time added to ``kind``, its sampled tokens counted."""
         depth = [0]
+        self.acc.setdefault(kind, 0.0)
 
         def wrapper(*args, **kwargs):
             depth[0] += 1
@@ -134,7 +137,7 @@ class StepClock:
             finally:
                 depth[0] -= 1
             if depth[0] == 0:  # nested calls (a method calling itself through the wrapper) count once
-                setattr(self, kind, getattr(self, kind) + time.perf_counter() - t0)
+                self.acc[kind] += time.perf_counter() - t0
                 if count_tokens is not None:
                     self.tokens += count_tokens(out)
             return out
@@ -161,6 +164,10 @@ def run_lit(steps: int, seed: int, warm: Path, out_dir: Path, double_rollout: bo
     evaluation, checkpoint or logger during the timed steps; ``overrides``: ``KEY=VALUE`` config keys."""
     import lightning as L
 
+    from datamodules.stream import PromptStreamDataModule
+    from lit_rl.algorithms import rl_module
+    from lit_rl.algorithms.losses import ClippedPGLoss
+    from lit_rl.algorithms.rl_module import RLModule
     from lit_rl.generation.ar import HFBackend
     from lit_rl.tasks.chainsum import ChainSumTask
 
@@ -183,6 +190,15 @@ def run_lit(steps: int, seed: int, warm: Path, out_dir: Path, double_rollout: bo
     eos = cli.model.policy.eos_id
     HFBackend._run = clock.timed(HFBackend._run, "gen", lambda out: _row_tokens(out[0], eos))
     ChainSumTask.total_rewards = clock.timed(ChainSumTask.total_rewards, "score")
+    # profile: rollouts (the DataModule's rows: gen + score + decoding + stacking), processors (advantages, double
+    # rollout's continuations: gen + score inside), prepare (the loss's fixed part: π_old forward unless the
+    # first update makes it), optimizer_update (zero grads, loss forward + backward, clipping, step, logging),
+    # of which loss_backward (the loss's forward + backward)
+    for owner, name, kind in ((PromptStreamDataModule, "produce_rollouts", "rollouts"),
+                              (rl_module, "run_processors", "processors"), (ClippedPGLoss, "prepare", "prepare"),
+                              (RLModule, "optimizer_update", "optimizer_update"),
+                              (ClippedPGLoss, "backward", "loss_backward")):
+        setattr(owner, name, clock.timed(getattr(owner, name), kind))
 
     class Clock(L.Callback):
         def on_train_start(self, trainer, pl_module):
@@ -228,7 +244,8 @@ def trl_changed_settings(steps: int, seed: int | list[int], output_dir: str) -> 
         dict(setting="mask_truncated_completions", value=bed["loss"]["mask_truncated"], default=False,
              reason="the same loss mask: lit_rl leaves truncated completions out (loss.mask_truncated)"),
         dict(setting="bf16", value=False, default=True,
-             reason="the same numerics: lit_rl trains in float32 on the CPU (bf16 autocast changes the math)"),
+             reason="the same numerics: lit_rl trains in float32 on the CPU (and TRL's default bf16 stops on a CPU: "
+                    "'Your setup doesn't support bf16/gpu')"),
         dict(setting="gradient_checkpointing", value=False, default=True,
              reason="the same computation: lit_rl does not recompute activations (TRL's default trades ~20% "
                     "time for memory, which a 1M-parameter model does not need)"),
@@ -272,6 +289,9 @@ def run_trl(steps: int, seed: int, warm: Path, out_dir: Path) -> dict[str, Any]:
     trainer._generate_single_turn = clock.timed(trainer._generate_single_turn, "gen",
                                                 lambda out: sum(len(c) for c in out[0]))
     trainer._calculate_rewards = clock.timed(trainer._calculate_rewards, "score")
+    # profile: rollouts (gen + score + decoding + advantages, π_old only when reused), loss_forward (compute_loss)
+    trainer._generate_and_score_completions = clock.timed(trainer._generate_and_score_completions, "rollouts")
+    trainer.compute_loss = clock.timed(trainer.compute_loss, "loss_forward")
 
     class Clock(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
