@@ -2,6 +2,7 @@
 
 from callbacks.ar_warmup import ScriptedSFTWarmup
 from callbacks.dr_reliability import ContinuationReliability
+from callbacks.final_validation import FinalValidation
 from callbacks.passk import PassAtKEvaluation
 from callbacks.progress import RolloutProgressBar
 from callbacks.reliability import CheckpointOnSigterm, ExactResume, PromptLedger
@@ -13,6 +14,7 @@ __all__ = [
     "CheckpointOnSigterm",
     "ContinuationReliability",
     "ExactResume",
+    "FinalValidation",
     "FormatWarmup",
     "PassAtKEvaluation",
     "PromptLedger",

@@ -8,6 +8,7 @@ reports, tables, figures). Standard library only, so light modules can import it
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
@@ -28,13 +29,38 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``/proc/self/status``); elsewhere
+    set and restored at once (``os.umask`` has no read-only form)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(path: Path) -> int:
+    """What ``open(path, "w")`` would leave: an existing file keeps its mode, a new one gets
+    ``0o666 & ~umask`` (``tempfile.mkstemp`` makes every file ``0o600``)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> Path:
     """Run ``write(fh)`` on a temp file in ``path``'s folder, fsync it, ``os.replace`` it over ``path``,
     fsync the folder. Returns ``path``.
 
     The target is either the old file or the complete new one, whatever happens to the process (an
     exception in ``write`` leaves no temp file). A stale temp file of a killed writer (``.<name>.*.partial``)
-    is removed by the next write of the same target.
+    is removed by the next write of the same target. The file's permissions are those ``open()`` would give
+    it (:func:`_mode_for`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -42,6 +68,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> P
         stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
+        os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()

@@ -46,6 +46,19 @@ def run_lightning_cli(args: list[str] | None = None, run: bool = True):
     return build_cli(args, run, extra)
 
 
+def snake_case_flags(argv: list[str]) -> list[str]:
+    """LightningCLI's options with the hyphens of their names made underscores (``--trainer.max-steps 7`` =
+    ``--trainer.max_steps 7``, ``--ckpt-path``, ``--print-config``), so one flag style holds for every
+    subcommand (:mod:`lit_rl.cli_args`); values (after ``=`` or in the next token) are left as written."""
+    out = []
+    for tok in argv:
+        if tok.startswith("--") and len(tok) > 2:
+            key, eq, val = tok[2:].partition("=")
+            tok = "--" + key.replace("-", "_") + eq + val
+        out.append(tok)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -57,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         entry: Callable[[list[str]], int] = module.main
         return int(entry(argv[1:]) or 0)
     if argv and argv[0] in ("fit", "validate", "test", "predict"):
+        snake = snake_case_flags(argv)
+        if snake != argv:
+            argv = snake
+            if from_command_line:  # LightningCLI reads sys.argv itself (given args next to sys.argv, it warns)
+                sys.argv[1:] = argv
         # fail fast, before anything is built, with one line naming the field, file and line
         from lit_rl.config import ConfigError, preflight
 

@@ -388,9 +388,10 @@ class ResultsTable:
             w.writerow({**r, "value": f"{r['value']:.6g}"})
         return buf.getvalue()
 
-    def to_markdown(self, metrics: Sequence[str] | None = None, percent: bool = True) -> str:
-        """One row per checkpoint step, one column per ``config/metric`` (Pass@k and accuracy by default,
-        in percent as the papers print them)."""
+    def to_markdown(self, metrics: Sequence[str] | None = None, percent: bool = False) -> str:
+        """One row per checkpoint step, one column per ``config/metric`` (Pass@k and accuracy by default),
+        as fractions in [0, 1] like every accuracy lit_rl prints and logs (``percent``: the papers' scale,
+        the header then says ``(%)``)."""
         configs = self.configs
         cols: list[tuple[str, str]] = []
         for c in configs:
@@ -398,7 +399,8 @@ class ResultsTable:
             keep = [m for m in names if (metrics is None and (m.startswith("pass@") or m == "accuracy"))
                     or (metrics is not None and m in metrics)]
             cols += [(c, m) for m in keep]
-        header = "| step | " + " | ".join(f"{c} {m}" for c, m in cols) + " |"
+        unit = " (%)" if percent else ""
+        header = "| step | " + " | ".join(f"{c} {m}{unit if _is_rate(m) else ''}" for c, m in cols) + " |"
         lines = [header, "|" + "---:|" * (len(cols) + 1)]
         for s in self.steps:
             cells = []
@@ -441,7 +443,7 @@ class ResultsTable:
                 if which not in entry:
                     continue
                 m = entry[which]["metrics"]
-                shown = ", ".join(f"{k} {_fmt(v, k, True)}" for k, v in m.items()
+                shown = ", ".join(f"{k} {_fmt(v, k, False)}" for k, v in m.items()
                                   if k.startswith("pass@") or k in ("accuracy", "length_mean"))
                 extra = f" (`{entry[which]['checkpoint']}`)" if entry[which].get("checkpoint") else ""
                 lines.append(f"| {c} | {which}{extra} | {entry[which]['step']} | {shown} |")
@@ -451,10 +453,14 @@ class ResultsTable:
         return [dict(r) for r in self.rows]
 
 
+def _is_rate(metric: str) -> bool:
+    return metric.startswith(("pass@", "unbiased_pass@")) or metric in ("accuracy", "hit_limit_frac")
+
+
 def _fmt(value: float, metric: str, percent: bool) -> str:
-    if percent and (metric.startswith("pass@") or metric.startswith("unbiased_pass@")
-                    or metric in ("accuracy", "hit_limit_frac")):
-        return f"{100 * value:.2f}"
+    """A rate as a fraction with 4 decimals (``percent``: x 100 with 2), other values with 4 significant digits."""
+    if _is_rate(metric):
+        return f"{100 * value:.2f}" if percent else f"{value:.4f}"
     return f"{value:.4g}" if not float(value).is_integer() else str(int(value))
 
 

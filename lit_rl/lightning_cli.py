@@ -13,6 +13,7 @@ import torch
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rl.runs import run_dir
 
@@ -72,6 +73,25 @@ class LitRLCLI(LightningCLI):
         except SIGTERMException:
             mark_stopped(self.trainer)
             raise
+        summary = fit_summary(self.trainer)
+        if summary:
+            rank_zero_info(summary)
+
+    def validate(self, model: LightningModule, datamodule: LightningDataModule | None = None, ckpt_path=None,
+                 **kwargs):
+        """``trainer.validate`` in an MLflow run marked as the checkpoint's evaluation, at its step
+        (:mod:`lit_rl.eval_runs`)."""
+        from lit_rl.eval_runs import mark_evaluation
+
+        mark_evaluation(self.trainer, "validate", ckpt_path)
+        return self.trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
+
+    def test(self, model: LightningModule, datamodule: LightningDataModule | None = None, ckpt_path=None, **kwargs):
+        """``trainer.test``, its MLflow run marked as :meth:`validate`'s."""
+        from lit_rl.eval_runs import mark_evaluation
+
+        mark_evaluation(self.trainer, "test", ckpt_path)
+        return self.trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
 
     def instantiate_classes(self) -> None:
         try:
@@ -97,7 +117,8 @@ class LitRLCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         """``predict`` writes the completions (:class:`callbacks.predictions.PredictionWriter`) unless the
         config already has a prediction writer; ``fit`` records the run in its checkpoints
-        (:class:`callbacks.run_record.RunRecord`) unless the config already does."""
+        (:class:`callbacks.run_record.RunRecord`) and ends with a validation
+        (:class:`callbacks.final_validation.FinalValidation`) unless the config already has them."""
         from lit_rl.config.trainer_rules import check_trainer_args
         from lit_rl.errors import ConfigError, FieldError
 
@@ -116,6 +137,10 @@ class LitRLCLI(LightningCLI):
                 records = trainer.callbacks[-1:]
             for cb in records:
                 cb.components = self._fit_components()
+            from callbacks.final_validation import FinalValidation
+
+            if not any(isinstance(cb, FinalValidation) for cb in trainer.callbacks):
+                trainer.callbacks.append(FinalValidation())
         if self.subcommand == "predict":
             from lightning.pytorch.callbacks import BasePredictionWriter
 
@@ -124,6 +149,20 @@ class LitRLCLI(LightningCLI):
             if not any(isinstance(cb, BasePredictionWriter) for cb in trainer.callbacks):
                 trainer.callbacks.append(PredictionWriter())
         return trainer
+
+
+def fit_summary(trainer) -> str | None:
+    """The line a fit ends with: its last step, the final evaluation's numbers (``val/*``, fractions) and where
+    the run went; the progress bar cuts metric names short."""
+    vals = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/") and v.numel() == 1}
+    if not vals:
+        return None
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(vals.items()))
+    where = [f"run folder {trainer.default_root_dir}"]
+    for logger in trainer.loggers:
+        if isinstance(logger, MLFlowLogger) and logger._run_id:
+            where.append(f"MLflow run {logger._run_id} ({logger._tracking_uri})")
+    return f"fit ended at step {trainer.global_step}: {shown}; {'; '.join(where)}"
 
 
 def resolve_checkpoint_dirs(trainer) -> None:

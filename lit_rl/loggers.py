@@ -210,6 +210,9 @@ class MLFlowLogger(_LightningMLFlowLogger):
         self._last_error = ""
         self._uploads: list[tuple[Any, str, tuple, dict]] = []  # deferred artifact calls, in call order
         self._client_view: _DeferringClient | None = None
+        #: every metric's step when set: a ``validate``/``test`` run logs at its checkpoint's step
+        #: (:mod:`lit_rl.eval_runs`); Lightning's evaluation loops log at step 0
+        self.eval_step: int | None = None
 
     @property
     def experiment(self) -> Any:
@@ -268,7 +271,8 @@ class MLFlowLogger(_LightningMLFlowLogger):
             if clean != key:
                 rank_zero_warn(f"MLflow allows only '_', '/', '.', ' ' and '-' besides letters and digits in a "
                                f"metric name; logging {key!r} as {clean!r}", category=RuntimeWarning)
-            self._outbox.append(Metric(key=clean, value=float(value), timestamp=stamp, step=step or 0))
+            at = self.eval_step if self.eval_step is not None else (step or 0)
+            self._outbox.append(Metric(key=clean, value=float(value), timestamp=stamp, step=at))
         self._send(wait=False)
         if len(self._outbox) > self.max_unsent:
             self._spill()

@@ -138,7 +138,7 @@ def load_runs(
     seen: dict[str, int] = {}
     out = []
     for run in runs:
-        if run.data.tags.get("lit_rl.role") in ("report", "study"):
+        if run.data.tags.get("lit_rl.role") in ("report", "study", "evaluation"):  # not a training variant
             continue
         keys = [k for k in run.data.metrics if wanted is None or k in wanted or _SOURCE_RE.match(k)]
         history = {}

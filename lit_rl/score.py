@@ -19,9 +19,10 @@ Countdown, ``[numbers, target]`` (or ``{"numbers", "target"}``); MATH500, the re
 
 Output: ONE JSON object on stdout::
 
-    {"task", "parser", "files", "n", "correct", "total", "accuracy", "mean_reward", "max_reward"}
+    {"task", "parser", "files", "n", "correct", "total", "accuracy", "accuracy_pct", "mean_reward", "max_reward"}
 
-``accuracy`` is in percent and pooled over all files: ``100 * correct / total`` where the units are
+``accuracy`` is a fraction in [0, 1], as every accuracy lit_rl prints or logs, pooled over all files:
+``correct / total`` (``accuracy_pct``: the same in percent, as d1's tables print it) where the units are
 problems (Countdown, MATH500) or blank cells (Sudoku cell accuracy). ``parser="eval"`` is the written
 evaluation rules (docs/tasks.md); ``parser="reference"`` is d1's ``eval/parse_and_get_acc.py``, bugs included
 (Countdown and MATH500 text without any ``\boxed`` is read whole instead of its ``<answer>`` block), so a
@@ -167,7 +168,8 @@ def score_files(
         "n": n,
         "correct": correct,
         "total": total,
-        "accuracy": round(100.0 * correct / total, 4) if total else 0.0,
+        "accuracy": round(correct / total, 6) if total else 0.0,
+        "accuracy_pct": round(100.0 * correct / total, 4) if total else 0.0,
         "mean_reward": round(reward_sum / n, 6) if n else 0.0,
         "max_reward": task.max_reward,
     }

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-__all__ = ["check_tracking_uri", "get_or_create_experiment", "tracking_uri_problem"]
+__all__ = ["check_tracking_uri", "get_or_create_experiment", "sqlite_artifact_location", "tracking_uri_problem"]
 
 
 def check_tracking_uri(uri: str) -> str:
@@ -48,6 +48,18 @@ def tracking_uri_problem(uri: str, timeout: float = 3.0) -> str | None:
     return None
 
 
+def sqlite_artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go for an embedded SQLite store: ``<db folder>/mlartifacts`` (as a
+    ``file://`` URI), so ``sqlite:///runs/mlflow.db`` keeps everything under ``runs/``. MLflow's own default
+    is ``./mlruns`` in whatever folder the process started. ``None`` (MLflow's default) for other stores:
+    a tracking server decides its artifact root."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix) or tracking_uri == prefix + ":memory:":
+        return None
+    db = Path(tracking_uri[len(prefix):]).absolute()
+    return (db.parent / "mlartifacts").as_uri()
+
+
 def get_or_create_experiment(client, name: str, artifact_location: str | None = None) -> str:
     """The id of the active experiment ``name``, created if missing; safe when several processes start at once.
 
@@ -55,13 +67,16 @@ def get_or_create_experiment(client, name: str, artifact_location: str | None = 
     fits or sweep workers that start together on a new experiment both find none, and the second create
     fails with ``RESOURCE_ALREADY_EXISTS`` (seen with two fits on one MLflow server with a PostgreSQL store).
     Here the loser looks the experiment up again. A *deleted* experiment of that name still raises MLflow's
-    error (restore or purge it: MLflow keeps the name).
+    error (restore or purge it: MLflow keeps the name). A new experiment on an embedded SQLite store keeps
+    its artifacts next to the database (:func:`sqlite_artifact_location`) unless ``artifact_location`` says.
     """
     from mlflow.exceptions import MlflowException
 
     exp = client.get_experiment_by_name(name)
     if exp is not None and exp.lifecycle_stage != "deleted":
         return exp.experiment_id
+    if artifact_location is None:
+        artifact_location = sqlite_artifact_location(getattr(client, "tracking_uri", ""))
     try:
         return client.create_experiment(name, artifact_location=artifact_location)
     except MlflowException as e:

@@ -47,3 +47,31 @@ def test_savefig_writes_a_png_by_its_suffix(tmp_path):
     plt.close(fig)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["curve.png"]
+
+
+@pytest.mark.parametrize("umask, want", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_new_files_respect_the_umask_as_open_does(tmp_path, umask, want):
+    """Every file the atomic writer makes (checkpoints, predictions, pools, reports) gets ``0o666 & ~umask``,
+    as ``open()`` gives; ``tempfile.mkstemp`` alone made them all ``-rw-------``."""
+    import os
+
+    from lit_rl.reliability import atomic_torch_save
+
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "report.md", "x")
+        atomic_torch_save({"a": 1}, tmp_path / "last.ckpt")
+        with open(tmp_path / "plain.txt", "w") as fh:  # what the writer must match
+            fh.write("x")
+    finally:
+        os.umask(old)
+    for name in ("report.md", "last.ckpt", "plain.txt"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == want, name
+
+
+def test_a_rewrite_keeps_the_files_mode(tmp_path):
+    path = tmp_path / "pool.jsonl"
+    atomic_write_text(path, "a")
+    path.chmod(0o640)
+    atomic_write_text(path, "b")
+    assert path.stat().st_mode & 0o777 == 0o640 and path.read_text() == "b"

@@ -51,3 +51,34 @@ def test_top_level_help_lists_predict_and_the_other_subcommands(capsys):
         main(["--help"])
     text = capsys.readouterr().out
     assert "predict" in text and all(name in text for name in EXTRA_COMMANDS)
+
+
+def test_lightning_subcommands_take_the_hyphenated_spellings_too(capsys):
+    """``fit --trainer.max-steps 7 --print-config`` is ``fit --trainer.max_steps 7 --print_config`` (they were
+    refused); values keep their hyphens."""
+    import yaml
+
+    from lit_rl.cli import main, snake_case_flags
+
+    assert snake_case_flags(["fit", "--ckpt-path", "a-b.ckpt", "--trainer.max-steps=7", "--x.y=a-b", "-1"]) == [
+        "fit", "--ckpt_path", "a-b.ckpt", "--trainer.max_steps=7", "--x.y=a-b", "-1"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", "conf/erils.yaml", "--trainer.max-steps", "7",
+              "--trainer.default-root-dir", "runs/x-y", "--print-config"])
+    assert exit_.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["trainer"]["max_steps"] == 7 and printed["trainer"]["default_root_dir"] == "runs/x-y"
+
+
+@pytest.mark.parametrize("overlay, base", [
+    ("conf/gpu/erils_llada8b_sudoku.yaml", "conf/paper/erils_sudoku.yaml"),
+    ("conf/grpo_chainsum.yaml", "conf/double_rollout_chainsum.yaml"),
+])
+def test_an_overlay_alone_fails_with_one_line_naming_its_base(overlay, base, capsys):
+    from lit_rl.cli import main
+
+    assert main(["fit", "--config", overlay]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err == (
+        f"error: {overlay}: no model.class_path in the configs given: it is an overlay; "
+        f"put its base first: --config {base} --config {overlay}")

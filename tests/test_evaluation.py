@@ -216,7 +216,10 @@ def test_results_table_csv_markdown_and_app_d_report():
     assert "300,det256,pass@1,0.15" in csv_lines and "300,det256,pass@1,0.2" not in csv_lines
     md = t.to_markdown().splitlines()
     assert md[0] == "| step | multi pass@1 | multi pass@2 | multi accuracy | det256 pass@1 | det256 accuracy |"
-    assert md[2] == "| 100 | 20.00 | 30.00 | 20.00 | 25.00 | 25.00 |"
+    assert md[2] == "| 100 | 0.2000 | 0.3000 | 0.2000 | 0.2500 | 0.2500 |"  # fractions, as logged and printed
+    pct = t.to_markdown(percent=True).splitlines()
+    assert pct[0].startswith("| step | multi pass@1 (%) | multi pass@2 (%) | multi accuracy (%) |")
+    assert pct[2] == "| 100 | 20.00 | 30.00 | 20.00 | 25.00 | 25.00 |"
     rep = t.report("pass@1")
     assert rep["steps"] == [100, 200, 300]
     assert rep["configs"]["multi"]["best"]["step"] == 200  # tie 0.4 at 200 and 300: the earliest
@@ -225,5 +228,5 @@ def test_results_table_csv_markdown_and_app_d_report():
     assert rep["configs"]["multi"]["final"]["metrics"]["pass@2"] == 0.6
     json.dumps(rep)
     md = ResultsTable.report_markdown(rep)
-    assert "| det256 | best | 100 | pass@1 25.00, accuracy 25.00 |" in md
+    assert "| det256 | best | 100 | pass@1 0.2500, accuracy 0.2500 |" in md
     assert ResultsTable(t.state()).rows == t.rows

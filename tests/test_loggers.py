@@ -255,3 +255,21 @@ def test_a_deleted_experiment_of_that_name_is_still_mlflows_error(tmp_path):
     with pytest.raises(MlflowException, match="already exists"):
         get_or_create_experiment(client, "gone")
     assert get_or_create_experiment(client, "new") == client.get_experiment_by_name("new").experiment_id
+
+
+def test_artifacts_of_an_embedded_store_go_next_to_its_database(tmp_path, monkeypatch):
+    """``sqlite:///runs/mlflow.db`` keeps artifacts under ``runs/mlartifacts``; MLflow's default put them in
+    ``./mlruns`` of whatever folder the process started in."""
+    from lit_rl.tracking import sqlite_artifact_location
+
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    logger = MLFlowLogger(experiment_name="e", tracking_uri=f"sqlite:///{tmp_path}/runs/mlflow.db")
+    logger.experiment.log_text(logger.run_id, "hello", "notes/a.txt")
+    logger.finalize("success")
+    assert (tmp_path / "runs" / "mlartifacts").is_dir()
+    assert list((tmp_path / "runs" / "mlartifacts").rglob("a.txt"))
+    assert not (elsewhere / "mlruns").exists()
+    assert sqlite_artifact_location("sqlite:///runs/x.db") == (elsewhere / "runs" / "mlartifacts").as_uri()
+    assert sqlite_artifact_location("http://host:5000") is None

@@ -177,3 +177,18 @@ def test_a_terminated_runner_terminates_its_jobs(tmp_path):
         os.kill(pid, signal.SIGKILL)
         raise AssertionError(f"the job (pid {pid}) was left running after the runner got SIGTERM")
     assert not (tmp_path / "job" / "done.json").exists()
+
+
+def test_progress_counts_over_the_whole_study(tmp_path, monkeypatch):
+    """A study runs its first job alone, then the rest: the counter runs 1..total over both calls."""
+    monkeypatch.chdir(ROOT)
+    from lit_rl.reproduce.runner import jobs_to_run
+
+    jobs = [Job(n, ["score", "--help"], tmp_path / n) for n in ("a", "b", "c")]
+    lines: list[str] = []
+    total, before = jobs_to_run(jobs), jobs_to_run(jobs[:1])  # counted before anything runs, as reproduce does
+    run_jobs(jobs[:1], echo=lines.append, total=total)
+    run_jobs(jobs[1:], echo=lines.append, numbered_from=before, total=total)
+    starts = [line.split("(")[1].split(")")[0] for line in lines if line.startswith("[reproduce] start")]
+    assert total == 3 and starts == ["1/3", "2/3", "3/3"]
+    assert jobs_to_run(jobs) == 0

@@ -136,6 +136,13 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
     report = (out / "report.md").read_text()
     for section in ("Equal budget", "Spread of ERILS", "Length-controlled vs uncontrolled"):
         assert section in report
+    # the text says it is a smoke run, not the study's budget, and claims nothing about the thread count
+    assert "not `conf/erils.yaml`'s budget" in report and "changed the run" not in report
+    import re
+
+    starts = re.findall(r"\[reproduce\] start \S+ \((\d+)/(\d+)\)", proc.stdout)  # one count over the study
+    assert [int(k) for k, _ in starts] == list(range(1, len(starts) + 1))
+    assert {int(n) for _, n in starts} == {len(starts)}
     data = json.loads((out / "summary.json").read_text())
     assert set(data["length_control"]) == {"erils: length-controlled (grid, 37 tokens)",
                                            "erils: uncontrolled (grid_verbose, 69 tokens)"}

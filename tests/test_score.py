@@ -25,7 +25,8 @@ def baseline_files(task):
 def test_reference_numbers(task, accuracy, n, total):
     # ALGORITHMS.md §5: the reference evaluation gives these on the shared generations (all ranks pooled)
     out = score_files(task, baseline_files(task), parser="eval")
-    assert round(out["accuracy"], 2) == accuracy
+    assert round(out["accuracy_pct"], 2) == accuracy  # d1 prints percent
+    assert out["accuracy"] == pytest.approx(out["accuracy_pct"] / 100, abs=1e-6)
     assert out["n"] == n and out["total"] == total
 
 
@@ -34,7 +35,7 @@ def test_reward_parser_runs(task, capsys):
     files = baseline_files(task)
     assert main(["--task", task, "--parser", "reward", "--generations", *map(str, files)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["parser"] == "reward" and 0.0 <= out["accuracy"] <= 100.0
+    assert out["parser"] == "reward" and 0.0 <= out["accuracy"] <= 1.0
     assert 0.0 <= out["mean_reward"] <= out["max_reward"]
 
 
@@ -63,14 +64,14 @@ def test_jsonl_format(tmp_path):
         ],
     )
     out = score_files("countdown", [p])
-    assert out["n"] == 2 and out["accuracy"] == 50.0 and out["mean_reward"] == pytest.approx(0.55)
+    assert out["n"] == 2 and out["accuracy"] == 0.5 and out["mean_reward"] == pytest.approx(0.55)
     s = write_jsonl(
         tmp_path / "s.jsonl",
         [{"question": "Solve the following Sudoku puzzle: 3014002020004130\n",
           "completion": "<answer>3214142300000000</answer>", "ground_truth": "3214142323414132"}],
     )
     out = score_files("sudoku", [s])
-    assert out["total"] == 8 and out["correct"] == 4 and out["accuracy"] == 50.0 and out["mean_reward"] == 0.5
+    assert out["total"] == 8 and out["correct"] == 4 and out["accuracy"] == 0.5 and out["mean_reward"] == 0.5
 
 
 def test_pooling_over_files(tmp_path):
@@ -79,7 +80,7 @@ def test_pooling_over_files(tmp_path):
     a = write_jsonl(tmp_path / "a.jsonl", rows[:1])
     b = write_jsonl(tmp_path / "b.jsonl", rows[1:] * 3)
     out = score_files("math500", [a, b])
-    assert out["n"] == 4 and out["accuracy"] == 25.0
+    assert out["n"] == 4 and out["accuracy"] == 0.25
 
 
 @pytest.mark.parametrize(
@@ -190,7 +191,7 @@ def test_prompts_task_scores_exact_answers(tmp_path, capsys):
     ])
     assert main(["--task", "prompts", "--generations", str(p)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["task"] == "prompts" and out["accuracy"] == 50.0
+    assert out["task"] == "prompts" and out["accuracy"] == 0.5
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

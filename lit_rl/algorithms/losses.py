@@ -32,6 +32,7 @@ from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
 from lit_rl.core.sources import Source
 from lit_rl.errors import FieldError
+from lit_rl.models.ar import logprobs_of
 from lit_rl.rollouts.types import RolloutBatch
 
 __all__ = ["ClippedPGLoss", "DenoisingSFTLoss", "GRPOLossSettings", "Loss", "SPGLoss"]
@@ -103,6 +104,9 @@ class SPGLoss(Loss):
 
 
 # --------------------------------------------------------------------------------- clipped policy gradient
+OLD_LOGPROBS = ("first_update", "separate_pass")
+
+
 @dataclass
 class GRPOLossSettings:
     """GRPO advantages and the token-level clipped policy-gradient loss (:mod:`lit_rl.core.pg`).
@@ -125,6 +129,13 @@ class GRPOLossSettings:
         leave_one_out: RLOO baseline (mean of the group's other rewards).
         std_eps: added to the group std before dividing (``scale_std``; TRL's 1e-4).
         skip_zero_advantage: drop rows with advantage exactly 0 from the loss (only when ``kl_beta = 0``).
+        old_logprobs: where π_old comes from. ``"first_update"`` (default): the batch's first update's own
+            forward pass, detached (its ratio is exactly 1, as TRL's ``GRPOTrainer`` with
+            ``num_iterations = 1``, and the kept log-probs serve the batch's later updates); ``"separate_pass"``:
+            one more forward pass per batch before the updates, the policy in eval mode (lit_rl before
+            #35; PPO's rollout-time log-probs). The two give the same numbers when the policy has no active
+            dropout (the embedded models have none; LoRA's ``lora_dropout`` is one): a policy with dropout
+            has a train-mode π_old under ``"first_update"``. ``train/entropy`` comes from the same logits.
     """
 
     eps_low: float = 0.2
@@ -137,8 +148,11 @@ class GRPOLossSettings:
     leave_one_out: bool = False
     std_eps: float = 1e-4
     skip_zero_advantage: bool = True
+    old_logprobs: str = "first_update"
 
     def __post_init__(self) -> None:
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise FieldError("old_logprobs", f"must be one of {OLD_LOGPROBS}, got {self.old_logprobs!r}")
         if not 0 <= self.eps_low < 1:
             raise ValueError(f"model.loss.eps_low must be in [0, 1), got {self.eps_low}")
         if self.eps_high is not None and self.eps_high < 0:
@@ -158,7 +172,7 @@ class PreparedPG:
     rollouts: RolloutBatch  # the B' rows
     advantages: Tensor  # (B',)
     mask: Tensor  # (B', L) tokens in the loss
-    old_logp: Tensor  # (B', L) π_old
+    old_logp: Tensor | None  # (B', L) π_old; None until the first update fills it (``old_logprobs: first_update``)
     ref_logp: Tensor | None  # (B', L) π_ref (kl_beta > 0)
 
 
@@ -169,9 +183,10 @@ class ClippedPGLoss(Loss):
     rows with advantage exactly 0 out when ``skip_zero_advantage`` and ``kl_beta = 0`` (a batch with no
     informative row still makes its μ zero-gradient updates, counted in ``train/uninformative_batches``, so
     ``max_steps`` always ends the run); π_old (and π_ref) log-probs of the rows under the policy before any
-    update, in eval mode, with ``train/entropy`` (π_old's mean token entropy over the mask) from the same
-    logits. ``backward``: each micro-batch's loss weighted by its share of the aggregation's denominator,
-    so the accumulated gradient equals the full batch's for every aggregation.
+    update, taken from the first update's own forward (``old_logprobs: first_update``) or from a pass of
+    their own in eval mode (``separate_pass``), with ``train/entropy`` (π_old's mean token entropy over the
+    mask) from the same logits. ``backward``: each micro-batch's loss weighted by its share of the
+    aggregation's denominator, so the accumulated gradient equals the full batch's for every aggregation.
 
     Rows of other sources (an ``ExternalPool`` in the DataModule's sources, ``conf/grpo_external.yaml``) are
     scored like sampled rows: a pool holds text, not its model's log-probs, so π_old of an external row is
@@ -214,16 +229,18 @@ class ClippedPGLoss(Loss):
         module.log("train/uninformative_batches", float(self.uninformative_batches), on_step=True, batch_size=1)
         module.log("train/rows_trained", keep.float().sum(), on_step=True, batch_size=1)
         ro, adv, mask = ro.select(keep), adv[keep], mask[keep]  # (B',...)
-        old_logp, ref_logp, entropy = self._fixed_logprobs(ro, module)
-        module.log("train/entropy", masked_entropy_mean(entropy, mask), on_step=True, batch_size=1)
+        separate = s.old_logprobs == "separate_pass"
+        old_logp, ref_logp, entropy = self._fixed_logprobs(ro, module, with_old=separate)
+        if separate:
+            module.log("train/entropy", masked_entropy_mean(entropy, mask), on_step=True, batch_size=1)
         return PreparedPG(ro, adv, mask, old_logp, ref_logp)
 
     @torch.no_grad()
-    def _fixed_logprobs(self, ro: RolloutBatch, module: Any) -> tuple[Tensor, Tensor | None, Tensor]:
-        """π_old log-probs ``(B, L)``, π_ref log-probs when ``kl_beta > 0``, and π_old's token entropy
-        ``(B, L)``, in micro-batches, the policy in eval mode."""
-        from lit_rl.models.ar import logprobs_of
-
+    def _fixed_logprobs(
+        self, ro: RolloutBatch, module: Any, with_old: bool
+    ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        """π_old log-probs ``(B, L)`` and π_old's token entropy ``(B, L)`` when ``with_old`` (the policy in
+        eval mode), and π_ref log-probs when ``kl_beta > 0``, in micro-batches."""
         policy = module.policy
         size = module.micro_batch_size or len(ro)
         was_training = policy.training
@@ -231,15 +248,17 @@ class ClippedPGLoss(Loss):
         olds, refs, ents = [], [], []
         try:
             for mb in ro.micro_batches(size):
-                logits = policy.completion_logits(mb.input_ids, mb.attention_mask, mb.prompt_len)  # (b, L, V)
-                olds.append(logprobs_of(logits, mb.completion_ids))
-                ents.append(token_entropy(logits))  # (b, L)
-                del logits
+                if with_old:
+                    logits = policy.completion_logits(mb.input_ids, mb.attention_mask, mb.prompt_len)  # (b, L, V)
+                    olds.append(logprobs_of(logits, mb.completion_ids))
+                    ents.append(token_entropy(logits))  # (b, L)
+                    del logits
                 if self.settings.kl_beta > 0:
                     refs.append(module.reference_logprobs(mb))
         finally:
             policy.train(was_training)
-        return torch.cat(olds), (torch.cat(refs) if refs else None), torch.cat(ents)
+        cat = lambda xs: torch.cat(xs) if xs else None  # noqa: E731
+        return cat(olds), cat(refs), cat(ents)
 
     def _mb_weight(self, mask: Tensor, mb_mask: Tensor) -> float:
         """Share of the batch's aggregation denominator held by one micro-batch (so the micro-batch losses
@@ -257,16 +276,27 @@ class ClippedPGLoss(Loss):
         size = module.micro_batch_size or len(ro)
         loss_sum = torch.zeros((), device=module.device)
         stats: dict[str, Tensor] = {}
+        first = p.old_logp is None  # the batch's first update supplies π_old (``old_logprobs: first_update``)
+        olds, ents = [], []
         for start in range(0, len(ro), size):
             sl = slice(start, start + size)
-            logp = module.policy.token_logprobs(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)  # (b, L)
+            logits = module.policy.completion_logits(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)
+            logp = logprobs_of(logits, ro.completion_ids[sl])  # (b, L), as policy.token_logprobs
+            if first:
+                olds.append(logp.detach())
+                ents.append(token_entropy(logits.detach()))  # (b, L)
+            del logits
             loss, stats = clipped_pg_loss(
-                logp, p.old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low, eps_high=s.eps_high,
-                ref_logp=None if p.ref_logp is None else p.ref_logp[sl], kl_beta=s.kl_beta, aggregation=s.aggregation,
+                logp, olds[-1] if first else p.old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low,
+                eps_high=s.eps_high, ref_logp=None if p.ref_logp is None else p.ref_logp[sl], kl_beta=s.kl_beta,
+                aggregation=s.aggregation,
             )
             loss = loss * self._mb_weight(mask, mask[sl])
             module.manual_backward(loss)
             loss_sum = loss_sum + loss.detach()
+        if first:
+            p.old_logp = torch.cat(olds)  # (B', L): the batch's later updates ratio against it
+            module.log("train/entropy", masked_entropy_mean(torch.cat(ents), mask), on_step=True, batch_size=1)
         return loss_sum, stats
 
 

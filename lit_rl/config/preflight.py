@@ -36,6 +36,52 @@ _TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_pat
 _INPUT_PATHS = {"pool_path", "train_path", "eval_path", "test_csv", "data_path"}
 
 
+def _config_files(argv: Sequence[str]) -> list[str]:
+    """The ``--config`` files of a command line, in order."""
+    files = []
+    for i, tok in enumerate(argv):
+        if tok == "--config" and i + 1 < len(argv):
+            files.append(argv[i + 1])
+        elif tok.startswith("--config="):
+            files.append(tok[len("--config="):])
+    return files
+
+
+def _named_base(overlay: str) -> str | None:
+    """The base config an overlay's header names (``--config BASE --config <the overlay>``), if it does."""
+    import re
+
+    name = Path(overlay).name
+    try:
+        lines = Path(overlay).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        for base, top in re.findall(r"--config\s+(\S+)\s+--config\s+(\S+)", line):
+            if Path(top).name == name:
+                return base
+    return None
+
+
+def _check_base(cfg: ConfigView, argv: Sequence[str]) -> None:
+    """An overlay used alone (it sets no ``model.class_path`` / ``data.class_path``): one line naming the base
+    config it needs, instead of LightningCLI's usage text and a Union error."""
+    def has_class(v: Any) -> bool:
+        return isinstance(v, str) or (isinstance(v, dict) and "class_path" in v)
+
+    missing = [k for k in ("model", "data") if not has_class(cfg.data.get(k))]
+    files = _config_files(argv)
+    if not missing or not files:
+        return
+    last = files[-1]
+    base = _named_base(last)
+    how = (f"put its base first: --config {base} --config {last}" if base
+           else "put its base config first: --config BASE --config " + last)
+    raise ConfigError(f"{last}: no {missing[0]}.class_path in the configs given: it is an overlay; {how}")
+
+
 def _check_keys(cfg: ConfigView) -> None:
     for k in cfg.data:
         if k not in _TOP_KEYS:
@@ -268,6 +314,7 @@ def preflight(argv: Sequence[str], data: bool = True) -> ConfigView | None:
     if parsed is None:
         return None
     _sub, cfg = parsed
+    _check_base(cfg, argv)
     check_shapes(cfg)
     _check_semantics(cfg)
     _check_keys(cfg)

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--workers must be >= 1, got {args.workers}")
 
     from lit_rl.reproduce import double_rollout, dr_report, erils, erils_report
-    from lit_rl.reproduce.runner import run_jobs, seconds_of
+    from lit_rl.reproduce.runner import jobs_to_run, run_jobs, seconds_of
 
     study, report = (erils, erils_report) if args.study == "erils" else (double_rollout, dr_report)
 
@@ -60,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         first, rest = (plan.jobs[:1], plan.jobs[1:]) if plan.first_alone else ([], plan.jobs)
         for job in first if plan.boost_first else []:  # alone, it may use every thread the workers would share
             job.argv = [f"--threads={threads * args.workers}" if a.startswith("--threads=") else a for a in job.argv]
-        results = run_jobs(first, workers=1, threads=threads)
-        results += run_jobs(rest, workers=args.workers, threads=threads)
+        total, before = jobs_to_run(plan.jobs), jobs_to_run(first)
+        results = run_jobs(first, workers=1, threads=threads, total=total)
+        results += run_jobs(rest, workers=args.workers, threads=threads, numbered_from=before, total=total)
         failed = [r.name for r in results if not r.ok]
     times = {j.name: seconds_of(j.folder) for j in plan.jobs}
     try:

@@ -216,7 +216,9 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     md = ["# Double rollout on the chain-sum testbed"
           f"{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", ""]
     md += [f"Held-out accuracy = `{METRIC}`: mean correctness of 4 samples at T 1 on 128 held-out problems; "
-           f"greedy = `{GREEDY}` on 256. Seeds: {', '.join(map(str, seeds))}.", ""]
+           f"greedy = `{GREEDY}` on 256. Seeds: {', '.join(map(str, seeds))}."
+           + (" Every run is a few steps (`--quick`: a smoke run of the pipeline, not the study's budget)."
+              if quick else ""), ""]
 
     # 1. main comparison
     md += ["## DR vs GRPO vs GRPO-large (equal RL steps)", "",

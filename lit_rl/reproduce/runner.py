@@ -106,6 +106,11 @@ def _start(job: Job, threads: int) -> subprocess.Popen:
     return proc
 
 
+def jobs_to_run(jobs: Sequence[Job]) -> int:
+    """How many of ``jobs`` are not done yet (those :func:`run_jobs` will run)."""
+    return sum(not job.is_done() for job in jobs)
+
+
 def _raise_on_sigterm():
     """SIGTERM (``kill``, a scheduler) ends the runner through ``finally`` like Ctrl-C does, so its children
     are terminated too (Python's default SIGTERM exits without unwinding: measured, a killed runner left
@@ -121,9 +126,14 @@ def _raise_on_sigterm():
 
 def run_jobs(
     jobs: Sequence[Job], workers: int = 1, threads: int = 2, echo: Callable[[str], None] = print,
+    numbered_from: int = 0, total: int | None = None,
 ) -> list[JobResult]:
     """Run ``jobs`` (skipping those whose ``done.json`` has the same command line), at most ``workers`` at
-    once; results in order. A job is done when it exits 0 and its ``check`` (if any) finds nothing missing."""
+    once; results in order. A job is done when it exits 0 and its ``check`` (if any) finds nothing missing.
+
+    Progress lines count ``(k/total)``; a study that calls this more than once (its first job alone, then the
+    rest) passes ``numbered_from`` (jobs to run counted before) and ``total`` (the study's jobs to run,
+    :func:`jobs_to_run`), so the count runs over the whole study."""
     results: dict[str, JobResult] = {}
     pending = []
     for job in jobs:
@@ -135,7 +145,7 @@ def run_jobs(
                 echo(f"[reproduce] {job.name}: done with another command line before, running again")
             pending.append(job)
     running: list[tuple[Job, subprocess.Popen]] = []
-    total, finished = len(pending), 0
+    total, finished = (len(pending) if total is None else total), numbered_from
     previous = _raise_on_sigterm()
     try:
         while pending or running:

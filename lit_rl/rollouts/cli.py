@@ -6,10 +6,13 @@
 * ``rollouts stats POOL [--g_ext 2] [--max_tokens 500] [--mlflow_uri sqlite:///runs/mlflow.db]
   [--experiment NAME] [--json] [--no_write]`` prints ERILS Tables IV and V (and the generation wall time
   of Table XII) for any pool, writes them next to the pool as ``<stem>.stats.md`` and
-  ``<stem>.stats.json`` with a length histogram ``<stem>.lengths.png``, and logs all three to MLflow.
-* ``rollouts scripted --task sudoku --out POOL [--n 6] [--error_rate 0.1] [--seed 42] [--limit N] [--trace grid]``
-  writes a pool from the scripted solver (:mod:`lit_rl.tasks.scripted`) in one go (the committed
-  demo pool; ``build`` with ``conf/external/sudoku_embedded.yaml`` is the resumable equivalent).
+  ``<stem>.stats.json`` with a length histogram ``<stem>.lengths.png``, and with ``--mlflow_uri`` logs all
+  three to MLflow (nothing is logged without it).
+* ``rollouts scripted --task sudoku --out POOL[.gz] [--n 6] [--error_rate 0.1] [--seed 42] [--limit N]
+  [--trace grid]`` writes a pool from the scripted solver (:mod:`lit_rl.tasks.scripted`) in one go, in the
+  recipe's trace by default (the committed demo pool ``data/pools/sudoku_grid.jsonl.gz``: ``--limit 1000``).
+  ``build`` with ``conf/external/sudoku_embedded.yaml`` is a different pool: the scripted solver behind the
+  build pipeline's two-stage length control, with verbose first stages (up to 500+ tokens), resumable.
 """
 
 from __future__ import annotations
@@ -43,9 +46,6 @@ def build_scripted_pool(
 
     if task_name not in scripted_tasks():
         raise ValueError(f"--task: no scripted policy for {task_name!r} (known: {sorted(scripted_tasks())})")
-    if Path(out).name.endswith(".gz"):  # a gzip name over plain text would fail to load later
-        raise ValueError(f"--out {str(out)!r}: the scripted writer writes plain JSONL; "
-                         "drop .gz (gzip the finished pool yourself)")
     styles = known_traces(task_name)
     if trace is not None and trace not in styles:
         raise ValueError(f"--trace: no {trace!r} trace for {task_name!r} (known: {sorted(styles)})")
@@ -420,9 +420,12 @@ def main(argv: list[str]) -> int:
     s.add_argument("--seed", type=int, default=42)
     s.add_argument("--limit", type=int, default=None, help="only the first N training prompts")
     s.add_argument("--trace", default=None,
-                   help="trace style (Sudoku: deduction (default), grid (fixed length, 37 tokens) or grid_verbose "
-                        "(uncontrolled length: restated puzzle, grid, column check; 69 tokens))")
-    st = sub.add_parser("stats", help="ERILS Tables IV/V of a pool: print, write next to it, log to MLflow")
+                   help="trace style (default: the recipe's, conf/erils.yaml's pool; Sudoku: grid (fixed length, "
+                        "37 tokens; the default), deduction (variable length; leaves the model at chance, "
+                        "docs/erils.md) or grid_verbose (uncontrolled length: restated puzzle, grid, column check; "
+                        "69 tokens))")
+    st = sub.add_parser("stats", help="ERILS Tables IV/V of a pool: print, write next to it, and log to MLflow "
+                                      "with --mlflow_uri")
     st.add_argument("pool")
     st.add_argument("--g_ext", type=int, default=None, help="G_ext of 'default usable' (default: the header's, else 2)")
     st.add_argument("--max_tokens", type=int, default=None, help="usability limit (default: the header's, else 500)")
@@ -458,8 +461,12 @@ def main(argv: list[str]) -> int:
                 print(stats_markdown(stats))
                 print("wrote " + ", ".join(str(p) for p in files.values()), file=sys.stderr)
         elif args.cmd == "scripted":
+            from lit_rl.tasks.registry import REGISTRY
+
+            entry = REGISTRY.get(args.task)
+            trace = args.trace or (entry.recipe_trace if entry is not None else None)
             count = build_scripted_pool(args.task, args.out, args.n, args.error_rate, args.seed, args.limit,
-                                        trace=args.trace)
+                                        trace=trace)
             print(json.dumps({"pool": args.out, "records": count}))
         else:
             stats, files = run_stats(args.pool, args.g_ext, args.max_tokens, write=not args.no_write,

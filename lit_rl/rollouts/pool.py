@@ -243,14 +243,19 @@ def load_pool(
 
 
 def write_pool_atomic(path: str | Path, header: dict[str, Any], records: Iterable[PoolRecord]) -> None:
-    """Write a whole pool file atomically (:func:`lit_rl.atomic.atomic_write`: temp file + fsync + rename)."""
+    """Write a whole pool file atomically (:func:`lit_rl.atomic.atomic_write`: temp file + fsync + rename),
+    gzipped when the name ends in ``.gz`` (no name or time in the gzip header: the same pool, the same bytes)."""
 
-    def write(fh) -> None:
+    def lines(fh) -> None:
         fh.write((json.dumps(header, sort_keys=True) + "\n").encode("utf-8"))
         for rec in records:
             fh.write((json.dumps(asdict(rec), sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
 
-    atomic_write(path, write)
+    def gzipped(fh) -> None:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0) as gz:
+            lines(gz)
+
+    atomic_write(path, gzipped if Path(path).name.endswith(".gz") else lines)
 
 
 def reorder_usable_first(records: list[PoolRecord], max_tokens: int = MAX_USABLE_TOKENS) -> list[PoolRecord]:

@@ -43,12 +43,16 @@ class TaskEntry:
         cls: the :class:`~lit_rl.tasks.base.Task` subclass.
         traces: scripted trace styles; the first is the default.
         verbose: the scripted backend's wordy first stage for a compact trace (``None``: compact only).
+        recipe_trace: the style the shipped recipe's external pool uses (``rollouts scripted``'s default
+            ``--trace``; ``None``: the first style). Sudoku: ``grid``; ``docs/erils.md`` shows the
+            ``deduction`` trace leaves the model at chance.
     """
 
     name: str
     cls: type[Task]
     traces: dict[str, TraceWriter] = field(default_factory=dict)
     verbose: VerboseWriter | None = None
+    recipe_trace: str | None = None
 
     @property
     def default_trace(self) -> TraceWriter:
@@ -91,7 +95,7 @@ def known_traces(name: str) -> dict[str, TraceWriter]:
 
 register_task(TaskEntry("sudoku", SudokuTask, {
     "deduction": sudoku_completion, "grid": sudoku_grid_completion, "grid_verbose": sudoku_grid_verbose_completion,
-}, verbose=verbose_trace))
+}, verbose=verbose_trace, recipe_trace="grid"))
 register_task(TaskEntry("countdown", CountdownTask, {"search": countdown_completion}, verbose=verbose_trace))
 register_task(TaskEntry("math500", MathTask), "math")
 register_task(TaskEntry("chainsum", ChainSumTask,

@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -142,3 +143,36 @@ def test_step_profile_real_run_buckets_sum_to_the_wall(capsys):
     for name in ("start-up", "generation", "scoring", "loss fwd/bwd", "optimizer", "logging"):
         assert run["buckets"][name] > 0, name
     assert run["updates"] == 2 and run["train_s_per_update"] > 0
+
+
+def test_vs_trl_quick_runs_both_sides_and_prints_a_json_line_last(tmp_path):
+    """lit_rl GRPO, TRL's GRPOTrainer and lit_rl double rollout, 2 updates each from a 10-step warm start, in
+    fresh processes (the script's own subprocesses); checks the figures are there and sane, not their size."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/vs_trl.py"), "--quick", "--cache-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.strip().splitlines()
+    summary = json.loads(out[-1])
+    assert summary["mode"] == "quick" and summary["steps"] == 2 and summary["seeds"] == [0]
+    assert any(line.startswith("TRL GRPOTrainer") for line in out)
+    assert set(summary["sides"]) == {"trl", "lit", "lit_dr"}
+    for name, side in summary["sides"].items():
+        for key in ("wall_s", "gen_s", "rollout_tokens_per_s", "peak_rss_mb", "first_step_s"):
+            assert side[key]["mean"] > 0, (name, key)
+        assert side["score_s"]["mean"] >= 0 and 0 <= side["heldout_accuracy"]["mean"] <= 1, name
+        run = summary["runs"][name][0]
+        assert len(run["steps"]) == 2, name
+        for step in run["steps"]:
+            assert step["wall_s"] == pytest.approx(step["gen_s"] + step["score_s"] + step["update_s"]), name
+    # double rollout samples the first stage plus N continuations of every cut rollout
+    assert summary["sides"]["lit_dr"]["tokens_per_step"]["mean"] > summary["sides"]["lit"]["tokens_per_step"]["mean"]
+    changed = summary["trl_changed_settings"]
+    assert changed and all(c["reason"] and "default" in c for c in changed)
+    assert {"num_generations", "max_completion_length", "learning_rate"} <= {c["setting"] for c in changed}
+    assert 0 < summary["accuracy_tolerance"]["abs_diff_of_seed_means"] < 1
+    verdict = summary["verdict"]
+    assert verdict["speedup"] == pytest.approx(summary["sides"]["trl"]["wall_s"]["mean"]
+                                               / summary["sides"]["lit"]["wall_s"]["mean"])
+    assert verdict["equal_accuracy"] == (abs(verdict["accuracy_diff"]) <= summary["accuracy_tolerance"][
+        "abs_diff_of_seed_means"])

@@ -192,7 +192,7 @@ def test_table_report_mlflow_and_model_checkpoint_pick_the_best_step(tmp_path):
     assert rep["configs"]["multi"]["seeds"] == [1001, 1002] and rep["configs"]["det"]["parser"] == "eval"
     assert rep["configs"]["multi"]["settings"]["temperature"] == 0.9
     md = (out / "passk_report.md").read_text()
-    assert f"| det | best (`{ckpt.best_model_path}`) | 8 | pass@1 {100 * expected_pass(8, 1):.2f}" in md
+    assert f"| det | best (`{ckpt.best_model_path}`) | 8 | pass@1 {expected_pass(8, 1):.4f}" in md
     assert (out / "samples" / "passk_step_000008.jsonl").exists()
 
     # MLflow: metrics at their steps ('@' is not allowed there) and the artifacts

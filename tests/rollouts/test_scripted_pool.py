@@ -60,14 +60,34 @@ def test_committed_verbose_grid_pool_matches_a_fresh_build_and_the_grid_pool(tmp
         assert r["num_tokens"] == 69 > 48  # longer than the embedded L_gen, within max_external_len
 
 
-def test_scripted_pool_refuses_a_gz_name_and_unknown_traces(tmp_path):
+def test_scripted_pool_refuses_unknown_traces(tmp_path):
     import pytest
 
-    with pytest.raises(ValueError, match="plain JSONL"):
-        build_scripted_pool("sudoku", tmp_path / "p.jsonl.gz", limit=2)
     with pytest.raises(ValueError, match="--trace"):
         build_scripted_pool("sudoku", tmp_path / "p.jsonl", limit=2, trace="nope")
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_the_cli_writes_the_recipes_trace_gzipped_when_asked(tmp_path, capsys):
+    """``rollouts scripted --task sudoku --out X.jsonl.gz`` writes what conf/erils.yaml's pool is: the grid trace
+    (the deduction trace leaves the model at chance), gzipped; the same pool gives the same bytes."""
+    from lit_rl.rollouts.cli import main
+    from lit_rl.rollouts.pool import load_pool
+
+    out = tmp_path / "p.jsonl.gz"
+    assert main(["scripted", "--task", "sudoku", "--out", str(out), "--limit", "20"]) == 0
+    with gzip.open(out, "rt") as fh:
+        lines = fh.read().splitlines()
+    assert json.loads(lines[0])["trace"] == "grid"
+    with gzip.open(ROOT / "data/pools/sudoku_grid.jsonl.gz", "rt") as fh:
+        committed = [json.loads(line) for _, line in zip(range(len(lines)), fh)][1:]
+    assert [json.loads(x) for x in lines[1:]] == committed
+    assert sum(len(v) for v in load_pool(out, g_ext=6).values()) == 120  # the loader reads it back
+    again = tmp_path / "q.jsonl.gz"
+    main(["scripted", "--task", "sudoku", "--out", str(again), "--limit", "20"])
+    assert again.read_bytes() == out.read_bytes()
+    main(["scripted", "--task", "sudoku", "--out", str(tmp_path / "d.jsonl"), "--limit", "2", "--trace", "deduction"])
+    assert json.loads((tmp_path / "d.jsonl").read_text().splitlines()[0])["trace"] == "deduction"
 
 
 def test_grid_format_warmup_text_copies_givens_and_repeats_the_trace():
