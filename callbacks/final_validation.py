@@ -17,7 +17,9 @@ class FinalValidation(L.Callback):
     How: when a batch brings ``global_step`` to ``max_steps``, it sets ``trainer.should_stop``, which makes
     Lightning's epoch loop validate after that batch (as it does for early stopping) unless the interval
     already does; the fit then ends where ``max_steps`` ends it. The ``fit`` command adds it unless the config
-    lists one; a run whose last batch is a scheduled validation is unchanged.
+    lists one; a run whose last batch is a scheduled validation is unchanged. A fit killed during that final
+    validation resumes from ``last.ckpt`` at ``max_steps`` and ends at once, without it: run ``validate`` on
+    the checkpoint.
     """
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,

@@ -53,14 +53,14 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~_umask()
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], mode: int | None = None) -> Path:
     """Run ``write(fh)`` on a temp file in ``path``'s folder, fsync it, ``os.replace`` it over ``path``,
     fsync the folder. Returns ``path``.
 
     The target is either the old file or the complete new one, whatever happens to the process (an
     exception in ``write`` leaves no temp file). A stale temp file of a killed writer (``.<name>.*.partial``)
     is removed by the next write of the same target. The file's permissions are those ``open()`` would give
-    it (:func:`_mode_for`).
+    it (:func:`_mode_for`), or ``mode`` (e.g. ``0o600`` for a file that may hold credentials).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> P
         stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
-        os.fchmod(fd, _mode_for(path))
+        os.fchmod(fd, _mode_for(path) if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
@@ -81,9 +81,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> P
     return path
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike, text: str, mode: int | None = None) -> Path:
     """:func:`atomic_write` of UTF-8 ``text``."""
-    return atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
+    return atomic_write(path, lambda fh: fh.write(text.encode("utf-8")), mode)
 
 
 def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:

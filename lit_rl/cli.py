@@ -49,12 +49,15 @@ def run_lightning_cli(args: list[str] | None = None, run: bool = True):
 def snake_case_flags(argv: list[str]) -> list[str]:
     """LightningCLI's options with the hyphens of their names made underscores (``--trainer.max-steps 7`` =
     ``--trainer.max_steps 7``, ``--ckpt-path``, ``--print-config``), so one flag style holds for every
-    subcommand (:mod:`lit_rl.cli_args`); values (after ``=`` or in the next token) are left as written."""
+    subcommand (:mod:`lit_rl.cli_args`); values (after ``=`` or in the next token) are left as written, and so
+    are the keys of a ``tags`` mapping (``--trainer.logger.init_args.tags.git-sha=...``: a key, not an option)."""
     out = []
     for tok in argv:
         if tok.startswith("--") and len(tok) > 2:
             key, eq, val = tok[2:].partition("=")
-            tok = "--" + key.replace("-", "_") + eq + val
+            parts = key.split(".")
+            cut = parts.index("tags") + 1 if "tags" in parts else len(parts)
+            tok = "--" + ".".join([p.replace("-", "_") for p in parts[:cut]] + parts[cut:]) + eq + val
         out.append(tok)
     return out
 

@@ -11,42 +11,49 @@ with the fit's run name, logged its metrics at step 0 (Lightning's validate has 
 * logs its metrics at the checkpoint's step ``N`` (:attr:`lit_rl.loggers.MLFlowLogger.eval_step`), so they
   line up with the fit's curves in MLflow's compare view.
 
-A run of validate without a checkpoint (the config's weights) is marked the same, at step 0.
+A run of validate without a checkpoint (the config's weights) is marked the same, at step 0. ``--ckpt_path
+last`` is resolved here as ``fit`` resolves it, and that file is the one validated.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-__all__ = ["mark_evaluation"]
+__all__ = ["checkpoint_facts", "mark_evaluation"]
 
 
-def _checkpoint_facts(ckpt_path: Any, trainer: Any) -> tuple[Path | None, int, str | None]:
-    """``(path, global step, the fit's MLflow run id)`` of the checkpoint ``validate``/``test`` will load."""
+def checkpoint_facts(ckpt_path: Any, trainer: Any) -> tuple[Any, int, str | None]:
+    """``(the checkpoint to load, its global step, the fit's MLflow run id)`` for ``validate``/``test``:
+    ``last`` resolved as ``fit`` resolves it (the newest readable checkpoint of the run,
+    :func:`lit_rl.resume.resolve_checkpoint`; ``None`` when there is none: the config's weights), a file
+    read once; ``best`` and remote URLs are left to Lightning (step 0 in the run's name)."""
     from lit_rl.resume import RECORD_KEY, resolve_checkpoint
 
     path, ckpt = resolve_checkpoint(ckpt_path, trainer, weights_only=False)
     if ckpt is None:
-        return (Path(path) if path is not None and Path(str(path)).is_file() else None), 0, None
+        return path, 0, None
     runs = (ckpt.get(RECORD_KEY) or {}).get("mlflow") or [{}]
-    return Path(path), int(ckpt.get("global_step", 0)), runs[0].get("run_id")
+    return path, int(ckpt.get("global_step", 0)), runs[0].get("run_id")
 
 
-def mark_evaluation(trainer: Any, stage: str, ckpt_path: Any) -> None:
-    """Name, tag and step the MLflow runs of a ``validate``/``test`` (module docstring); rank 0 only."""
+def mark_evaluation(trainer: Any, stage: str, ckpt_path: Any) -> Any:
+    """Name, tag and step the MLflow runs of a ``validate``/``test`` (module docstring; rank 0 only) and return
+    the checkpoint to load (:func:`checkpoint_facts`), so the run describes the checkpoint evaluated.
+
+    A run the config names (``run_id``, e.g. the fit's own) gets the values at the checkpoint's step but no
+    evaluation tags: it is the user's run, and ``report`` must keep showing it."""
     from lightning.pytorch.loggers import MLFlowLogger
     from lightning.pytorch.utilities import rank_zero_only
 
+    path, step, fit_run = checkpoint_facts(ckpt_path, trainer)
     loggers = [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
     if not loggers or rank_zero_only.rank != 0:
-        return
-    path, step, fit_run = _checkpoint_facts(ckpt_path, trainer)
+        return path
     for logger in loggers:
-        label = f"[{stage} @ step {step}]"
-        if logger._run_id is None:  # the run is created on first use, with this name
-            logger._run_name = f"{logger._run_name or stage} {label}"
         logger.eval_step = step
+        if logger._run_id is not None:  # the config chose the run
+            continue
+        logger._run_name = f"{logger._run_name or stage} [{stage} @ step {step}]"  # the run is created with it
         client, run_id = logger.experiment, logger.run_id
         tags = {"lit_rl.role": "evaluation", "lit_rl.stage": stage, "lit_rl.checkpoint_step": str(step)}
         if path is not None:
@@ -55,3 +62,4 @@ def mark_evaluation(trainer: Any, stage: str, ckpt_path: Any) -> None:
             tags["lit_rl.evaluates"] = fit_run
         for k, v in tags.items():
             client.set_tag(run_id, k, v)
+    return path

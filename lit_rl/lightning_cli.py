@@ -83,14 +83,14 @@ class LitRLCLI(LightningCLI):
         (:mod:`lit_rl.eval_runs`)."""
         from lit_rl.eval_runs import mark_evaluation
 
-        mark_evaluation(self.trainer, "validate", ckpt_path)
+        ckpt_path = mark_evaluation(self.trainer, "validate", ckpt_path)
         return self.trainer.validate(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
 
     def test(self, model: LightningModule, datamodule: LightningDataModule | None = None, ckpt_path=None, **kwargs):
         """``trainer.test``, its MLflow run marked as :meth:`validate`'s."""
         from lit_rl.eval_runs import mark_evaluation
 
-        mark_evaluation(self.trainer, "test", ckpt_path)
+        ckpt_path = mark_evaluation(self.trainer, "test", ckpt_path)
         return self.trainer.test(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
 
     def instantiate_classes(self) -> None:

@@ -341,7 +341,7 @@ class MLFlowLogger(_LightningMLFlowLogger):
         lines = [json.dumps({"tracking_uri": self._tracking_uri, "run_id": self.run_id})]
         lines += [json.dumps(_metric_row(m)) for m in self._outbox]
         path = self.spill_dir.resolve() / f"{self.run_id}-{uuid.uuid4().hex[:8]}.jsonl"
-        atomic_write_text(path, "\n".join(lines) + "\n")
+        atomic_write_text(path, "\n".join(lines) + "\n", mode=0o600)  # its tracking URI may hold credentials
         rank_zero_warn(f"MLflow tracking server {self._tracking_uri}: {len(self._outbox)} unsent metrics of run "
                        f"{self.run_id} written to {path}")
         self._spilled.append(path)

@@ -62,6 +62,9 @@ def test_lightning_subcommands_take_the_hyphenated_spellings_too(capsys):
 
     assert snake_case_flags(["fit", "--ckpt-path", "a-b.ckpt", "--trainer.max-steps=7", "--x.y=a-b", "-1"]) == [
         "fit", "--ckpt_path", "a-b.ckpt", "--trainer.max_steps=7", "--x.y=a-b", "-1"]
+    # a tags mapping's keys are keys, not options
+    assert snake_case_flags(["--trainer.logger.init-args.tags.git-sha=a-b"]) == [
+        "--trainer.logger.init_args.tags.git-sha=a-b"]
     with pytest.raises(SystemExit) as exit_:
         main(["fit", "--config", "conf/erils.yaml", "--trainer.max-steps", "7",
               "--trainer.default-root-dir", "runs/x-y", "--print-config"])

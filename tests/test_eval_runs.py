@@ -37,3 +37,16 @@ def test_validate_logs_an_evaluation_run_at_the_checkpoints_step(tmp_path):
     for k in val_keys:  # at the checkpoint's step, where the fit's own curves are; Lightning logged step 0
         assert {m.step for m in client.get_metric_history(ev.info.run_id, k)} == {4}, k
     assert [r.run_id for r in load_runs(uri, experiments=["e"])] == [fit_run]  # report: one training variant
+
+    # --ckpt_path last: the checkpoint fit would resume from (Lightning's own "last" wants last*.ckpt and, with
+    # none, validated the config's initial weights under this run's name); the values are the fit's final ones
+    val = run_lightning_cli(["validate", *common, "--ckpt_path=last"])
+    (ev2,) = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_id not in runs]
+    assert ev2.data.tags["lit_rl.checkpoint"] == str(ckpt) and ev2.data.tags["lit_rl.checkpoint_step"] == "4"
+    acc = "val/sudoku/greedy/accuracy"
+    assert float(val.trainer.callback_metrics[acc]) == runs[fit_run].data.metrics[acc]
+
+    # a run the config names (here the fit's own): values at the checkpoint's step, no evaluation tags
+    run_lightning_cli(["validate", *common, f"--trainer.logger.init_args.run_id={fit_run}", f"--ckpt_path={ckpt}"])
+    assert "lit_rl.role" not in client.get_run(fit_run).data.tags
+    assert {m.step for m in client.get_metric_history(fit_run, acc)} == {4}

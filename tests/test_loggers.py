@@ -96,6 +96,7 @@ def test_past_max_unsent_the_outbox_goes_to_one_atomic_file_and_finalize_sends_i
             lg.log_metrics({"loss": float(s)}, step=s)
     files = sorted((tmp_path / "spill").glob("*.jsonl"), key=lambda p: p.stat().st_mtime_ns)
     assert len(files) == 2 and not list((tmp_path / "spill").glob(".*partial"))
+    assert {f.stat().st_mode & 0o777 for f in files} == {0o600}  # the tracking URI may hold credentials
     chunks = [read_spill(f) for f in files]
     assert {h["run_id"] for h, _ in chunks} == {lg.run_id}
     assert sorted(m.step for _, ms in chunks for m in ms) == list(range(6))

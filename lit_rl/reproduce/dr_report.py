@@ -25,10 +25,11 @@ LABELS = {"dr": "double rollout", "grpo": "GRPO", "grpo_large": "GRPO-large"}
 
 
 def latest_finished(runs: Sequence[RunData], key: str) -> dict[str, RunData]:
-    """One run per value of tag ``key``: the last FINISHED one (an interrupted attempt is ignored)."""
+    """One run per value of tag ``key``: the last FINISHED training run (an interrupted attempt is ignored, and
+    so is a ``validate`` of the job's checkpoint, which carries the job's tags: :mod:`lit_rl.eval_runs`)."""
     out: dict[str, RunData] = {}
     for r in runs:  # oldest first
-        if key in r.tags and r.status == "FINISHED":
+        if key in r.tags and r.status == "FINISHED" and r.tags.get("lit_rl.role") != "evaluation":
             out[r.tags[key]] = r
     return out
 
