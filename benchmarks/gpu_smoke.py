@@ -286,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         # decoding: one greedy batch per mode (exact, KV caches, threshold), 4-bit and bf16, with bf16 autocast
         examples = dm.task.eval_examples()[: args.decode_batch]
         ids, mask = policy.encode_prompts([dm.task.messages(e) for e in examples], 200)
-        dev = next(policy.parameters()).device
+        # Lightning's teardown moves the module back to the CPU after each fit: on the H200 (2026-12-04) the
+        # decoding then ran bitsandbytes' CPU kernels for minutes; decode on the device the fits trained on
+        dev = torch.device("cuda" if gpu else "cpu")
+        policy.to(dev)
         ids, mask = ids.to(dev), mask.to(dev)
         modes = list(DECODE_MODES) if native else ["exact"]  # the remote code has no KV-cached forward
         decode = {"4bit": decode_modes(policy, ids, mask, args.gen_length, args.steps, gpu, modes)}
