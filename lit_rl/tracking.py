@@ -10,6 +10,14 @@ from urllib.parse import urlparse
 __all__ = ["check_tracking_uri", "get_or_create_experiment", "sqlite_artifact_location", "tracking_uri_problem"]
 
 
+def _sqlite_db(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (``None`` for other URIs and in-memory stores)."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix) or uri == prefix + ":memory:":
+        return None
+    return Path(uri[len(prefix):])
+
+
 def check_tracking_uri(uri: str) -> str:
     """Accept ``sqlite:///...`` (and a tracking server ``http(s)://...``); MLflow 3's file store raises."""
     if uri.startswith("sqlite:///") or uri.startswith(("http://", "https://")):
@@ -23,8 +31,8 @@ def check_tracking_uri(uri: str) -> str:
 def tracking_uri_problem(uri: str, timeout: float = 3.0) -> str | None:
     """Why MLflow could not use ``uri`` (``None`` if it looks usable): sqlite files whose folder cannot be
     created, servers that do not accept a connection within ``timeout`` seconds."""
-    if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+    db = _sqlite_db(uri)
+    if db is not None:
         folder = db.parent
         probe = folder
         while not probe.exists():
@@ -53,11 +61,8 @@ def sqlite_artifact_location(tracking_uri: str) -> str | None:
     ``file://`` URI), so ``sqlite:///runs/mlflow.db`` keeps everything under ``runs/``. MLflow's own default
     is ``./mlruns`` in whatever folder the process started. ``None`` (MLflow's default) for other stores:
     a tracking server decides its artifact root."""
-    prefix = "sqlite:///"
-    if not tracking_uri.startswith(prefix) or tracking_uri == prefix + ":memory:":
-        return None
-    db = Path(tracking_uri[len(prefix):]).absolute()
-    return (db.parent / "mlartifacts").as_uri()
+    db = _sqlite_db(tracking_uri)
+    return None if db is None else (db.absolute().parent / "mlartifacts").as_uri()
 
 
 def get_or_create_experiment(client, name: str, artifact_location: str | None = None) -> str:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,6 +19,7 @@ Path_ = tuple  # a config key path, e.g. ("data", "init_args", "generation", "ge
 class ConfigView:
     data: dict[str, Any]
     where: dict[tuple, str]  # key path -> "file:line" or "command line (--key)"
+    files: list[str] = field(default_factory=list)  # the --config files, in order
 
     def loc(self, path: Sequence[Any]) -> str:
         """The most specific known location of ``path`` (its own, else its nearest ancestor's)."""
@@ -168,6 +169,7 @@ def parse_command_line(argv: Sequence[str]) -> tuple[str | None, ConfigView] | N
             i += 1
         i += 1
         if key == "config":
+            cfg.files.append(val)
             data, where = load_yaml_with_lines(Path(val))
             cfg.data = _merge(cfg.data, data)
             cfg.where.update(where)

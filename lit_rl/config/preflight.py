@@ -36,17 +36,6 @@ _TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_pat
 _INPUT_PATHS = {"pool_path", "train_path", "eval_path", "test_csv", "data_path"}
 
 
-def _config_files(argv: Sequence[str]) -> list[str]:
-    """The ``--config`` files of a command line, in order."""
-    files = []
-    for i, tok in enumerate(argv):
-        if tok == "--config" and i + 1 < len(argv):
-            files.append(argv[i + 1])
-        elif tok.startswith("--config="):
-            files.append(tok[len("--config="):])
-    return files
-
-
 def _named_base(overlay: str) -> str | None:
     """The base config an overlay's header names (``--config BASE --config <the overlay>``), if it does."""
     import re
@@ -65,17 +54,16 @@ def _named_base(overlay: str) -> str | None:
     return None
 
 
-def _check_base(cfg: ConfigView, argv: Sequence[str]) -> None:
+def _check_base(cfg: ConfigView) -> None:
     """An overlay used alone (it sets no ``model.class_path`` / ``data.class_path``): one line naming the base
     config it needs, instead of LightningCLI's usage text and a Union error."""
     def has_class(v: Any) -> bool:
         return isinstance(v, str) or (isinstance(v, dict) and "class_path" in v)
 
     missing = [k for k in ("model", "data") if not has_class(cfg.data.get(k))]
-    files = _config_files(argv)
-    if not missing or not files:
+    if not missing or not cfg.files:
         return
-    last = files[-1]
+    last = cfg.files[-1]
     base = _named_base(last)
     how = (f"put its base first: --config {base} --config {last}" if base
            else "put its base config first: --config BASE --config " + last)
@@ -314,7 +302,7 @@ def preflight(argv: Sequence[str], data: bool = True) -> ConfigView | None:
     if parsed is None:
         return None
     _sub, cfg = parsed
-    _check_base(cfg, argv)
+    _check_base(cfg)
     check_shapes(cfg)
     _check_semantics(cfg)
     _check_keys(cfg)
