@@ -132,8 +132,8 @@ class GRPOLossSettings:
         old_logprobs: where π_old comes from. ``"first_update"`` (default): the batch's first update's own
             forward pass, detached (its ratio is exactly 1, as TRL's ``GRPOTrainer`` with
             ``num_iterations = 1``, and the kept log-probs serve the batch's later updates); ``"separate_pass"``:
-            one more forward pass per batch before the updates, the policy in eval mode (lit_rl before
-            #35; PPO's rollout-time log-probs). The two give the same numbers when the policy has no active
+            one more forward pass per batch before the updates, the policy in eval mode (the earlier
+            default; PPO's rollout-time log-probs). The two give the same numbers when the policy has no active
             dropout (the embedded models have none; LoRA's ``lora_dropout`` is one): a policy with dropout
             has a train-mode π_old under ``"first_update"``. ``train/entropy`` comes from the same logits.
     """
