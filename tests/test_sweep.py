@@ -112,7 +112,10 @@ def test_config_validation_names_the_key_and_builds_the_grid(tmp_path):
                                       "sampler": {"name": "grid"}}).grid()) == 20
     assert tpe.target_trials() == 20 and tpe.space["model.init_args.double_rollout.rho"].low == 0.5
     gext = SweepConfig.from_yaml(ROOT / "conf/sweeps/erils_gext.yaml")
-    assert [gext.trial_values(p)["data.init_args.g_on"] for p in gext.grid()] == [3, 2, 1]
+    points = [gext.trial_values(p) for p in gext.grid()]  # Fig. 8: G = 6, G_ext 1..4, 3 seeds each
+    assert sorted((p["data.init_args.g_ext"], p["data.init_args.g_on"], p["seed_everything"], p["data.init_args.seed"],
+                   p["model.init_args.seed"]) for p in points) == [
+        (e, 6 - e, s, 42 + s, s) for e in (1, 2, 3, 4) for s in (0, 1, 2)]
 
 
 def _refuses_quickly(expr: str) -> None:
