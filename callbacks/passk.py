@@ -88,6 +88,9 @@ class PassAtKEvaluation(Callback):
         output_dir: where tables and reports go (default ``<log dir or default_root_dir>/eval``).
         num_logged_samples: prompts per configuration whose completions are saved with each evaluation.
         run_on_validate: run in ``trainer.validate`` / ``trainer.test`` (``python -m lit_rl validate``).
+        name: a label in this evaluation's file names (``passk_<name>_table.csv``, ...), so that a second
+            evaluation beside the config's own (``--trainer.callbacks+=conf/eval/erils_lengths.yaml``) does
+            not overwrite its files; ``None``: ``passk_table.csv``, ...
     """
 
     @staticmethod
@@ -127,6 +130,7 @@ class PassAtKEvaluation(Callback):
         output_dir: str | None = None,
         num_logged_samples: int = 4,
         run_on_validate: bool = True,
+        name: str | None = None,
     ) -> None:
         PassAtKEvaluation.check_args(configs=configs, every_n_steps=every_n_steps, start_step=start_step,
                                      batch_size=batch_size, subset_mode=subset_mode)
@@ -145,6 +149,9 @@ class PassAtKEvaluation(Callback):
         self.output_dir = output_dir
         self.num_logged_samples = num_logged_samples
         self.run_on_validate = run_on_validate
+        if name is not None and not re.fullmatch(r"[\w.-]+", name):
+            raise FieldError("name", f"must be letters, digits, '_', '.' or '-' (a file name part), got {name!r}")
+        self.name = name
         # state (saved in checkpoints)
         self.table = ResultsTable()
         self.last_step = 0  # last step evaluated by the schedule (0: nothing yet)
@@ -293,9 +300,9 @@ class PassAtKEvaluation(Callback):
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    @staticmethod
-    def _stem(stage: str) -> str:
-        return "passk" if stage == "fit" else f"passk_{stage}"
+    def _stem(self, stage: str) -> str:
+        base = "passk" if self.name is None else f"passk_{self.name}"
+        return base if stage == "fit" else f"{base}_{stage}"
 
     def _log_artifacts(self, trainer: L.Trainer, paths: Sequence[Path], artifact_path: str = "eval") -> None:
         for logger in trainer.loggers:

@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads per job (default: 2 // workers, at least 1)")
     parser.add_argument("--report_only", action="store_true", help="only (re)write the report from finished jobs")
+    parser.add_argument("--only", nargs="+", default=None, metavar="GROUP",
+                        help="run only these job groups (erils: main threads length capacity spg_lr lengths; "
+                             "double-rollout: see its module); the report covers what has finished")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
@@ -53,6 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     threads = args.threads or max(1, 2 // args.workers)
     plan = study.plan(out, seeds, args.quick, args.workers, threads)
+    evals = list(getattr(plan, "eval_jobs", []))
+    if args.only:
+        groups = {j.tags.get("group") for j in [*plan.jobs, *evals]}
+        unknown = sorted(set(args.only) - groups)
+        if unknown:
+            parser.error(f"--only: no job group {', '.join(map(repr, unknown))} in the {args.study} plan "
+                         f"(groups: {', '.join(sorted(g for g in groups if g))})")
+        plan.jobs = [j for j in plan.jobs if j.tags.get("group") in args.only]
+        evals = [j for j in evals if j.tags.get("group") in args.only]
     failed: list[str] = []
     if not args.report_only:
         study.init_stores(out)
@@ -60,9 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         first, rest = (plan.jobs[:1], plan.jobs[1:]) if plan.first_alone else ([], plan.jobs)
         for job in first if plan.boost_first else []:  # alone, it may use every thread the workers would share
             job.argv = [f"--threads={threads * args.workers}" if a.startswith("--threads=") else a for a in job.argv]
-        total, before = jobs_to_run(plan.jobs), jobs_to_run(first)
+        total, before = jobs_to_run([*plan.jobs, *evals]), jobs_to_run(first)
         results = run_jobs(first, workers=1, threads=threads, total=total)
         results += run_jobs(rest, workers=args.workers, threads=threads, numbered_from=before, total=total)
+        # evaluations of finished fits' checkpoints, after every fit (a fit that failed has none to read)
+        ready = [j for j in evals if (j.folder.parent / "done.json").exists()]
+        results += run_jobs(ready, workers=args.workers, threads=threads, numbered_from=total - jobs_to_run(ready),
+                            total=total)
         failed = [r.name for r in results if not r.ok]
     times = {j.name: seconds_of(j.folder) for j in plan.jobs}
     try:

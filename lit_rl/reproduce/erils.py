@@ -14,9 +14,18 @@ The plan (``--quick`` shrinks every run to a few steps so that a test runs it en
    uncontrolled-length pool (``data/pools/sudoku_grid_verbose.jsonl.gz``: restated puzzle, grid, column
    check, 69 tokens, longer than the policy's L_gen of 48) against the length-controlled pool of the main
    runs, from the same warm start (the grid format), so that only the pool differs.
-5. **Report** (``<out>/report.md``, :mod:`lit_rl.reproduce.erils_report`): greedy accuracy on all 256 test
+5. **SPG's failure mode across learning rates**: SPG and ERILS, first seed, at the lower learning rates of
+   :data:`LR_STUDY` (the main runs are the 1e-3 point), so that the report can say which settings make SPG
+   collapse, which make it stay low, and whether ERILS keeps learning at each.
+6. **Table I's protocol** (after the fits): every final checkpoint of steps 1 and 5 decoded deterministically
+   at three generation lengths (:data:`LENGTHS_EVAL`: 48 / 96 / 192 tokens, L/2 steps, all 256 puzzles), one
+   ``python -m lit_rl validate`` job per checkpoint.
+7. **Report** (``<out>/report.md``, :mod:`lit_rl.reproduce.erils_report`): greedy accuracy on all 256 test
    puzzles with seed bands and chance, Pass@k, per-source reward / advantage, on-policy completion length
-   and format rate, the external rows' ELBO, wall times.
+   and format rate, the external rows' ELBO, the learning-rate and three-length tables, wall times.
+
+``--only GROUP ...`` runs a part of the plan (groups ``main``, ``threads``, ``length``, ``capacity``,
+``spg_lr``, ``lengths``); the report covers what has finished.
 
 Seeds move the prompt order and rollout noise (``data.seed``), the SPG mask draws (``model.seed``) and
 ``seed_everything``; the initial weights and the format warm-up stay those of the config (one cached warm
@@ -26,13 +35,14 @@ skipped on a re-run (:mod:`lit_rl.reproduce.runner`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from lit_rl.reproduce.runner import Job, callbacks_of, fit_job, init_stores as _init_stores
+from lit_rl.reproduce.runner import Job, callbacks_of, fit_job, init_stores as _init_stores, validate_job
 
-__all__ = ["EXPERIMENT", "METHODS", "METRIC", "Plan", "init_stores", "plan"]
+__all__ = ["EXPERIMENT", "GROUPS", "LENGTHS_EVAL", "LR_STUDY", "METHODS", "METRIC", "Plan", "init_stores",
+           "lengths_job", "plan"]
 
 EXPERIMENT = "lit_rl-reproduce-erils"
 METRIC = "val/sudoku/greedy/accuracy"  # greedy cell accuracy on all 256 puzzles of SPG's test split
@@ -50,6 +60,14 @@ METHODS = {  # name: config files (overlays on BASE)
 CAPACITY_CLI = ["--data.init_args.g_ext=1", "--model.init_args.updates_per_batch=1", "--trainer.max_steps=900",
                 "--trainer.val_check_interval=150"]
 QUICK_METHODS = ("erils", "sft")  # one run of each LightningModule, for the smoke test
+#: learning rates of the SPG failure-mode runs (SPG and ERILS, first seed); the main runs are conf/erils.yaml's
+#: 1e-3. The paper's 3e-6 is for LoRA r 128 on LLaDA-8B and does not carry over to full fine-tuning of a 0.9M
+#: model; 3e-4 and 1e-4 are 3x and 10x below the embedded rate (1e-4: ERILS still learns within the budget)
+LR_STUDY = (3e-4, 1e-4)
+BASE_LR = 1e-3  # conf/erils.yaml's (a test checks the two agree)
+#: Table I's protocol: deterministic decoding at three generation lengths (a PassAtKEvaluation entry)
+LENGTHS_EVAL = "conf/eval/erils_lengths.yaml"
+GROUPS = ("main", "threads", "length", "capacity", "spg_lr", "lengths")
 
 
 @dataclass
@@ -64,6 +82,8 @@ class Plan:
     #: never give the first job more threads when it runs alone: the thread count is part of the result
     #: here (the thread-spread run), and a tag names it
     boost_first: bool = False
+    #: jobs that read the fits' checkpoints (the three-length evaluation): they run after every fit
+    eval_jobs: list[Job] = field(default_factory=list)
 
 
 def _quick_cli() -> list[str]:
@@ -131,5 +151,18 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
     if not quick:  # the capacity check: SFT on fresh pool rows (one per prompt, one update per batch), longer
         jobs.append(_fit_job(f"sft_capacity_s{s0}", "sft", s0, out, threads, quick, cache, CAPACITY_CLI,
                              {"group": "capacity"}))
+    for lr in () if quick else LR_STUDY:  # SPG's failure mode: SPG and ERILS at lower learning rates
+        for method in ("spg", "erils"):
+            jobs.append(_fit_job(f"{method}_lr{lr:g}_s{s0}", method, s0, out, threads, quick, cache,
+                                 [f"--model.init_args.optimizer.init_args.lr={lr}"],
+                                 {"group": "spg_lr", "lr": f"{lr:g}"}))
+    evals = [lengths_job(j, out) for j in jobs if j.tags.get("group") in ("main", "spg_lr")]
     first_alone = not any(Path(cache).glob("format_warmup_sudoku_*.pt"))
-    return Plan(jobs, out, quick, list(seeds), threads, first_alone)
+    return Plan(jobs, out, quick, list(seeds), threads, first_alone, eval_jobs=evals)
+
+
+def lengths_job(fit: Job, out: Path) -> Job:
+    """Table I's protocol on ``fit``'s final checkpoint: ``python -m lit_rl validate`` with the fit's saved config
+    plus :data:`LENGTHS_EVAL`; the numbers land in ``<run>/eval/passk_lengths_validate_report.json``."""
+    return validate_job(f"{fit.name}_lengths", fit.folder, [LENGTHS_EVAL],
+                        {**fit.tags, "group": "lengths", "lit_rl.job": f"{fit.name}_lengths", "evaluates": fit.name})

@@ -120,6 +120,18 @@ def _mean_of(runs: Sequence[RunData], metric: str, which: str = "last", k: int =
     return _stats(vals)
 
 
+def _failure_reading(final: float | None, format_rate: float | None, start: float | None) -> str:
+    """How a run ended: ``learns`` (clearly above its start), ``collapses`` (format lost, accuracy ~0) or
+    ``stays low`` (format kept, accuracy at most a little above the start)."""
+    if final is None:
+        return "-"
+    if start is not None and final > start + 0.1:
+        return "learns"
+    if final < 0.05 and (format_rate is None or format_rate < 0.5):
+        return "collapses"
+    return "stays low"
+
+
 def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False) -> dict[str, Any]:
     """Write the report into ``out`` from ``out/mlflow.db``; returns the summary (also ``summary.json``)."""
     from lit_rl.reproduce.erils import EXPERIMENT, METHODS, METRIC
@@ -243,6 +255,47 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         if spg is not None:
             md.append(f"| {LABELS['spg']} (reference) | none | {_f(_last(spg, METRIC))} | | | |")
         md.append("")
+    # 4. SPG's failure mode across learning rates (the main runs are the config's rate)
+    lr_runs = [r for r in jobs.values() if r.tags.get("group") == "spg_lr"]
+    if lr_runs:
+        md += ["## SPG's failure mode across learning rates", "",
+               "SPG and ERILS at the same settings, first seed, at the embedded learning rate (the main runs) and "
+               "below it. Collapse: the on-policy format rate falls to 0 and greedy accuracy to 0 (below chance); "
+               "staying low: format kept, accuracy near chance.", "",
+               "| method | lr | final greedy | best | on-policy reward, first → last 5 | format rate (last 5) "
+               "| on-policy length (last 5) | reading |", "|---|---|---|---|---|---|---|---|"]
+        summary["spg_lr"] = {}
+        from lit_rl.reproduce.erils import BASE_LR
+        rows = [(m, BASE_LR, jobs.get(f"{m}_s{seeds[0]}")) for m in ("spg", "erils")]
+        rows += [(r.tags.get("method"), float(r.tags.get("lr", "nan")), r) for r in lr_runs]
+        for method, lr, r in sorted((x for x in rows if x[2] is not None), key=lambda x: (x[0] != "spg", -x[1])):
+            s = r.series(METRIC)
+            final, best = _last(r, METRIC), (max(v for _, v in s) if s else None)
+            fmt = _mean_of([r], "train/on_policy/format_rate")
+            r0, r1 = _mean_of([r], "train/on_policy/reward_mean", "first"), _mean_of([r], "train/on_policy/reward_mean")
+            ln = _mean_of([r], "train/on_policy/length_mean")
+            reading = _failure_reading(final, fmt["mean"] if fmt["n"] else None, s[0][1] if s else None)
+            summary["spg_lr"][f"{method}@{lr:g}"] = {"final": final, "best": best, "format_rate": fmt,
+                                                     "reward_first": r0, "reward_last": r1, "length": ln,
+                                                     "reading": reading}
+            md.append(f"| {LABELS.get(method, method)} | {lr:g} | {_f(final)} | {_f(best)} | {_f(r0['mean'])} → "
+                      f"{_f(r1['mean'])} | {_f(fmt['mean'])} | {_f(ln['mean'], 1)} | {reading} |")
+        md.append("")
+
+    # 5. Table I's protocol: three generation lengths, deterministic, every final checkpoint
+    from lit_rl.reproduce.lengths import lengths_rows
+    run_dirs = out / "runs"
+    groups = {LABELS[m]: [run_dirs / f"{m}_s{s}" for s in seeds] for m in METHODS}
+    groups.update({f"{LABELS.get(r.tags.get('method'), r.name)}, lr {r.tags.get('lr')}": [run_dirs / r.name]
+                   for r in lr_runs})
+    lines, by_length = lengths_rows(groups)
+    if lines:
+        summary["lengths"] = by_length
+        md += ["## Table I's protocol: three generation lengths", "",
+               "Each final checkpoint decoded deterministically (T 0, one completion, L_gen/2 steps, block 16) on all "
+               "256 puzzles at L_gen 48 / 96 / 192 (`conf/eval/erils_lengths.yaml`; the paper: 128 / 256 / 512 with a "
+               "training length of 256, so 48 / 96 / 192 are 1x / 2x / 4x the embedded training length). Greedy cell "
+               "accuracy, mean ± std over seeds.", "", *lines, ""]
     total = sum(v for v in times.values() if v)
     md += [f"Total job time: {total / 60:.1f} min (sum over jobs; two run at once by default)."]
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")

@@ -24,7 +24,7 @@ import yaml
 from lit_rl.atomic import atomic_write_text
 from lit_rl.tracking import get_or_create_experiment
 
-__all__ = ["Job", "JobResult", "callbacks_of", "fit_job", "init_stores", "run_jobs"]
+__all__ = ["Job", "JobResult", "callbacks_of", "fit_job", "init_stores", "run_jobs", "validate_job"]
 
 
 @dataclass
@@ -234,3 +234,13 @@ def fit_job(
         *extra,
     ]
     return Job(name, argv, folder, tags)
+
+
+def validate_job(name: str, run_folder: Path, callback_files: Sequence[str], tags: dict[str, str],
+                 ckpt: str = "checkpoints/last.ckpt") -> Job:
+    """A ``validate`` job on a finished fit's checkpoint: the fit's saved ``config.yaml`` (its MLflow store, run
+    folder and settings) plus ``callback_files`` appended to its callbacks (``--trainer.callbacks+=``). Its log
+    and ``done.json`` go to ``<run folder>/<name>``; the evaluation's files to the run's ``eval/`` folder."""
+    argv = ["validate", "--config", str(run_folder / "config.yaml"),
+            *(f"--trainer.callbacks+={f}" for f in callback_files), f"--ckpt_path={run_folder / ckpt}"]
+    return Job(name, argv, run_folder / name, tags)
