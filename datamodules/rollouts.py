@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
-from datamodules.sources import DiffusionOnPolicy, ExternalPool, RolloutSource, rows_per_prompt
+from datamodules.sources import DiffusionOnPolicy, ExternalPool, RolloutSource, keep_usable_prompts, rows_per_prompt
 from datamodules.stream import PromptStreamDataModule, step_seed
 from lit_rl.errors import FieldError
 from lit_rl.generation.settings import DecodeSettings
@@ -59,6 +59,12 @@ class RolloutDataModule(PromptStreamDataModule):
             sweeps and configs that vary one of them).
         sources: the training rows' sources (:mod:`datamodules.sources`) instead of the ones ``g_on``,
             ``g_ext``, ``pool_path`` and ``generation`` describe.
+        prompt_order_pool: an on-policy baseline's prompts and their order from an ERILS run's pool (ERILS App.
+            B-E, "the same training-prompt order"): keep only the training prompts with ``prompt_order_g_ext``
+            usable records in this pool file, as ERILS's external source does, so that the same ``seed`` gives
+            the same prompt at every step. No external row is loaded. ``None``: every training prompt (the
+            orders then differ wherever the pool has unusable prompts).
+        prompt_order_g_ext: G_ext of the ERILS run whose order ``prompt_order_pool`` follows.
     """
 
     @staticmethod
@@ -102,6 +108,8 @@ class RolloutDataModule(PromptStreamDataModule):
         output_dir: str | None = None,
         group_size: int | None = None,
         sources: Sequence[RolloutSource] | None = None,
+        prompt_order_pool: str | None = None,
+        prompt_order_g_ext: int = 2,
     ) -> None:
         super().__init__(
             task,
@@ -134,6 +142,18 @@ class RolloutDataModule(PromptStreamDataModule):
             if g_ext:
                 sources.append(ExternalPool(g_ext, pool_path, max_external_len, min_width=self.generation.gen_length))
         self.sources = list(sources)
+        if prompt_order_g_ext < 1:
+            raise FieldError("prompt_order_g_ext", f"must be >= 1, got {prompt_order_g_ext}")
+        if prompt_order_pool is not None and any(isinstance(s, ExternalPool) for s in self.sources):
+            raise FieldError("prompt_order_pool", "is for a run without external rows (an on-policy baseline): "
+                             "this run's external pool already sets its prompts")
+        self.prompt_order_pool, self.prompt_order_g_ext = prompt_order_pool, prompt_order_g_ext
+
+    def setup(self, stage: str | None = None) -> None:
+        first = self._train is None
+        super().setup(stage)
+        if first and self.prompt_order_pool is not None:  # ERILS's usable prompts, before the first batch
+            keep_usable_prompts(self, self.prompt_order_pool, self.prompt_order_g_ext)
 
     def batch_generator(self, policy: Any) -> Any:
         """Double-rollout continuations from the policy's current weights on the training decode's block

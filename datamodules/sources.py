@@ -41,7 +41,8 @@ from lit_rl.rollouts.pool import iter_pool, load_pool
 from lit_rl.rollouts.types import PromptBatch
 from lit_rl.tasks.parsing import last_answer_block
 
-__all__ = ["AROnPolicy", "DiffusionOnPolicy", "ExternalPool", "RolloutSource", "Rows", "rows_per_prompt"]
+__all__ = ["AROnPolicy", "DiffusionOnPolicy", "ExternalPool", "RolloutSource", "Rows", "keep_usable_prompts",
+           "rows_per_prompt"]
 
 
 @dataclass
@@ -165,6 +166,23 @@ class AROnPolicy(RolloutSource):
         )
 
 
+def keep_usable_prompts(dm: Any, pool_path: str, num: int) -> dict[str, list[Any]]:
+    """Keep the DataModule's training prompts that have ``num`` usable records in ``pool_path``, in their order
+    (the stream then shuffles the kept list with its seed), and return those records by prompt id.
+
+    ERILS's :class:`ExternalPool` filters its stream this way; an on-policy baseline that names the same pool
+    and ``num`` (``data.prompt_order_pool``) keeps the same prompts in the same order (ERILS App. B-E)."""
+    valid = [e.id for e in dm.task.train_examples()]
+    pool = load_pool(pool_path, num, valid_ids=valid, task=dm.task.name)
+    kept = [e for e in dm.train_examples if e.id in pool]
+    if not kept:
+        raise ValueError(
+            f"data: no training prompts of task {dm.task.name!r} have {num} usable external rollouts in {pool_path}"
+        )
+    dm._set_train_examples(kept)
+    return pool
+
+
 class ExternalPool(RolloutSource):
     """``num`` (G_ext) external rollouts per prompt: each prompt's first usable records in a pool file (keyed
     by prompt id), re-scored by this run's verifier. Training prompts without ``num`` usable records leave the
@@ -202,15 +220,7 @@ class ExternalPool(RolloutSource):
         if self.min_width is None:
             gen = getattr(dm, "generation", None)
             self.min_width = int(getattr(gen, "gen_length", getattr(gen, "max_new_tokens", 0)) or 0)
-        valid = [e.id for e in dm.task.train_examples()]
-        self._pool = load_pool(self.pool_path, self.num, valid_ids=valid, task=dm.task.name)
-        kept = [e for e in dm.train_examples if e.id in self._pool]
-        if not kept:
-            raise ValueError(
-                f"data: no training prompts of task {dm.task.name!r} have {self.num} usable external "
-                f"rollouts in {self.pool_path}"
-            )
-        dm._set_train_examples(kept)
+        self._pool = keep_usable_prompts(dm, self.pool_path, self.num)
         trainer = getattr(dm, "trainer", None)
         policy = getattr(getattr(trainer, "lightning_module", None), "policy", None) if trainer is not None else None
         if policy is not None:

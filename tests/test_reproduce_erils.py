@@ -23,7 +23,25 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
     names = [j.name for j in plan.jobs]
     assert names == ["erils_s0", "spg_s0", "joint_s0", "external_only_s0", "sft_s0",
                      "erils_s1", "spg_s1", "joint_s1", "external_only_s1", "sft_s1",
-                     "erils_s0_t2", "external_only_uncontrolled_s0", "erils_uncontrolled_s0", "sft_capacity_s0"]
+                     "erils_s0_t2", "external_only_uncontrolled_s0", "erils_uncontrolled_s0", "sft_capacity_s0",
+                     "spg_lr0.0003_s0", "erils_lr0.0003_s0", "spg_lr0.0001_s0", "erils_lr0.0001_s0"]
+    # SPG's failure mode: the same settings as the main runs but the learning rate, first seed
+    lr_job = {j.name: j for j in plan.jobs}["spg_lr0.0001_s0"]
+    assert "--model.init_args.optimizer.init_args.lr=0.0001" in lr_job.argv and "conf/spg.yaml" in lr_job.argv
+    assert lr_job.tags["group"] == "spg_lr" and lr_job.tags["lr"] == "0.0001" and "--seed_everything=0" in lr_job.argv
+    # Table I's protocol: one validate job per final checkpoint of the main and learning-rate runs, none for the
+    # thread / pool / capacity runs; it reads the fit's saved config and last checkpoint
+    evals = {j.name: j for j in plan.eval_jobs}
+    assert set(evals) == {f"{j.name}_lengths" for j in plan.jobs if j.tags["group"] in ("main", "spg_lr")}
+    ev = evals["erils_s1_lengths"]
+    assert ev.argv == ["validate", "--config", str(tmp_path / "runs/erils_s1/config.yaml"),
+                       f"--trainer.callbacks+={erils.LENGTHS_EVAL}",
+                       f"--ckpt_path={tmp_path / 'runs/erils_s1/checkpoints/last.ckpt'}"]
+    assert ev.folder == tmp_path / "runs/erils_s1/erils_s1_lengths" and ev.tags["group"] == "lengths"
+    assert ev.tags["evaluates"] == "erils_s1" and ev.tags["lit_rl.job"] == "erils_s1_lengths"
+    # the base learning rate the report labels the main runs with is the config's
+    assert yaml.safe_load((ROOT / erils.BASE).read_text())["model"]["init_args"]["optimizer"]["init_args"]["lr"] \
+        == erils.BASE_LR
     assert plan.first_alone and not plan.boost_first  # the thread count is part of the result: never raised
     jobs = {j.name: j for j in plan.jobs}
     assert "--threads=2" in jobs["erils_s0_t2"].argv and jobs["erils_s0_t2"].tags["threads"] == "2"
@@ -134,7 +152,8 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["failed"] == [] and set(summary["main"]) == set(erils.QUICK_METHODS)
     report = (out / "report.md").read_text()
-    for section in ("Equal budget", "Spread of ERILS", "Length-controlled vs uncontrolled"):
+    for section in ("Equal budget", "Spread of ERILS", "Length-controlled vs uncontrolled",
+                    "Table I's protocol: three generation lengths"):
         assert section in report
     # the text says it is a smoke run, not the study's budget, and claims nothing about the thread count
     assert "not `conf/erils.yaml`'s budget" in report and "changed the run" not in report
@@ -156,5 +175,95 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
     assert {v for _, v in unc.series("train/external/cut_frac")} == {0.0}
     assert {v for _, v in unc.series("train/external/length_mean")} == {70.0}  # 69 tokens + EOS, every row
     assert {v for _, v in runs["erils_s0"].series("train/external/length_mean")} == {38.0}  # 37 + EOS
+    # every main run's final checkpoint was decoded at the three lengths, after its fit
+    assert set(data["lengths"]) == {"ERILS (source-specific, Eq. 9)", "SFT on the external rollouts"}
+    for by_length in data["lengths"].values():
+        assert sorted(map(int, by_length)) == [48, 96, 192]
+        assert all(0 <= v["mean"] <= 1 and v["n"] == 1 for v in by_length.values())
+    assert (out / "runs/erils_s0/eval/passk_lengths_validate_report.json").exists()
+    assert (out / "runs/erils_s0/erils_s0_lengths/done.json").exists()
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and again.stdout.count("done before, skipped") == len(erils.QUICK_METHODS) + 1
+    assert again.returncode == 0 and again.stdout.count("done before, skipped") == len(erils.QUICK_METHODS) + 3
+
+
+def _lengths_report(folder: Path, accuracies: dict[int, float]) -> None:
+    """A three-length evaluation file as PassAtKEvaluation(name="lengths") writes it in a validate run."""
+    (folder / "eval").mkdir(parents=True, exist_ok=True)
+    configs = {f"det{n}": {"final": {"step": 300, "metrics": {"pass@1": a, "accuracy": a, "length_mean": 38.0,
+                                                               "hit_limit_frac": 0.0}},
+                           "settings": {"gen_length": n, "steps": n // 2, "temperature": 0.0}}
+               for n, a in accuracies.items()}
+    (folder / "eval/passk_lengths_validate_report.json").write_text(json.dumps({"configs": configs}))
+
+
+def test_lengths_rows_average_each_length_over_a_groups_runs_and_skip_missing_runs(tmp_path):
+    from lit_rl.reproduce.lengths import length_scores, lengths_rows
+
+    _lengths_report(tmp_path / "a_s0", {96: 0.5, 48: 0.9, 192: 0.2})
+    _lengths_report(tmp_path / "a_s1", {48: 0.7, 96: 0.3, 192: 0.2})
+    (tmp_path / "bad/eval").mkdir(parents=True)
+    (tmp_path / "bad/eval/passk_lengths_validate_report.json").write_text("{not json")
+    assert list(length_scores(tmp_path / "a_s0")) == [48, 96, 192]  # sorted by length
+    assert length_scores(tmp_path / "bad") is None and length_scores(tmp_path / "missing") is None
+    lines, summary = lengths_rows({"A": [tmp_path / "a_s0", tmp_path / "a_s1", tmp_path / "missing"],
+                                   "B": [tmp_path / "bad"]})
+    assert list(summary) == ["A"]  # B has no readable evaluation
+    assert summary["A"][48]["mean"] == pytest.approx(0.8) and summary["A"][48]["std"] == pytest.approx(0.141421, rel=1e-5)
+    assert summary["A"][96]["values"] == [0.5, 0.3] and summary["A"][192]["std"] == 0.0
+    assert lines[0] == "| run | runs | L_gen 48 | L_gen 96 | L_gen 192 |"
+    assert lines[2] == "| A | 2 | 0.800 ± 0.141 | 0.400 ± 0.141 | 0.200 ± 0.000 |"
+    assert lengths_rows({"B": [tmp_path / "bad"]}) == ([], {})
+
+
+@pytest.mark.parametrize("final,fmt,start,reading", [
+    (0.9, 1.0, 0.25, "learns"),
+    (0.0, 0.0, 0.25, "collapses"),  # format lost, accuracy 0: below chance
+    (0.3, 1.0, 0.25, "stays low"),  # format kept, near chance
+    (0.01, 0.9, 0.25, "stays low"),  # near 0 but the format is kept: not the format collapse
+    (None, None, None, "-"),
+])
+def test_failure_reading_tells_collapse_from_staying_low(final, fmt, start, reading):
+    from lit_rl.reproduce.erils_report import _failure_reading
+
+    assert _failure_reading(final, fmt, start) == reading
+
+
+def test_report_has_the_learning_rate_and_three_length_tables(tmp_path):
+    from lit_rl.reproduce.erils_report import build
+
+    acc, fmt = "val/sudoku/greedy/accuracy", "train/on_policy/format_rate"
+
+    def run(group, method, values, formats, lr=None):
+        tags = {"group": group, "method": method, "seed": "0", "threads": "1", **({"lr": lr} if lr else {})}
+        return tags, {acc: list(zip((0, 149, 299), values)), fmt: list(zip((3, 151, 299), formats))}
+
+    _store(tmp_path, {
+        "erils_s0": run("main", "erils", (0.25, 0.8, 0.92), (0.9, 1.0, 1.0)),
+        "spg_s0": run("main", "spg", (0.25, 0.1, 0.0), (0.9, 0.2, 0.0)),
+        "spg_lr0.0001_s0": run("spg_lr", "spg", (0.25, 0.26, 0.27), (0.9, 1.0, 1.0), "0.0001"),
+        "erils_lr0.0001_s0": run("spg_lr", "erils", (0.25, 0.5, 0.7), (0.9, 1.0, 1.0), "0.0001"),
+    })
+    _lengths_report(tmp_path / "runs/erils_s0", {48: 0.92, 96: 0.91, 192: 0.85})
+    _lengths_report(tmp_path / "runs/spg_lr0.0001_s0", {48: 0.27, 96: 0.27, 192: 0.26})
+    summary = build(tmp_path, [0], {})
+    lr = summary["spg_lr"]
+    assert {k: v["reading"] for k, v in lr.items()} == {"spg@0.001": "collapses", "spg@0.0001": "stays low",
+                                                         "erils@0.001": "learns", "erils@0.0001": "learns"}
+    assert lr["spg@0.0001"]["best"] == 0.27 and lr["spg@0.001"]["format_rate"]["mean"] == pytest.approx(1.1 / 3)  # the last 5 points: all 3
+    report = (tmp_path / "report.md").read_text()
+    table = report.split("## SPG's failure mode")[1].split("##")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| SPG") or line.startswith("| ERILS")]
+    assert [r.split(" | ")[1] for r in rows] == ["0.001", "0.0001", "0.001", "0.0001"]  # SPG first, lr falling
+    assert set(summary["lengths"]) == {"ERILS (source-specific, Eq. 9)", "SPG (on-policy only), lr 0.0001"}
+    assert summary["lengths"]["ERILS (source-specific, Eq. 9)"][192]["mean"] == 0.85
+    assert "| ERILS (source-specific, Eq. 9) | 1 | 0.920 | 0.910 | 0.850 |" in report
+
+
+def test_only_names_an_unknown_group(tmp_path, capsys):
+    from lit_rl.reproduce import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["erils", "--only", "nope", "--out", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--only: no job group 'nope' in the erils plan" in err and "spg_lr" in err and "lengths" in err

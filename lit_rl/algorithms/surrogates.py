@@ -45,7 +45,7 @@ LogitsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 class SPGSurrogate:
     """SPG surrogate + loss for a mixed batch of on-policy (``source == 0``) and external (``source == 1``)
-    rollouts (ERILS §IV-B, Eq. 10).
+    rollouts (ERILS §IV-B, Eq. 10; the factor between Eq. 10 and this loss: ``weighting`` below).
 
     On-policy rollouts get SPG's block masks (:func:`~lit_rl.core.masks.spg_block_masks`, block
     choice pluggable); external rollouts get uniformly random masks
@@ -68,7 +68,9 @@ class SPGSurrogate:
         mask_id: the [MASK] id (LLaDA: 126336).
         micro_batch_size: rows per forward; ``None`` = all ``num_t·B`` at once.
         weighting: how :func:`spg_loss` weighs the rollouts: ``"length"`` (default; the SPG reference code,
-            a rollout weighs its completion length) or ``"rollout"`` (ERILS Eq. 10, every rollout equally).
+            a rollout weighs its completion length: ERILS Eq. 10 with App. A's sum-form ELBO, times ``B / Σ L``,
+            one factor per batch) or ``"rollout"`` (every rollout's per-token mean equally: Eq. 10's form with
+            the per-token mean in place of the sum-form ELBO). The full reading: :func:`~lit_rl.core.spg.spg_loss`.
         continuation_masks: masks of double rollout's replaced rows (``Source.CONTINUATION``, a cut trace
             ``t[:cut]`` from the first stage and a tail re-decoded from the cut, both by the current policy
             on the same block schedule): ``"whole"`` (default) draws on-policy block masks over the whole

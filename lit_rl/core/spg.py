@@ -118,10 +118,14 @@ def spg_loss(
     Each rollout's term is weighted by its completion length, so the gradient matches SPG's token-sum
     normalisation; ``Σ L`` is clamped to 1 for an all-empty batch.
 
-    Paper vs code: ERILS Eq. 10 writes the group objective as ``1/(G_on+G_ext) Σ_i A_i ∇S_i`` (every rollout
-    weighted equally); this follows the reference SPG code (spec §2), where a rollout of length L weighs L.
-    With A = [1, 1], L = [10, 100]: Eq. 10 gives ``(∇S_1 + ∇S_2)/2``, this ``(10∇S_1 + 100∇S_2)/110``.
-    ``lengths = ones`` gives the paper's equal weighting (``SPGSurrogate(weighting="rollout")``).
+    Eq. 10 (one reading, the same in docs/erils.md and ``SPGSurrogate(weighting=)``): ERILS Eq. 10 is
+    ``(1/B) Σ_i A_i ∇S_i`` with ``S_i`` App. A's sum-form ELBO (Eq. 14: ``(1/t) Σ_{k∈M} log π``, ``t = |M|/L_i``),
+    which equals ``L_i · s_i`` for ``s_i`` the per-token mean ``surrogate`` here. So this loss is Eq. 10 times
+    ``B / Σ_i L_i`` (Eq. 10 divided by the batch's mean completion length: one factor for the whole batch, the
+    rollouts' relative weights are Eq. 10's). ``lengths = ones`` (``SPGSurrogate(weighting="rollout")``) gives
+    ``(1/B) Σ_i A_i s_i``: Eq. 10's form with the per-token mean in place of the sum-form ELBO, where a rollout of
+    length L weighs 1/L of its Eq. 10 weight relative to the others. With A = [1, 1], L = [10, 100]: Eq. 10 gives
+    ``(10∇s_1 + 100∇s_2)/2``, this ``(10∇s_1 + 100∇s_2)/110`` (= Eq. 10 × 2/110), ``rollout`` ``(∇s_1 + ∇s_2)/2``.
 
     Shapes: ``advantages (B,)``, ``surrogate (B,)``, ``lengths (B,)`` -> scalar loss; stats are detached
     scalars.

@@ -320,3 +320,21 @@ def test_row_masks_do_not_depend_on_the_other_rows():
         one = spg.build_masks(cm[b : b + 1], attn[b : b + 1, :2], source[b : b + 1], seeds=seeds[b : b + 1])
         assert (torch.equal(one.completion[:, 0], full.completion[:, b])
                 and torch.equal(one.prompt[:, 0], full.prompt[:, b]))
+
+
+def test_length_weighting_is_eq10_with_the_sum_form_elbo_times_one_factor_per_batch():
+    """Eq. 10 with App. A's sum-form ELBO S_i = L_i · s_i is (1/B) Σ A_i ∇S_i. By hand, A = [1, 1], L = [10, 100]:
+    Eq. 10's gradient in s is [10/2, 100/2] = [5, 50]; the default (length) loss gives [10/110, 100/110], Eq. 10 ×
+    2/110 for both rollouts; weighting "rollout" gives [1/2, 1/2]."""
+    from lit_rl.core.spg import spg_loss
+
+    A, L = torch.tensor([1.0, 1.0]), torch.tensor([10.0, 100.0])
+    s = torch.tensor([-0.5, -0.7], requires_grad=True)
+    eq10 = -(A * (L * s)).mean()  # the paper's estimator on the sum-form ELBO (B = 2)
+    (g_eq10,) = torch.autograd.grad(eq10, s)
+    (g_len,) = torch.autograd.grad(spg_loss(A, s, L)[0], s)
+    (g_rollout,) = torch.autograd.grad(spg_loss(A, s, torch.ones(2))[0], s)
+    assert torch.allclose(-g_eq10, torch.tensor([5.0, 50.0]))
+    assert torch.allclose(-g_len, torch.tensor([10 / 110, 100 / 110]))
+    assert torch.allclose(g_len, g_eq10 * 2 / 110)  # one factor, B / Σ L, for the whole batch
+    assert torch.allclose(-g_rollout, torch.tensor([0.5, 0.5]))

@@ -288,3 +288,15 @@ def test_cli_validate_twice_gives_identical_numbers_and_completions(tmp_path):
     assert len(multi) == 6
     # the seeds matter (T 0.9): different seeds give different completions for some prompt
     assert any(multi[(p, 1001)] != multi[(p, 1002)] for p, _ in multi)
+
+
+def test_a_named_evaluation_writes_its_own_files_beside_the_default_one():
+    from callbacks.passk import PassAtKEvaluation
+    from lit_rl.errors import FieldError
+
+    assert PassAtKEvaluation()._stem("fit") == "passk" and PassAtKEvaluation()._stem("validate") == "passk_validate"
+    named = PassAtKEvaluation(name="lengths")
+    assert named._stem("fit") == "passk_lengths" and named._stem("validate") == "passk_lengths_validate"
+    with pytest.raises(FieldError, match="name") as e:
+        PassAtKEvaluation(name="../x")
+    assert "'../x'" in str(e.value)

@@ -101,3 +101,58 @@ def test_two_pools_keep_their_own_records_and_the_generation_follows_the_list():
     texts = [r.completion for g in range(3) for r in batch.records[id(dm.sources[2])][g]]
     assert [ro.texts[i] for i in second] == texts
     assert {r.completion for g in range(3) for r in batch.records[id(dm.sources[1])][g]}.isdisjoint(texts)
+
+
+def _pool_with_unusable_prompts(tmp_path: Path) -> str:
+    """The grid pool with every third prompt's records marked unusable (too long, as ERILS App. B's filter)."""
+    import gzip
+    import json
+
+    lines = gzip.open(ROOT / "data/pools/sudoku_grid.jsonl.gz", "rt").read().splitlines()
+    out = [lines[0]]
+    for line in lines[1:]:
+        rec = json.loads(line)
+        if int(rec["prompt_id"].rsplit("-", 1)[1]) % 3 == 0:
+            rec["usable"] = False
+        out.append(json.dumps(rec))
+    path = tmp_path / "pool.jsonl"
+    path.write_text("\n".join(out) + "\n")
+    return str(path)
+
+
+def _prompt_ids(dm, batches=20):
+    return [e.id for step in range(batches) for e in dm.prompt_batch(step).examples]
+
+
+def test_the_on_policy_baseline_follows_erils_prompt_order_on_a_pool_with_unusable_prompts(tmp_path):
+    """ERILS App. B-E: SPG trains on the same prompts in the same order as ERILS. ERILS's stream keeps the
+    prompts with G_ext usable records, then shuffles; SPG without ``prompt_order_pool`` shuffles all of them."""
+    pool = _pool_with_unusable_prompts(tmp_path)
+    erils = _dm(pool_path=pool, g_on=2, g_ext=2, generation=GEN)
+    spg_all = _dm(pool_path=None, g_on=4, g_ext=0, generation=GEN)
+    spg = _dm(pool_path=None, g_on=4, g_ext=0, generation=GEN, prompt_order_pool=pool, prompt_order_g_ext=2)
+    assert len(erils.train_examples) == 666 and len(spg_all.train_examples) == 1000  # 334 of 1000 unusable
+    assert _prompt_ids(spg) == _prompt_ids(erils)  # 60 prompts, step by step
+    assert _prompt_ids(spg_all) != _prompt_ids(erils)
+    assert not any(int(i.rsplit("-", 1)[1]) % 3 == 0 for i in _prompt_ids(spg))
+    assert [type(s).__name__ for s in spg.sources] == ["DiffusionOnPolicy"]  # no external row is loaded
+
+
+def test_on_a_pool_where_every_prompt_is_usable_the_baseline_order_is_unchanged():
+    """The embedded Sudoku pool has two usable records for each of its 1000 prompts: naming it changes nothing
+    (so conf/spg.yaml's curve stays the committed one)."""
+    grid = str(ROOT / "data/pools/sudoku_grid.jsonl.gz")
+    plain = _dm(pool_path=None, g_on=4, g_ext=0, generation=GEN)
+    aligned = _dm(pool_path=None, g_on=4, g_ext=0, generation=GEN, prompt_order_pool=grid, prompt_order_g_ext=2)
+    assert _prompt_ids(plain, 50) == _prompt_ids(aligned, 50)
+
+
+def test_prompt_order_pool_is_refused_beside_an_external_pool():
+    import pytest
+
+    from lit_rl.errors import FieldError
+
+    with pytest.raises(FieldError, match="prompt_order_pool"):
+        RolloutDataModule(_task(), pool_path=POOL, g_on=2, g_ext=2, prompt_order_pool=POOL)
+    with pytest.raises(FieldError, match="prompt_order_g_ext"):
+        RolloutDataModule(_task(), pool_path=None, g_on=4, g_ext=0, prompt_order_pool=POOL, prompt_order_g_ext=0)
