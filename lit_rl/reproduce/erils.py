@@ -39,6 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
+
+from lit_rl.atomic import atomic_write_text
 from lit_rl.reproduce.runner import Job, callbacks_of, fit_job, init_stores as _init_stores, validate_job
 
 __all__ = ["EXPERIMENT", "GROUPS", "LENGTHS_EVAL", "LR_STUDY", "METHODS", "METRIC", "Plan", "init_stores",
@@ -156,13 +159,21 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
             jobs.append(_fit_job(f"{method}_lr{lr:g}_s{s0}", method, s0, out, threads, quick, cache,
                                  [f"--model.init_args.optimizer.init_args.lr={lr}"],
                                  {"group": "spg_lr", "lr": f"{lr:g}"}))
-    evals = [lengths_job(j, out) for j in jobs if j.tags.get("group") in ("main", "spg_lr")]
+    evals = [lengths_job(j, out, quick) for j in jobs if j.tags.get("group") in ("main", "spg_lr")]
     first_alone = not any(Path(cache).glob("format_warmup_sudoku_*.pt"))
     return Plan(jobs, out, quick, list(seeds), threads, first_alone, eval_jobs=evals)
 
 
-def lengths_job(fit: Job, out: Path) -> Job:
+def lengths_job(fit: Job, out: Path, quick: bool = False) -> Job:
     """Table I's protocol on ``fit``'s final checkpoint: ``python -m lit_rl validate`` with the fit's saved config
-    plus :data:`LENGTHS_EVAL`; the numbers land in ``<run>/eval/passk_lengths_validate_report.json``."""
-    return validate_job(f"{fit.name}_lengths", fit.folder, [LENGTHS_EVAL],
+    plus :data:`LENGTHS_EVAL` (quick: the same on the first 8 puzzles); the numbers land in
+    ``<run>/eval/passk_lengths_validate_report.json``."""
+    entry = LENGTHS_EVAL
+    if quick:
+        cb = yaml.safe_load(Path(LENGTHS_EVAL).read_text())
+        cb["init_args"].update(subset_size=8, batch_size=8)
+        Path(out).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(out) / "erils_lengths_quick.yaml", yaml.safe_dump(cb, sort_keys=False))
+        entry = str(Path(out) / "erils_lengths_quick.yaml")
+    return validate_job(f"{fit.name}_lengths", fit.folder, [entry],
                         {**fit.tags, "group": "lengths", "lit_rl.job": f"{fit.name}_lengths", "evaluates": fit.name})
