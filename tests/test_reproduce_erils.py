@@ -218,8 +218,9 @@ def test_lengths_rows_average_each_length_over_a_groups_runs_and_skip_missing_ru
 @pytest.mark.parametrize("final,fmt,start,reading", [
     (0.9, 1.0, 0.25, "learns"),
     (0.0, 0.0, 0.25, "collapses"),  # format lost, accuracy 0: below chance
-    (0.3, 1.0, 0.25, "stays low"),  # format kept, near chance
-    (0.01, 0.9, 0.25, "stays low"),  # near 0 but the format is kept: not the format collapse
+    (0.3, 1.0, 0.25, "stays low"),  # near chance
+    (0.01, 0.98, 0.25, "collapses"),  # repeated <answer> tags: "formatted", yet below chance
+    (0.36, 1.0, 0.25, "learns"),
     (None, None, None, "-"),
 ])
 def test_failure_reading_tells_collapse_from_staying_low(final, fmt, start, reading):

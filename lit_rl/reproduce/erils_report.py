@@ -121,13 +121,14 @@ def _mean_of(runs: Sequence[RunData], metric: str, which: str = "last", k: int =
 
 
 def _failure_reading(final: float | None, format_rate: float | None, start: float | None) -> str:
-    """How a run ended: ``learns`` (clearly above its start), ``collapses`` (format lost, accuracy ~0) or
-    ``stays low`` (format kept, accuracy at most a little above the start)."""
+    """How a run ended: ``learns`` (more than 0.1 above its start), ``collapses`` (below 0.05: under chance, 0.25,
+    whatever the format rate says: measured, SPG at lr 3e-4 kept an ``<answer>`` tag in 96-100% of its rollouts
+    while writing only repeated tags) or ``stays low`` (near its start). ``format_rate`` is kept for the table."""
     if final is None:
         return "-"
     if start is not None and final > start + 0.1:
         return "learns"
-    if final < 0.05 and (format_rate is None or format_rate < 0.5):
+    if final < 0.05:
         return "collapses"
     return "stays low"
 
@@ -260,8 +261,9 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     if lr_runs:
         md += ["## SPG's failure mode across learning rates", "",
                "SPG and ERILS at the same settings, first seed, at the embedded learning rate (the main runs) and "
-               "below it. Collapse: the on-policy format rate falls to 0 and greedy accuracy to 0 (below chance); "
-               "staying low: format kept, accuracy near chance.", "",
+               "below it. Collapses: greedy accuracy ends below 0.05, under chance; stays low: it ends near its start; "
+               "learns: more than 0.1 above its start. The format rate counts rollouts with an `<answer>` tag, which "
+               "a degenerate policy that repeats tags still has.", "",
                "| method | lr | final greedy | best | on-policy reward, first → last 5 | format rate (last 5) "
                "| on-policy length (last 5) | reading |", "|---|---|---|---|---|---|---|---|"]
         summary["spg_lr"] = {}
