@@ -90,3 +90,27 @@ def test_fast_rollouts_overlay_caches_rollouts_only(base, parse_training_config)
     assert (gen.gen_length, gen.steps, gen.temperature) == (plain_gen.gen_length, plain_gen.steps,
                                                             plain_gen.temperature)
     assert cfg.data.init_args.eval_generation.cache == "none"
+
+
+PAPER_GRPO = ["double_rollout_math", "grpo_math", "grpo_large_math"]
+NEMO_RL_ADVANTAGE = {"scale_std": True, "leave_one_out": True, "std_of": "baseline", "std_eps": 1e-6}
+
+
+@pytest.mark.parametrize("name", PAPER_GRPO)
+def test_paper_double_rollout_and_grpo_configs_use_nemo_rls_grpo_advantage(name, parse_training_config):
+    """The DR paper's GRPO baseline is NeMo-RL's (normalize_rewards + use_leave_one_out_baseline of its
+    examples/configs/grpo_math_1B.yaml; docs/double_rollout.md "The GRPO baseline"); the configs parse with it
+    and the settings class accepts it."""
+    from lit_rl.algorithms.losses import GRPOLossSettings
+
+    loss = vars(parse_training_config(ROOT / "conf/paper" / f"{name}.yaml").model.init_args.loss)
+    assert {k: loss[k] for k in NEMO_RL_ADVANTAGE} == NEMO_RL_ADVANTAGE
+    assert GRPOLossSettings(**loss).std_of == "baseline"
+    assert "grpo_math_1B.yaml" in (ROOT / "conf/paper" / f"{name}.yaml").read_text()
+
+
+@pytest.mark.parametrize("name", ["double_rollout", "double_rollout_chainsum", "grpo", "grpo_chainsum", "grpo_large",
+                                  "grpo_large_chainsum"])
+def test_embedded_and_testbed_grpo_configs_keep_the_mean_centred_default(name, parse_training_config):
+    loss = vars(parse_training_config(ROOT / "conf" / f"{name}.yaml").model.init_args.loss)
+    assert (loss["scale_std"], loss["leave_one_out"], loss["std_of"], loss["std_eps"]) == (False, False, "group", 1e-4)

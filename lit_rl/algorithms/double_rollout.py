@@ -12,7 +12,7 @@ ClippedPGLoss`` (:mod:`lit_rl.algorithms.losses`). Then::
          T_i = thinking-trace tokens of y_i; keep t_i[:floor(ρ·T_i)]; N continuations from x ⊕ t_i[:cut]
          with max_new_tokens = ceil((1-ρ)·T_i) + buffer; r̂_i = mean_j R(x, t_i[:cut] ⊕ c_ij);
          A = GRPO group advantage of r̂; one-sided replacement (A_i > 0 and y_i wrong → t_i[:cut] ⊕ c_ij
-         for a correct j); optional upward length bonus on {A_i > 0}, then A recomputed;
+         for a correct j); optional upward length bonus on {A_i > 0}, added after the baseline;
     2. loss mask: completion tokens (EOS included); completions that hit the generation limit are masked
        (DAPO overlong filtering, ``loss.mask_truncated``);
     3. π_old (and π_ref when ``kl_beta > 0``) log-probs of the final rows, once, before any update;
@@ -57,8 +57,13 @@ Paper details this implementation had to decide (the paper is silent or ambiguou
 * **Length bonus L.** Tokens of the FINAL completion (after replacement), counted up to and including
   its EOS (``RolloutBatch.lengths``) — the sequence that is trained on; thinking and answer tokens both
   count. S = {A_i > 0} is taken from the advantages of the revised reward (before the bonus); z uses the
-  population std over S (|S| = 1 or equal lengths: no bonus); the bonus is added to r̂ and all the
-  group's advantages are recomputed.
+  population std over S (|S| = 1 or equal lengths: no bonus). The bonus is added to r̂ *after* the group
+  baseline and std of r̂ are taken, A_i = (r̂_i + bonus_i − b_i)/σ_i: no row's advantage goes down, so a
+  replaced row (which needed A > 0) never ends with A ≤ 0 and its correct continuation is never pushed
+  down, whatever λ — the paper's "we do not apply any length-based downward revision" (DR §2).
+  ``double_rollout.length_bonus_in_baseline: true`` recomputes the advantages from the bonus-revised
+  rewards instead (the earlier rule; the bonus then raises the baseline of every row:
+  :func:`~lit_rl.core.double_rollout.length_bonus`).
 * **Length penalty (the Fig. 3 comparator).** ``double_rollout.length_penalty`` = α of Arora & Zanette
   (arXiv 2502.04463): correct rollouts' rewards times ``1 - α·σ(z)``, z the length z-score among the
   group's correct rollouts (population std), incorrect ones unchanged, on the verifier rewards; GRPO only
@@ -75,8 +80,19 @@ Paper details this implementation had to decide (the paper is silent or ambiguou
   ``kl_beta = 0``): they carry no policy gradient, and dropping them keeps the token-mean over informative
   tokens (DAPO's dynamic-sampling filter without resampling). A batch with no informative row still makes
   its μ zero-gradient updates (``train/uninformative_batches``), so ``max_steps`` always ends the run.
-* **Std scaling.** GRPO advantages are mean-centred only by default (``loss.scale_std: false``, the paper's
-  NeMo-RL baseline follows Dr. GRPO); set ``scale_std: true`` for DeepSeekMath GRPO.
+* **The GRPO baseline.** The paper (§4) says only that variants of GRPO (Dr. GRPO, DAPO, GSPO) "are already
+  included in the baseline GRPO implementation used in Section 3 by NeMo-RL": "There have been several
+  variants of GRPO that propose improvements on different aspects of the algorithm (Liu et al. 2025b; Yu et
+  al. 2025; Zheng et al. 2025), some of which are already included in the baseline GRPO implementation used in
+  Section 3 by NeMo-RL (Contributors 2025)." It does not say which, nor that the std division is off.
+  NeMo-RL's GRPO configs (``examples/configs/grpo_math_1B.yaml``, the base of its Nemotron-3-Nano recipes)
+  set ``normalize_rewards: true`` and ``use_leave_one_out_baseline: true``: the leave-one-out mean as the
+  baseline, divided by the sample std of those same other rewards (+ 1e-6, rows where it is 0 left
+  undivided; ``calculate_baseline_and_std_per_prompt`` and ``GRPOAdvantageEstimator``). The paper configs
+  (``conf/paper/*``) use that rule: ``loss.scale_std: true``, ``leave_one_out: true``, ``std_of: baseline``,
+  ``std_eps: 1e-6`` (:func:`lit_rl.core.advantages.group_centered`). The defaults, and the embedded and
+  chain-sum configs, stay mean-centred only (``scale_std: false``, Dr. GRPO); ``scale_std: true`` with
+  ``std_of: group`` is DeepSeekMath / TRL GRPO.
 
 Metrics (``train/...``): first-stage reward (``train/on_policy/reward_mean``), original vs revised vs
 final reward (``train/dr/reward_original|revised|final``), replaced rows (``train/dr/replaced``,
@@ -165,7 +181,7 @@ class DoubleRolloutGRPO(RLModule):
         dr = double_rollout if double_rollout is not None else DoubleRolloutSettings()
         settings = loss if loss is not None else GRPOLossSettings()
         baseline = GroupBaseline(scale_std=settings.scale_std, leave_one_out=settings.leave_one_out,
-                                 eps=settings.std_eps)
+                                 eps=settings.std_eps, std_of=settings.std_of)
         super().__init__(
             policy, optimizer=optimizer, scheduler=scheduler, updates_per_batch=updates_per_batch,
             micro_batch_size=micro_batch_size, grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips,

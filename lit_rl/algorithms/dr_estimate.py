@@ -55,6 +55,12 @@ class DoubleRolloutSettings:
         length_bonus: λ of the upward-only length bonus on positive-advantage rollouts (0: off; paper up
             to 3).
         length_bonus_unbiased_std: divide the length variance over S by |S|-1 instead of |S|.
+        length_bonus_in_baseline: ``false`` (default): the bonus is added to the advantages of the rows it
+            rewards, the baseline (and std) staying those of the revised rewards (``A = (r̂ + bonus − b)/σ``),
+            so no row's advantage goes down and every row of S, a replaced row included, keeps ``A > 0``;
+            ``true``: the advantages are recomputed from the bonus-revised rewards (the rule before issue 34:
+            the bonus raises the group's baseline, so a long row of S, e.g. a replacement continuation, can
+            end with ``A <= 0`` and be pushed down).
         length_penalty: α of Arora & Zanette's penalty (``lit_rl.core.double_rollout.length_penalty_az``; 0: off;
             paper 0.05-0.4), the comparator of DR Fig. 3: each correct rollout's verifier reward times
             ``1 - α·σ(z)``, z its length's z-score among the group's correct rollouts. GRPO only (second
@@ -75,6 +81,7 @@ class DoubleRolloutSettings:
     replacement: Literal["first", "random", "shortest", "off"] = "first"
     length_bonus: float = 0.0
     length_bonus_unbiased_std: bool = False
+    length_bonus_in_baseline: bool = False
     length_penalty: float = 0.0
     correct_threshold: float | None = None
     cap_to_generation_limit: bool = True
@@ -119,7 +126,8 @@ class Estimate:
 
     Attributes:
         rollouts: the rows to train on: replaced rows rebuilt (``Source.CONTINUATION``), ``rewards`` = the
-            final reward (revised + length bonus) that made ``advantages``.
+            final reward (revised + length bonus); ``advantages`` are the revised rewards' with the bonus
+            added after the baseline (``length_bonus_in_baseline``: recomputed from the final reward).
         advantages: ``(B,)`` final GRPO advantages.
         original: ``(B,)`` first-stage verifier rewards.
         revised: ``(B,)`` mean continuation reward (original where no continuations were sampled).
@@ -172,7 +180,7 @@ def estimate_rewards(
     delimiter_ids: Sequence[int],
     eos_id: int,
     settings: DoubleRolloutSettings,
-    advantages: Callable[[Tensor, Tensor], Tensor],
+    advantages: Callable[..., Tensor],
     correct_threshold: float,
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -189,7 +197,10 @@ def estimate_rewards(
         delimiter_ids: token ids that close the thinking trace.
         eos_id: end-of-sequence id.
         settings: ρ, N, buffer, missing rule, replacement rule, length bonus, ...
-        advantages: ``advantages(rewards (B,), group (B,)) -> (B,)``, the GRPO baseline.
+        advantages: ``advantages(rewards (B,), group (B,), bonus=None) -> (B,)``, the GRPO baseline
+            (:class:`~lit_rl.algorithms.processors.GroupBaseline`, :func:`~lit_rl.core.advantages.group_centered`);
+            ``bonus (B,)`` is added after the baseline is taken (the length bonus, ``length_bonus_in_baseline``
+            off).
         correct_threshold: reward at or above which an answer is correct.
         max_new_tokens: first-stage generation limit (caps the budgets, see the module docstring).
         temperature, top_p: continuation sampling (resolved by the caller).
@@ -288,7 +299,9 @@ def estimate_rewards(
         ).to(device)  # (B,)
     final = _rebuild(rollouts, replaced, bodies, cuts, budgets, cont_tokens, eos_id)
 
-    # 5. optional upward length bonus on {A > 0}, lengths of the final rows; then advantages again
+    # 5. optional upward length bonus on S = {A > 0}, lengths of the final rows; then the final advantages:
+    #    the bonus on top of the revised rewards' baseline (default: S keeps A > 0, replaced rows included),
+    #    or (length_bonus_in_baseline) recomputed from the bonus-revised rewards
     rewards = revised
     bonus = torch.zeros_like(revised)
     if settings.length_bonus > 0:
@@ -296,8 +309,11 @@ def estimate_rewards(
             revised, adv, final.lengths.float(), group, settings.length_bonus,
             unbiased_std=settings.length_bonus_unbiased_std,
         )
-        bonus = rewards - revised
-        adv = advantages(rewards, group)
+        bonus = rewards - revised  # (B,) >= 0, > 0 only on S
+        if settings.length_bonus_in_baseline:
+            adv = advantages(rewards, group)
+        else:
+            adv = advantages(revised, group, bonus=bonus)
     final.rewards = rewards.to(final.rewards.dtype)
     correct = {"original": own_correct, "continuations": cont_correct}
     return Estimate(
@@ -366,7 +382,8 @@ class DoubleRolloutEstimate(Processor):
 
     Args:
         settings: ρ, N, buffer, delimiter, rules, length terms.
-        baseline: the group baseline of the revised rewards (default: Dr. GRPO, no std division).
+        baseline: the group baseline of the revised rewards (default: mean-centring only, no std division;
+            :class:`~lit_rl.algorithms.double_rollout.DoubleRolloutGRPO` builds it from its ``loss`` settings).
         seed: seed of the continuation sampling (``seed_for(seed, CONTINUATION, rank, step)``) and of the
             ``"random"`` replacement rule.
         rows: which rows the estimate revises: ``"all"`` (default; double rollout's own groups) or

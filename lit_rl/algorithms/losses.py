@@ -28,6 +28,7 @@ from torch import Tensor
 from lit_rl import rng
 from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
 from lit_rl.algorithms.surrogates import SPGSurrogate
+from lit_rl.core.advantages import STD_OF
 from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
 from lit_rl.core.sources import Source
@@ -112,7 +113,7 @@ class GRPOLossSettings:
     """GRPO advantages and the token-level clipped policy-gradient loss (:mod:`lit_rl.core.pg`).
 
     :class:`ClippedPGLoss` reads the loss fields (clip range, KL, aggregation, truncation, zero-advantage rows);
-    the advantage fields (``scale_std``, ``leave_one_out``, ``std_eps``) configure the group baseline that
+    the advantage fields (``scale_std``, ``leave_one_out``, ``std_eps``, ``std_of``) configure the group baseline that
     :class:`~lit_rl.algorithms.double_rollout.DoubleRolloutGRPO` builds from its ``loss`` argument (with a
     ``processors`` list, set them on its ``GroupBaseline``).
 
@@ -125,9 +126,16 @@ class GRPOLossSettings:
         aggregation: ``"token-mean"`` | ``"seq-mean-token-mean"`` | ``"seq-mean-token-sum-norm"``.
         mask_truncated: leave completions that hit the length limit out of the loss (DAPO overlong
             filtering); their rewards still enter the group baseline.
-        scale_std: divide advantages by the group's reward std (DeepSeekMath GRPO); ``false``: Dr. GRPO.
-        leave_one_out: RLOO baseline (mean of the group's other rewards).
-        std_eps: added to the group std before dividing (``scale_std``; TRL's 1e-4).
+        scale_std: divide advantages by a std of the group's rewards (``std_of``; DeepSeekMath GRPO, NeMo-RL's
+            ``normalize_rewards``); ``false``: mean-centring only (Dr. GRPO).
+        leave_one_out: RLOO baseline (mean of the group's other rewards; NeMo-RL's ``use_leave_one_out_baseline``).
+        std_eps: added to the std before dividing (``scale_std``; TRL's 1e-4, NeMo-RL's 1e-6).
+        std_of: which std (``scale_std``): ``"group"`` (the group's sample std, every row divided by it + ``std_eps``;
+            TRL) or ``"baseline"`` (NeMo-RL's rule: the sample std of the rewards the row's baseline averages,
+            the others under ``leave_one_out``; rows where it is 0 keep the undivided advantage;
+            :func:`lit_rl.core.advantages.group_centered`). The DR paper's baseline is NeMo-RL's GRPO
+            (``conf/paper/double_rollout_math.yaml``: ``scale_std``, ``leave_one_out``, ``std_of: baseline``,
+            ``std_eps: 1e-6``).
         skip_zero_advantage: drop rows with advantage exactly 0 from the loss (only when ``kl_beta = 0``).
         old_logprobs: where π_old comes from. ``"first_update"`` (default): the batch's first update's own
             forward pass, detached (its ratio is exactly 1, as TRL's ``GRPOTrainer`` with
@@ -147,10 +155,13 @@ class GRPOLossSettings:
     scale_std: bool = False
     leave_one_out: bool = False
     std_eps: float = 1e-4
+    std_of: str = "group"
     skip_zero_advantage: bool = True
     old_logprobs: str = "first_update"
 
     def __post_init__(self) -> None:
+        if self.std_of not in STD_OF:
+            raise FieldError("std_of", f"must be one of {STD_OF}, got {self.std_of!r}")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise FieldError("old_logprobs", f"must be one of {OLD_LOGPROBS}, got {self.old_logprobs!r}")
         if not 0 <= self.eps_low < 1:

@@ -8,7 +8,7 @@ seeing the previous one's output::
 
 * ERILS's advantage processors (:mod:`lit_rl.algorithms.advantages`): ``SourceSpecific`` (Eq. 9),
   ``Joint`` (Eq. 11), ``OnPolicyOnly`` (SPG), ``ExternalOnly``;
-* :class:`GroupBaseline`: GRPO / RLOO / Dr. GRPO group-relative advantages over every row;
+* :class:`GroupBaseline`: GRPO / RLOO / Dr. GRPO / NeMo-RL group-relative advantages over every row;
 * :class:`~lit_rl.algorithms.double_rollout.DoubleRolloutEstimate`: double rollout's reward estimation
   (continuations from the cut trace, revised rewards, one-sided replacement, length terms) and the GRPO
   advantages of the revised rewards.
@@ -24,7 +24,8 @@ from typing import Any, Sequence
 
 import torch
 
-from lit_rl.core.advantages import group_centered
+from lit_rl.core.advantages import STD_OF, group_centered
+from lit_rl.errors import FieldError
 from lit_rl.rollouts.types import PromptBatch, RolloutBatch
 
 __all__ = ["GroupBaseline", "Processor", "run_processors"]
@@ -56,26 +57,35 @@ def run_processors(processors: Sequence[Processor], rollouts: RolloutBatch, batc
 
 class GroupBaseline(Processor):
     """Group-relative advantages over every row of each prompt group (:func:`lit_rl.core.advantages.group_centered`):
-    GRPO (``scale_std``), RLOO (``leave_one_out``), Dr. GRPO (neither). Keeps every row.
+    GRPO (``scale_std``), RLOO (``leave_one_out``), Dr. GRPO (neither), NeMo-RL's GRPO (``scale_std``,
+    ``leave_one_out`` and ``std_of="baseline"``). Keeps every row.
 
     Args:
-        scale_std: divide by the group's sample std (+ ``eps``).
+        scale_std: divide by a std of the group's rewards (``std_of``).
         leave_one_out: the mean of the group's other rewards as the baseline.
         eps: added to the std before dividing.
+        std_of: ``"group"`` (the group's sample std + ``eps``, every row) or ``"baseline"`` (NeMo-RL: the
+            sample std of the rewards the row's baseline averages; rows where it is 0 are not divided).
     """
 
-    def __init__(self, scale_std: bool = False, leave_one_out: bool = False, eps: float = 1e-4) -> None:
-        self.scale_std, self.leave_one_out, self.eps = scale_std, leave_one_out, eps
+    def __init__(self, scale_std: bool = False, leave_one_out: bool = False, eps: float = 1e-4,
+                 std_of: str = "group") -> None:
+        if std_of not in STD_OF:
+            raise FieldError("std_of", f"must be one of {STD_OF}, got {std_of!r}")
+        self.scale_std, self.leave_one_out, self.eps, self.std_of = scale_std, leave_one_out, eps, std_of
 
-    def __call__(self, rewards: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-        """``(B,)`` advantages of ``rewards (B,)`` within ``group (B,)``."""
-        return group_centered(rewards, group, scale_std=self.scale_std, leave_one_out=self.leave_one_out, eps=self.eps)
+    def __call__(self, rewards: torch.Tensor, group: torch.Tensor, bonus: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B,)`` advantages of ``rewards (B,)`` within ``group (B,)``; ``bonus (B,)`` is added after the
+        baseline is taken (:func:`~lit_rl.core.advantages.group_centered`)."""
+        return group_centered(rewards, group, scale_std=self.scale_std, leave_one_out=self.leave_one_out,
+                              eps=self.eps, std_of=self.std_of, bonus=bonus)
 
     def process(self, rollouts: RolloutBatch, batch: PromptBatch) -> RolloutBatch:
         return rollouts.with_advantages(self(rollouts.rewards.float(), rollouts.group))
 
     def __repr__(self) -> str:
-        return f"GroupBaseline(scale_std={self.scale_std}, leave_one_out={self.leave_one_out}, eps={self.eps})"
+        std_of = "" if self.std_of == "group" else f", std_of={self.std_of!r}"
+        return f"GroupBaseline(scale_std={self.scale_std}, leave_one_out={self.leave_one_out}, eps={self.eps}{std_of})"
 
 
 def describe(processors: Sequence[Any]) -> str:

@@ -11,7 +11,8 @@ The algorithm, per prompt x with G rollouts y_i and rewards r_i::
     A_i      = GRPO group advantage of r̂                         (advantages.group_centered)
     if A_i > 0 and y_i's own answer is wrong: y_i <- t_i[:cut_i] ⊕ c_ij for a correct j
                                                                   -> one_sided_replacement
-    optional: r̂_i += λ·max(0, -z_i) on S = {A_i > 0}, z from lengths within S, then recompute A
+    optional: r̂_i += λ·max(0, -z_i) on S = {A_i > 0}, z from lengths within S; the bonus is added
+               after the baseline: A_i = (r̂_i + bonus_i - b_i)/σ_i, b and σ those of r̂
                                                                   -> length_bonus
     comparator (DR Fig. 3): r_i ← r_i·(1 - α·σ(z_i)) on correct rollouts, z within the correct ones
                (Arora & Zanette 2025)                            -> length_penalty_az
@@ -244,8 +245,22 @@ def length_bonus(
 
         z_i = (len_i - mean_S len) / (std_S len + eps);   r̂_i += lam · max(0, -z_i)    for i in S
 
-    Rollouts outside S are untouched, and the revision is never downward. The caller recomputes the
-    advantages from the returned rewards.
+    Rollouts outside S are untouched, and the revision is never downward.
+
+    * **The advantages after the bonus.** The caller adds the bonus after the group baseline (and std) of the
+      revised rewards: ``A_i = (r̂_i + bonus_i − b_i)/σ_i`` (``group_centered(revised, group, bonus=...)``),
+      so A goes up on the rewarded rows and nowhere goes down. Recomputing the baseline from the returned
+      rewards instead (``DoubleRolloutSettings.length_bonus_in_baseline``) raises every row's baseline by the
+      group's bonuses: a long row of S (no bonus) can end with ``A <= 0``, and when it is a replaced row (an
+      incorrect rollout swapped for a correct continuation by :func:`one_sided_replacement`, which needs
+      ``A > 0``) the update pushes the correct continuation down. The paper (DR §2) revises "the rewards for
+      short-and-reliably-correct rollouts upward ... but we do not apply any length-based downward revision"
+      so as to "arbitrarily amplify the magnitude of length-based reward without any risk of confusing the
+      model between incorrect rollouts versus correct-but-long rollouts"; with the bonus after the baseline
+      that holds for any ``lam``: every row of S keeps ``A > 0`` (at least its pre-bonus advantage), every
+      other row keeps its pre-bonus advantage. Example (Dr. GRPO): r̂ = [1, 1, 1, 0] → A = [.25, .25, .25,
+      −.75], lengths [6, 5, 9, ·], lam 1 → bonus ≈ [.39, .98, 0, 0]; recomputed, the long row 2 (a
+      replacement) gets A ≈ −0.093; after the baseline it keeps 0.25.
 
     * ``lengths``: tokens of the *final* completion, i.e. after :func:`one_sided_replacement` (kept prefix
       + continuation) — the sequence that is actually trained on and whose length the bonus rewards.

@@ -17,6 +17,7 @@ from lit_rl.algorithms.double_rollout import (
     GRPOLossSettings,
     estimate_rewards,
 )
+from lit_rl.algorithms.processors import GroupBaseline
 from lit_rl.generation.ar import ARBackend
 from lit_rl.rollouts.types import RolloutBatch, Source
 
@@ -162,38 +163,74 @@ def test_missing_skip_keeps_the_verifier_reward_for_rows_without_delimiter():
     assert est.advantages[3:].tolist() == [-0.25, 0.25]
 
 
-def test_length_bonus_on_positive_advantage_rows_then_advantages_recomputed():
-    # one group of four, ρ 0.5, N 2, buffer 4, λ 1. r0..r2 are wrong but all their continuations are right
-    # (r̂ 1); r3 is right but both its continuations are wrong (r̂ 0)
-    #   r0 "aa|N"      T 2 cut 1 budget 5: "aaa|Y"+EOS is 6 tokens → cut to "aaa|Y" (no EOS), still right
-    #   r1 "bbbb|N"    T 4 cut 2 budget 6: "|Y"+EOS
-    #   r2 "ababab|N"  T 6 cut 3 budget 7: "bbb|Y"+EOS
-    #   r3 "|Y"        T 0 cut 0 budget 4: "N"+EOS twice
-    comps = [[A, A, D, N_, EOS], [B_, B_, B_, B_, D, N_, EOS], [A, B_, A, B_, A, B_, D, N_, EOS], [D, Y, EOS]]
-    table = {
-        (7, A): [[A, A, A, D, Y, EOS]] * 2,
-        (7, B_, B_): [[D, Y, EOS]] * 2,
-        (7, A, B_, A): [[B_, B_, B_, D, Y, EOS]] * 2,
-        (7,): [[N_, EOS]] * 2,
-    }
-    ro = batch_of([[7]], comps, [0, 0, 0, 0], [0.0, 0.0, 0.0, 1.0])
-    est = run(ro, StubBackend(table), DoubleRolloutSettings(rho=0.5, num_continuations=2, buffer=4, length_bonus=1.0))
+# One group of four, ρ 0.5, N 2, buffer 4. r0..r2 are wrong but all their continuations are right (r̂ 1); r3 is
+# right but both its continuations are wrong (r̂ 0)
+#   r0 "aa|N"      T 2 cut 1 budget 5: "aaa|Y"+EOS is 6 tokens → cut to "aaa|Y" (no EOS), still right
+#   r1 "bbbb|N"    T 4 cut 2 budget 6: "|Y"+EOS
+#   r2 "ababab|N"  T 6 cut 3 budget 7: "bbb|Y"+EOS
+#   r3 "|Y"        T 0 cut 0 budget 4: "N"+EOS twice
+BONUS_COMPS = [[A, A, D, N_, EOS], [B_, B_, B_, B_, D, N_, EOS], [A, B_, A, B_, A, B_, D, N_, EOS], [D, Y, EOS]]
+BONUS_TABLE = {
+    (7, A): [[A, A, A, D, Y, EOS]] * 2,
+    (7, B_, B_): [[D, Y, EOS]] * 2,
+    (7, A, B_, A): [[B_, B_, B_, D, Y, EOS]] * 2,
+    (7,): [[N_, EOS]] * 2,
+}
+
+
+def _bonus_estimate(**kw):
+    ro = batch_of([[7]], BONUS_COMPS, [0, 0, 0, 0], [0.0, 0.0, 0.0, 1.0])
+    return run(ro, StubBackend(BONUS_TABLE), DoubleRolloutSettings(rho=0.5, num_continuations=2, buffer=4,
+                                                                   length_bonus=1.0, **kw))
+
+
+def test_length_bonus_on_positive_advantage_rows_added_after_the_baseline():
+    est = _bonus_estimate()
     # r̂ = [1, 1, 1, 0] → A = [.25, .25, .25, -.75]; r0..r2 wrong with A > 0 → replaced by continuation 0
     assert est.revised.tolist() == [1.0, 1.0, 1.0, 0.0]
     assert est.replaced.tolist() == [0, 0, 0, -1]
     # L = tokens of the FINAL row incl. EOS: 1+5 (cut, no EOS), 2+3, 3+6, 3 (r3 unchanged)
     assert est.rollouts.lengths.tolist() == [6, 5, 9, 3]
     assert bool(est.rollouts.hit_limit[0]) and not bool(est.rollouts.hit_limit[1])
-    # S = {0, 1, 2}: mean 20/3, population std; bonus = max(0, -z), upward only: r2 (long) gets none,
-    # r3 (not in S) gets none
+    # S = {0, 1, 2}: mean 20/3, population std sqrt(26)/3 ≈ 1.6997; z = [-0.392, -0.981, 1.373];
+    # bonus = max(0, -z), upward only: r2 (long) gets none, r3 (not in S) gets none
     s_len = torch.tensor([6.0, 5.0, 9.0], dtype=torch.float64)
     z = (s_len - s_len.mean()) / (s_len.std(unbiased=False) + 1e-6)
     expected_bonus = [float(-z[0]), float(-z[1]), 0.0, 0.0]  # ≈ [0.392, 0.981, 0, 0]
     assert est.bonus.tolist() == pytest.approx(expected_bonus, rel=1e-5)
     final = torch.tensor([1.0, 1.0, 1.0, 0.0]) + torch.tensor(expected_bonus)
     assert torch.allclose(est.rollouts.rewards, final.float())
-    # advantages recomputed from the bonus-revised rewards (the whole group, r3 included)
-    assert torch.allclose(est.advantages, group_centered(final.float(), torch.zeros(4, dtype=torch.long)))
+    # the bonus is added after the revised rewards' baseline (mean 3/4): A = [.25 + .392, .25 + .981, .25, -.75].
+    # The replaced long row r2 keeps A = 0.25 > 0: its correct continuation is pushed up, not down
+    assert est.advantages.tolist() == pytest.approx([0.25 + expected_bonus[0], 0.25 + expected_bonus[1], 0.25, -0.75],
+                                                    rel=1e-5)
+    replaced = est.replaced >= 0
+    assert (est.advantages[replaced] > 0).all()
+
+
+def test_length_bonus_in_baseline_is_the_earlier_rule_that_pushes_a_replacement_down():
+    est = _bonus_estimate(length_bonus_in_baseline=True)
+    # recomputed from r̂ + bonus ≈ [1.392, 1.981, 1, 0]: mean ≈ 1.093, so the replaced long row r2 ends with
+    # A = 1 - 1.093 ≈ -0.093: the update would push its correct continuation "bbb|Y" down
+    final = est.rollouts.rewards
+    assert torch.allclose(est.advantages, group_centered(final, torch.zeros(4, dtype=torch.long)))
+    assert est.replaced[2] == 0 and est.advantages[2].item() == pytest.approx(-0.0933, abs=1e-3)
+
+
+def test_length_bonus_with_the_paper_baseline_keeps_replaced_rows_positive():
+    # NeMo-RL's advantage (the paper configs): LOO baseline, divided by the others' sample std (+1e-6) where > 0.
+    # r̂ = [1, 1, 1, 0]: rows 0-2's others [1, 1, 0] → b 2/3, σ 1/√3 → A = (1/3)·√3 ≈ 0.577; row 3's others are all
+    # 1 → σ 0 → A = -1 undivided. The bonus is added after: A_i += bonus_i/σ_i (σ_i + 1e-6)
+    baseline = GroupBaseline(scale_std=True, leave_one_out=True, eps=1e-6, std_of="baseline")
+    ro = batch_of([[7]], BONUS_COMPS, [0, 0, 0, 0], [0.0, 0.0, 0.0, 1.0])
+    est = estimate_rewards(ro, StubBackend(BONUS_TABLE), score, decode, [D], EOS,
+                           DoubleRolloutSettings(rho=0.5, num_continuations=2, buffer=4, length_bonus=1.0), baseline,
+                           correct_threshold=1.0, max_new_tokens=16, seed=0)
+    s = 1 / math.sqrt(3) + 1e-6
+    b0, b1 = est.bonus[0].item(), est.bonus[1].item()
+    want = [(1 / 3 + b0) / s, (1 / 3 + b1) / s, (1 / 3) / s, -1.0]
+    assert est.advantages.tolist() == pytest.approx(want, rel=1e-5)
+    assert est.replaced.tolist() == [0, 0, 0, -1] and (est.advantages[:3] > 0).all()
 
 
 def test_off_and_n1_are_vanilla_grpo_without_a_second_stage():
@@ -350,6 +387,17 @@ def test_kl_reference_is_the_starting_policy(lora):
     assert torch.allclose(ref2, ref, atol=1e-6)  # the reference did not move
     if not lora:
         assert all(not p.requires_grad for p in module.reference.parameters())
+
+
+def test_the_loss_settings_build_the_estimates_baseline():
+    from lit_rl.models.ar import TinyCausalLM
+
+    policy = TinyCausalLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=128)
+    loss = GRPOLossSettings(scale_std=True, leave_one_out=True, std_of="baseline", std_eps=1e-6)
+    b = DoubleRolloutGRPO(policy, loss=loss).processors[0].baseline
+    assert (b.scale_std, b.leave_one_out, b.std_of, b.eps) == (True, True, "baseline", 1e-6)
+    b = DoubleRolloutGRPO(policy).processors[0].baseline  # the default: mean-centred only
+    assert (b.scale_std, b.leave_one_out, b.std_of, b.eps) == (False, False, "group", 1e-4)
 
 
 def test_fsdp2_sharding_is_refused_with_a_clear_error():

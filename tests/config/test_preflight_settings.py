@@ -43,3 +43,10 @@ def test_settings_nested_in_a_list_are_checked_at_their_place(tmp_path):
     )
     msg, path = _check(tmp_path, "conf/erils.yaml", overlay)
     assert f"{path}:8: trainer.callbacks[0].init_args.configs[1]" in msg and "num_samples must be >= 1" in msg, msg
+
+
+def test_an_unknown_std_rule_is_reported_at_its_line(tmp_path):
+    # GRPOLossSettings raises FieldError("std_of", ...) (group | baseline, lit_rl.core.advantages.STD_OF)
+    msg, path = _check(tmp_path, "conf/double_rollout.yaml",
+                       "model:\n  init_args:\n    loss:\n      scale_std: true\n      std_of: others\n")
+    assert f"{path}:5: model.init_args.loss.std_of" in msg and "must be one of ('group', 'baseline')" in msg, msg

@@ -220,8 +220,9 @@ def test_double_rollout_step_by_hand():
     adv = group_centered(r_hat, group)
     torch.testing.assert_close(adv, torch.tensor([-0.5, 0.5, 0.0]))
     assert one_sided_replacement(adv, own_correct, q > 0).tolist() == [-1, 0, -1]
-    # length bonus with |S| = 1 changes nothing; advantages recomputed equal the old ones
+    # length bonus with |S| = 1 changes nothing: added after the baseline (the default) or recomputed, A is the same
     out = length_bonus(r_hat, adv, torch.tensor([50, 40, 60]), group, lam=3.0)
+    torch.testing.assert_close(group_centered(r_hat, group, bonus=out - r_hat), adv)
     torch.testing.assert_close(group_centered(out, group), adv)
 
 
