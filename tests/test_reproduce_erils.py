@@ -208,7 +208,8 @@ def test_lengths_rows_average_each_length_over_a_groups_runs_and_skip_missing_ru
     lines, summary = lengths_rows({"A": [tmp_path / "a_s0", tmp_path / "a_s1", tmp_path / "missing"],
                                    "B": [tmp_path / "bad"]})
     assert list(summary) == ["A"]  # B has no readable evaluation
-    assert summary["A"][48]["mean"] == pytest.approx(0.8) and summary["A"][48]["std"] == pytest.approx(0.141421, rel=1e-5)
+    assert summary["A"][48]["mean"] == pytest.approx(0.8)
+    assert summary["A"][48]["std"] == pytest.approx(0.141421, rel=1e-5)
     assert summary["A"][96]["values"] == [0.5, 0.3] and summary["A"][192]["std"] == 0.0
     assert lines[0] == "| run | runs | L_gen 48 | L_gen 96 | L_gen 192 |"
     assert lines[2] == "| A | 2 | 0.800 ± 0.141 | 0.400 ± 0.141 | 0.200 ± 0.000 |"
@@ -250,7 +251,8 @@ def test_report_has_the_learning_rate_and_three_length_tables(tmp_path):
     lr = summary["spg_lr"]
     assert {k: v["reading"] for k, v in lr.items()} == {"spg@0.001": "collapses", "spg@0.0001": "stays low",
                                                          "erils@0.001": "learns", "erils@0.0001": "learns"}
-    assert lr["spg@0.0001"]["best"] == 0.27 and lr["spg@0.001"]["format_rate"]["mean"] == pytest.approx(1.1 / 3)  # the last 5 points: all 3
+    assert lr["spg@0.0001"]["best"] == 0.27
+    assert lr["spg@0.001"]["format_rate"]["mean"] == pytest.approx(1.1 / 3)  # the last 5 points: all 3
     report = (tmp_path / "report.md").read_text()
     table = report.split("## SPG's failure mode")[1].split("##")[0]
     rows = [line for line in table.splitlines() if line.startswith("| SPG") or line.startswith("| ERILS")]

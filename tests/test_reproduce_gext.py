@@ -24,7 +24,8 @@ def _sweep_store(tmp_path: Path, finals: dict[tuple[int, int], float]) -> str:
     def trial(n, g_ext, seed, final, state="COMPLETE", study=STUDY, role="trial"):
         run = client.create_run(exp, run_name=f"{study}-trial-{n}", tags={
             "lit_rl.sweep": study, "lit_rl.role": role, "optuna.trial_number": str(n), "optuna.trial_state": state})
-        for key, value in {"data.init_args.g_ext": g_ext, "seed_everything": seed, "data.init_args.g_on": 6 - g_ext}.items():
+        params = {"data.init_args.g_ext": g_ext, "seed_everything": seed, "data.init_args.g_on": 6 - g_ext}
+        for key, value in params.items():
             client.log_param(run.info.run_id, key, value)
         for step, value in ((0, 0.25), (149, (0.25 + final) / 2), (299, final)):
             client.log_metric(run.info.run_id, ACC, value, step=step)

@@ -57,7 +57,8 @@ def trials_of(tracking_uri: str, experiment: str, study: str, output_dir: Path) 
     runs = load_runs(tracking_uri, experiments=[experiment], tags={"lit_rl.sweep": study})
     by_point: dict[tuple[int, int], Trial] = {}
     for r in runs:
-        if r.tags.get("lit_rl.role") != "trial" or r.tags.get("optuna.trial_state") != "COMPLETE" or GEXT not in r.params:
+        done = r.tags.get("lit_rl.role") == "trial" and r.tags.get("optuna.trial_state") == "COMPLETE"
+        if not done or GEXT not in r.params:
             continue
         info = client.get_run(r.run_id).info
         secs = (info.end_time - info.start_time) / 1000 if info.end_time and info.start_time else None
@@ -164,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
               f"python -m lit_rl sweep --config {args.config})", file=sys.stderr)
         return 2
     if args.lengths:
-        jobs = [validate_job(f"trial_{t.number}_lengths", t.folder, [LENGTHS_EVAL], {"trial": str(t.number)}) for t in trials
-                if (t.folder / "checkpoints/last.ckpt").exists()]
+        jobs = [validate_job(f"trial_{t.number}_lengths", t.folder, [LENGTHS_EVAL], {"trial": str(t.number)})
+                for t in trials if (t.folder / "checkpoints/last.ckpt").exists()]
         failed = [r.name for r in run_jobs(jobs, workers=args.workers, threads=1) if not r.ok]
         if failed:
             print(f"[gext] {len(failed)} evaluation(s) failed (logs under {cfg.output_dir})", file=sys.stderr)
