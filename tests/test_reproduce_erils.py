@@ -270,3 +270,15 @@ def test_only_names_an_unknown_group(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "--only: no job group 'nope' in the erils plan" in err and "spg_lr" in err and "lengths" in err
+
+
+def test_a_report_of_other_groups_only_says_the_main_comparison_has_not_run(tmp_path):
+    from lit_rl.reproduce.erils_report import build
+
+    acc = "val/sudoku/greedy/accuracy"
+    _store(tmp_path, {"spg_lr0.0001_s0": ({"group": "spg_lr", "method": "spg", "seed": "0", "lr": "0.0001"},
+                                          {acc: [(0, 0.25), (299, 0.26)]})})
+    summary = build(tmp_path, [0], {})
+    report = (tmp_path / "report.md").read_text()
+    assert summary["main"] == {} and "No main-comparison run has finished here" in report
+    assert "| method | start |" not in report and summary["spg_lr"]["spg@0.0001"]["reading"] == "stays low"

@@ -158,7 +158,9 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     md += ["## Equal budget", "",
            "| method | start | final (mean ± std) | min-max | pass@1 / pass@4 (T 0.9, 64 puzzles) "
            "| on-policy reward, first → last 5 batches | on-policy length (last 5) | wall time / run |",
-           "|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|"] if main else [
+               "(No main-comparison run has finished here: `--only` ran other groups; the sections below are theirs.)",
+               ""]
     for m, rs in main.items():
         start = _stats([r.series(METRIC)[0][1] for r in rs if r.series(METRIC)])
         final = _stats([_last(r, METRIC) for r in rs])
