@@ -165,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
               f"python -m lit_rl sweep --config {args.config})", file=sys.stderr)
         return 2
     if args.lengths:
+        # seed-major: an interrupted evaluation has covered every G_ext once before any twice
         jobs = [validate_job(f"trial_{t.number}_lengths", t.folder, [LENGTHS_EVAL], {"trial": str(t.number)})
-                for t in trials if (t.folder / "checkpoints/last.ckpt").exists()]
+                for t in sorted(trials, key=lambda t: (t.seed, t.g_ext))
+                if (t.folder / "checkpoints/last.ckpt").exists()]
         failed = [r.name for r in run_jobs(jobs, workers=args.workers, threads=1) if not r.ok]
         if failed:
             print(f"[gext] {len(failed)} evaluation(s) failed (logs under {cfg.output_dir})", file=sys.stderr)
