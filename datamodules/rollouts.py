@@ -149,10 +149,10 @@ class RolloutDataModule(PromptStreamDataModule):
                              "this run's external pool already sets its prompts")
         self.prompt_order_pool, self.prompt_order_g_ext = prompt_order_pool, prompt_order_g_ext
 
-    def setup(self, stage: str | None = None) -> None:
-        first = self._train is None
-        super().setup(stage)
-        if first and self.prompt_order_pool is not None:  # ERILS's usable prompts, before the first batch
+    def filter_prompts(self) -> None:
+        """ERILS's usable prompts (``prompt_order_pool``), where its external source filters: after the sources'
+        setup, before the prompt-set check and the first shuffle."""
+        if self.prompt_order_pool is not None:
             keep_usable_prompts(self, self.prompt_order_pool, self.prompt_order_g_ext)
 
     def batch_generator(self, policy: Any) -> Any:

@@ -151,6 +151,7 @@ class PromptStreamDataModule(L.LightningDataModule):
         if not getattr(self, "_sources_ready", False):
             for source in self.sources:
                 source.setup(self)
+            self.filter_prompts()
             self._sources_ready = True
             try:
                 check_prompt_set(self.train_examples, self.prompts_per_batch, self._world()[1])
@@ -161,6 +162,10 @@ class PromptStreamDataModule(L.LightningDataModule):
             self._eval = ev[: self.eval_size] if self.eval_size is not None else ev
             if not self._eval:
                 raise ValueError(f"data: the eval set of task {self.task.name!r} is empty")
+
+    def filter_prompts(self) -> None:
+        """Narrow the training prompts after the sources' setup and before the prompt-set check and the first
+        shuffle (:meth:`_set_train_examples`); subclasses override it (default: nothing)."""
 
     @property
     def train_examples(self) -> list[Example]:

@@ -29,7 +29,7 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
     lr_job = {j.name: j for j in plan.jobs}["spg_lr0.0001_s0"]
     assert "--model.init_args.optimizer.init_args.lr=0.0001" in lr_job.argv and "conf/spg.yaml" in lr_job.argv
     assert lr_job.tags["group"] == "spg_lr" and lr_job.tags["lr"] == "0.0001" and "--seed_everything=0" in lr_job.argv
-    # Table I's protocol: one validate job per final checkpoint of the main and learning-rate runs, none for the
+    # Table XI's protocol: one validate job per final checkpoint of the main and learning-rate runs, none for the
     # thread / pool / capacity runs; it reads the fit's saved config and last checkpoint
     evals = {j.name: j for j in plan.eval_jobs}
     assert set(evals) == {f"{j.name}_lengths" for j in plan.jobs if j.tags["group"] in ("main", "spg_lr")}
@@ -39,6 +39,10 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
                        f"--ckpt_path={tmp_path / 'runs/erils_s1/checkpoints/last.ckpt'}"]
     assert ev.folder == tmp_path / "runs/erils_s1/erils_s1_lengths" and ev.tags["group"] == "lengths"
     assert ev.tags["evaluates"] == "erils_s1" and ev.tags["lit_rl.job"] == "erils_s1_lengths"
+    # a fit run again with another command line makes its evaluation's done.json stale
+    fit, before = {j.name: j for j in plan.jobs}["erils_s1"], ev.digest
+    fit.argv = [*fit.argv, "--trainer.max_steps=8"]
+    assert ev.argv == [*ev.argv] and ev.digest != before
     # the base learning rate the report labels the main runs with is the config's
     assert yaml.safe_load((ROOT / erils.BASE).read_text())["model"]["init_args"]["optimizer"]["init_args"]["lr"] \
         == erils.BASE_LR
@@ -153,7 +157,7 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
     assert summary["failed"] == [] and set(summary["main"]) == set(erils.QUICK_METHODS)
     report = (out / "report.md").read_text()
     for section in ("Equal budget", "Spread of ERILS", "Length-controlled vs uncontrolled",
-                    "Table I's protocol: three generation lengths"):
+                    "Table XI's protocol: three generation lengths"):
         assert section in report
     # the text says it is a smoke run, not the study's budget, and claims nothing about the thread count
     assert "not `conf/erils.yaml`'s budget" in report and "changed the run" not in report
@@ -222,6 +226,7 @@ def test_lengths_rows_average_each_length_over_a_groups_runs_and_skip_missing_ru
     (0.3, 1.0, 0.25, "stays low"),  # near chance
     (0.01, 0.98, 0.25, "collapses"),  # repeated <answer> tags: "formatted", yet below chance
     (0.36, 1.0, 0.25, "learns"),
+    (0.12, 1.0, 0.25, "degrades"),  # fell, but not to the collapse
     (None, None, None, "-"),
 ])
 def test_failure_reading_tells_collapse_from_staying_low(final, fmt, start, reading):

@@ -70,10 +70,30 @@ def test_report_groups_trials_by_g_ext_with_seed_spread_lengths_and_plot(tmp_pat
 def test_the_command_says_when_the_sweep_has_not_run(tmp_path, capsys, monkeypatch):
     sweep = tmp_path / "sweep.yaml"
     base = Path(__file__).resolve().parents[1] / "conf/sweeps/erils_gext.yaml"
-    text = base.read_text().replace("sqlite:///runs/mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    text = base.read_text().replace("sqlite:///runs/mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}").replace(
+        "sqlite:///runs/sweeps/optuna.db", f"sqlite:///{tmp_path / 'optuna.db'}")
     sweep.write_text(text.replace("base: [conf/erils.yaml]", f"base: [{base.parents[1] / 'erils.yaml'}]"))
     from mlflow.tracking import MlflowClient
 
     MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").create_experiment("lit_rl-sweeps")
     assert gext.main(["--config", str(sweep), "--out", str(tmp_path / "out")]) == 2
     assert "no finished trials of study 'erils-gext-g6'" in capsys.readouterr().err
+
+
+def test_wall_times_come_from_the_optuna_trials_when_the_storage_is_given(tmp_path):
+    """A validate of a trial's checkpoint logs into the trial's MLflow run and moves its end: Optuna's trial
+    start and completion are the training time."""
+    import datetime
+
+    import optuna
+
+    uri = _sweep_store(tmp_path, {(1, 0): 0.9, (2, 0): 0.8})
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
+    trial = optuna.trial.create_trial(params={"x": 1}, distributions={"x": optuna.distributions.IntDistribution(0, 2)},
+                                      value=0.9)
+    trial.datetime_start = trial.datetime_complete - datetime.timedelta(seconds=470)
+    study.add_trial(trial)  # trial 0; the store's trial 1 has no Optuna record here
+    trials = gext.trials_of(uri, "lit_rl-sweeps", STUDY, tmp_path, storage)
+    assert trials[0].number == 0 and trials[0].seconds == pytest.approx(470, abs=1)
+    assert trials[1].seconds is None  # no Optuna record: unknown, not the MLflow run's span

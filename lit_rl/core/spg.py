@@ -118,7 +118,9 @@ def spg_loss(
     Each rollout's term is weighted by its completion length, so the gradient matches SPG's token-sum
     normalisation; ``Σ L`` is clamped to 1 for an all-empty batch.
 
-    Eq. 10 (one reading, the same in docs/erils.md and ``SPGSurrogate(weighting=)``): ERILS Eq. 10 is
+    Eq. 10 (one reading, the same in docs/erils.md and ``SPGSurrogate(weighting=)``; for ``A ≤ 0`` rows S is the
+    EUBO / mix, scaled by ``L_i`` the same way; B is the per-device batch: under DDP each rank divides by its own
+    ``Σ L``): ERILS Eq. 10 is
     ``(1/B) Σ_i A_i ∇S_i`` with ``S_i`` App. A's sum-form ELBO (Eq. 14: ``(1/t) Σ_{k∈M} log π``, ``t = |M|/L_i``),
     which equals ``L_i · s_i`` for ``s_i`` the per-token mean ``surrogate`` here. So this loss is Eq. 10 times
     ``B / Σ_i L_i`` (Eq. 10 divided by the batch's mean completion length: one factor for the whole batch, the

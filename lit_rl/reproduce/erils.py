@@ -17,7 +17,7 @@ The plan (``--quick`` shrinks every run to a few steps so that a test runs it en
 5. **SPG's failure mode across learning rates**: SPG and ERILS, first seed, at the lower learning rates of
    :data:`LR_STUDY` (the main runs are the 1e-3 point), so that the report can say which settings make SPG
    collapse, which make it stay low, and whether ERILS keeps learning at each.
-6. **Table I's protocol** (after the fits): every final checkpoint of steps 1 and 5 decoded deterministically
+6. **Table XI's protocol** (after the fits): every final checkpoint of steps 1 and 5 decoded deterministically
    at three generation lengths (:data:`LENGTHS_EVAL`: 48 / 96 / 192 tokens, L/2 steps, all 256 puzzles), one
    ``python -m lit_rl validate`` job per checkpoint.
 7. **Report** (``<out>/report.md``, :mod:`lit_rl.reproduce.erils_report`): greedy accuracy on all 256 test
@@ -68,7 +68,7 @@ QUICK_METHODS = ("erils", "sft")  # one run of each LightningModule, for the smo
 #: model; 3e-4 and 1e-4 are 3x and 10x below the embedded rate (1e-4: ERILS still learns within the budget)
 LR_STUDY = (3e-4, 1e-4)
 BASE_LR = 1e-3  # conf/erils.yaml's (a test checks the two agree)
-#: Table I's protocol: deterministic decoding at three generation lengths (a PassAtKEvaluation entry)
+#: Table XI's protocol: deterministic decoding at three generation lengths (a PassAtKEvaluation entry)
 LENGTHS_EVAL = "conf/eval/erils_lengths.yaml"
 GROUPS = ("main", "threads", "length", "capacity", "spg_lr", "lengths")
 
@@ -165,7 +165,7 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
 
 
 def lengths_job(fit: Job, out: Path, quick: bool = False) -> Job:
-    """Table I's protocol on ``fit``'s final checkpoint: ``python -m lit_rl validate`` with the fit's saved config
+    """Table XI's protocol on ``fit``'s final checkpoint: ``python -m lit_rl validate`` with the fit's saved config
     plus :data:`LENGTHS_EVAL` (quick: the same on the first 8 puzzles); the numbers land in
     ``<run>/eval/passk_lengths_validate_report.json``."""
     entry = LENGTHS_EVAL
@@ -176,4 +176,5 @@ def lengths_job(fit: Job, out: Path, quick: bool = False) -> Job:
         atomic_write_text(Path(out) / "erils_lengths_quick.yaml", yaml.safe_dump(cb, sort_keys=False))
         entry = str(Path(out) / "erils_lengths_quick.yaml")
     return validate_job(f"{fit.name}_lengths", fit.folder, [entry],
-                        {**fit.tags, "group": "lengths", "lit_rl.job": f"{fit.name}_lengths", "evaluates": fit.name})
+                        {**fit.tags, "group": "lengths", "lit_rl.job": f"{fit.name}_lengths", "evaluates": fit.name},
+                        after=fit)

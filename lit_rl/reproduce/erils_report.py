@@ -123,13 +123,16 @@ def _mean_of(runs: Sequence[RunData], metric: str, which: str = "last", k: int =
 def _failure_reading(final: float | None, format_rate: float | None, start: float | None) -> str:
     """How a run ended: ``learns`` (more than 0.1 above its start), ``collapses`` (below 0.05: under chance, 0.25,
     whatever the format rate says: measured, SPG at lr 3e-4 kept an ``<answer>`` tag in 96-100% of its rollouts
-    while writing only repeated tags) or ``stays low`` (near its start). ``format_rate`` is kept for the table."""
+    while writing only repeated tags), ``degrades`` (more than 0.1 below its start, not collapsed) or ``stays low``
+    (within 0.1 of its start). ``format_rate`` is not used: it is the table's column."""
     if final is None:
         return "-"
     if start is not None and final > start + 0.1:
         return "learns"
     if final < 0.05:
         return "collapses"
+    if start is not None and final < start - 0.1:
+        return "degrades"
     return "stays low"
 
 
@@ -263,9 +266,9 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     if lr_runs:
         md += ["## SPG's failure mode across learning rates", "",
                "SPG and ERILS at the same settings, first seed, at the embedded learning rate (the main runs) and "
-               "below it. Collapses: greedy accuracy ends below 0.05, under chance; stays low: it ends near its start; "
-               "learns: more than 0.1 above its start. The format rate counts rollouts with an `<answer>` tag, which "
-               "a degenerate policy that repeats tags still has.", "",
+               "below it. Collapses: greedy accuracy ends below 0.05, under chance; degrades: more than 0.1 below its "
+               "start; stays low: within 0.1 of its start; learns: more than 0.1 above its start. The format rate "
+               "counts rollouts with an `<answer>` tag, which a degenerate policy that repeats tags still has.", "",
                "| method | lr | final greedy | best | on-policy reward, first → last 5 | format rate (last 5) "
                "| on-policy length (last 5) | reading |", "|---|---|---|---|---|---|---|---|"]
         summary["spg_lr"] = {}
@@ -286,7 +289,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                       f"{_f(r1['mean'])} | {_f(fmt['mean'])} | {_f(ln['mean'], 1)} | {reading} |")
         md.append("")
 
-    # 5. Table I's protocol: three generation lengths, deterministic, every final checkpoint
+    # 5. Table XI's protocol: three generation lengths, deterministic, every final checkpoint
     from lit_rl.reproduce.lengths import lengths_rows
     run_dirs = out / "runs"
     groups = {LABELS[m]: [run_dirs / f"{m}_s{s}" for s in seeds] for m in METHODS}
@@ -295,7 +298,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     lines, by_length = lengths_rows(groups)
     if lines:
         summary["lengths"] = by_length
-        md += ["## Table I's protocol: three generation lengths", "",
+        md += ["## Table XI's protocol: three generation lengths", "",
                "Each final checkpoint decoded deterministically (T 0, one completion, L_gen/2 steps, block 16) on all "
                "256 puzzles at L_gen 48 / 96 / 192 (`conf/eval/erils_lengths.yaml`; the paper: 128 / 256 / 512 with a "
                "training length of 256, so 48 / 96 / 192 are 1x / 2x / 4x the embedded training length). Greedy cell "

@@ -7,7 +7,7 @@ MLflow store and writes, into ``--out``:
 
 * ``report.md`` / ``summary.json``: per G_ext the final greedy cell accuracy on all 256 test puzzles (mean ±
   std, min-max, each seed), the best point, the on-policy reward and advantage balance, wall time; with
-  ``--lengths`` also Table I's protocol (three generation lengths) on every trial's final checkpoint;
+  ``--lengths`` also Table XI's protocol (three generation lengths) on every trial's final checkpoint;
 * ``gext.png``: final accuracy against G_ext (seeds as points, mean ± std) and the learning curves (mean and
   min-max band over seeds).
 
@@ -49,10 +49,24 @@ class Trial:
         self.number = int(run.tags["optuna.trial_number"])
 
 
-def trials_of(tracking_uri: str, experiment: str, study: str, output_dir: Path) -> list[Trial]:
-    """The study's COMPLETE trials (the latest run of each grid point), oldest first."""
+def trials_of(tracking_uri: str, experiment: str, study: str, output_dir: Path,
+              storage: str | None = None) -> list[Trial]:
+    """The study's COMPLETE trials (the latest run of each grid point), sorted by (G_ext, seed). Wall times come
+    from the Optuna ``storage`` when given (start to completion of the trial), else from the MLflow run, whose
+    end moves when a later ``validate`` of the trial's checkpoint logs into it (the trial config names its run)."""
     from mlflow.tracking import MlflowClient
 
+    durations: dict[int, float] = {}
+    if storage is not None:
+        import optuna
+
+        try:
+            found = optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+        except KeyError:  # no such study in that storage: no Optuna wall times
+            found = []
+        for t in found:
+            if t.datetime_start and t.datetime_complete:
+                durations[t.number] = (t.datetime_complete - t.datetime_start).total_seconds()
     client = MlflowClient(tracking_uri=tracking_uri)
     runs = load_runs(tracking_uri, experiments=[experiment], tags={"lit_rl.sweep": study})
     by_point: dict[tuple[int, int], Trial] = {}
@@ -62,6 +76,7 @@ def trials_of(tracking_uri: str, experiment: str, study: str, output_dir: Path) 
             continue
         info = client.get_run(r.run_id).info
         secs = (info.end_time - info.start_time) / 1000 if info.end_time and info.start_time else None
+        secs = durations.get(int(r.tags["optuna.trial_number"]), secs if storage is None else None)
         t = Trial(r, output_dir / study / f"trial_{r.tags['optuna.trial_number']}", secs)
         by_point[(t.g_ext, t.seed)] = t
     return sorted(by_point.values(), key=lambda t: (t.g_ext, t.seed))
@@ -136,7 +151,7 @@ def build(trials: Sequence[Trial], out: Path, group_size: int = 6) -> dict[str, 
     lines, by_length = lengths_rows({f"G_ext {g}": [t.folder for t in groups[g]] for g in sorted(groups)})
     if lines:
         summary["lengths"] = by_length
-        md += ["## Table I's protocol on the final checkpoints", "",
+        md += ["## Table XI's protocol on the final checkpoints", "",
                "Deterministic decoding (T 0, L_gen/2 steps, block 16) at L_gen 48 / 96 / 192 "
                "(`conf/eval/erils_lengths.yaml`), all 256 puzzles, mean ± std over seeds.", "", *lines, ""]
     total = sum(t.seconds or 0 for t in trials)
@@ -159,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = SweepConfig.from_yaml(args.config)
     group_size = None
-    trials = trials_of(cfg.tracking_uri, cfg.experiment_name, cfg.study_name, Path(cfg.output_dir))
+    trials = trials_of(cfg.tracking_uri, cfg.experiment_name, cfg.study_name, Path(cfg.output_dir), cfg.storage)
     if not trials:
         print(f"error: no finished trials of study {cfg.study_name!r} in {cfg.tracking_uri} (run the sweep first: "
               f"python -m lit_rl sweep --config {args.config})", file=sys.stderr)

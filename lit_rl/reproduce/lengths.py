@@ -1,4 +1,4 @@
-"""Table I's protocol in miniature: read the three-length evaluations of finished runs.
+"""Table XI's protocol in miniature: read the three-length evaluations of finished runs.
 
 Each run's final checkpoint is decoded deterministically at three generation lengths by
 ``python -m lit_rl validate --config <run>/config.yaml --trainer.callbacks+=conf/eval/erils_lengths.yaml

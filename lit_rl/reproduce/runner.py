@@ -38,12 +38,17 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
     #: after exit 0, returns why the job is not complete (e.g. a sweep whose trials failed), or None
     check: Callable[[], str | None] | None = None
+    #: the job it reads (an evaluation's fit): its digest is part of this one's, so a rerun fit's evaluation
+    #: is not "done" from the old checkpoint's
+    after: "Job | None" = None
 
     @property
     def digest(self) -> str:
-        """What the job runs: a ``done.json`` from another command line does not count as done."""
+        """What the job runs: a ``done.json`` from another command line (or of another run of the job it reads)
+        does not count as done."""
         argv = [a for a in self.argv if not a.startswith("--threads=")]  # speed, not results
-        return hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:16]
+        what = argv if self.after is None else [argv, self.after.digest]
+        return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
     def is_done(self) -> bool:
         try:  # a done.json without argv_sha (older runner) counts as done
@@ -237,10 +242,11 @@ def fit_job(
 
 
 def validate_job(name: str, run_folder: Path, callback_files: Sequence[str], tags: dict[str, str],
-                 ckpt: str = "checkpoints/last.ckpt") -> Job:
+                 ckpt: str = "checkpoints/last.ckpt", after: Job | None = None) -> Job:
     """A ``validate`` job on a finished fit's checkpoint: the fit's saved ``config.yaml`` (its MLflow store, run
     folder and settings) plus ``callback_files`` appended to its callbacks (``--trainer.callbacks+=``). Its log
-    and ``done.json`` go to ``<run folder>/<name>``; the evaluation's files to the run's ``eval/`` folder."""
+    and ``done.json`` go to ``<run folder>/<name>``; the evaluation's files to the run's ``eval/`` folder. ``after``:
+    the fit job (its command line enters this job's digest, so a changed fit makes its evaluation run again)."""
     argv = ["validate", "--config", str(run_folder / "config.yaml"),
             *(f"--trainer.callbacks+={f}" for f in callback_files), f"--ckpt_path={run_folder / ckpt}"]
-    return Job(name, argv, run_folder / name, tags)
+    return Job(name, argv, run_folder / name, tags, after=after)
