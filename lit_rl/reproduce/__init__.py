@@ -72,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         first, rest = (plan.jobs[:1], plan.jobs[1:]) if plan.first_alone else ([], plan.jobs)
         for job in first if plan.boost_first else []:  # alone, it may use every thread the workers would share
             job.argv = [f"--threads={threads * args.workers}" if a.startswith("--threads=") else a for a in job.argv]
-        fits = {j.folder for j in plan.jobs}  # an evaluation counts if its fit runs now or finished before
-        evals = [j for j in evals if j.folder.parent in fits or (j.folder.parent / "done.json").exists()]
+        # an evaluation counts if the fit it reads runs now or finished before
+        evals = [j for j in evals if j.after is None or j.after in plan.jobs or j.after.is_done()]
         total, before = jobs_to_run([*plan.jobs, *evals]), jobs_to_run(first)
         results = run_jobs(first, workers=1, threads=threads, total=total)
         results += run_jobs(rest, workers=args.workers, threads=threads, numbered_from=before, total=total)
         # evaluations of finished fits' checkpoints, after every fit (a fit that failed has none to read)
-        ready = [j for j in evals if (j.folder.parent / "done.json").exists()]
+        ready = [j for j in evals if j.after is None or j.after.is_done()]
         results += run_jobs(ready, workers=args.workers, threads=threads, numbered_from=total - jobs_to_run(ready),
                             total=total)
         failed = [r.name for r in results if not r.ok]

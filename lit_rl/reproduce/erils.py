@@ -44,7 +44,7 @@ import yaml
 from lit_rl.atomic import atomic_write_text
 from lit_rl.reproduce.runner import Job, callbacks_of, fit_job, init_stores as _init_stores, validate_job
 
-__all__ = ["EXPERIMENT", "GROUPS", "LENGTHS_EVAL", "LR_STUDY", "METHODS", "METRIC", "Plan", "init_stores",
+__all__ = ["EXPERIMENT", "LENGTHS_EVAL", "LR_STUDY", "METHODS", "METRIC", "Plan", "init_stores",
            "lengths_job", "plan"]
 
 EXPERIMENT = "lit_rl-reproduce-erils"
@@ -70,7 +70,6 @@ LR_STUDY = (3e-4, 1e-4)
 BASE_LR = 1e-3  # conf/erils.yaml's (a test checks the two agree)
 #: Table XI's protocol: deterministic decoding at three generation lengths (a PassAtKEvaluation entry)
 LENGTHS_EVAL = "conf/eval/erils_lengths.yaml"
-GROUPS = ("main", "threads", "length", "capacity", "spg_lr", "lengths")
 
 
 @dataclass

@@ -28,15 +28,14 @@ from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.cli_args import LitArgumentParser
 from lit_rl.report import RunData, _plt, load_runs
 from lit_rl.reproduce.dr_report import _f, _stats
+from lit_rl.reproduce.erils import LENGTHS_EVAL, METRIC
+from lit_rl.reproduce.erils_report import CHANCE
 from lit_rl.reproduce.lengths import lengths_rows
 
 __all__ = ["GEXT", "METRIC", "Trial", "build", "main", "trials_of"]
 
-METRIC = "val/sudoku/greedy/accuracy"
 GEXT = "data.init_args.g_ext"
 SEED = "seed_everything"
-CHANCE = 0.25
-LENGTHS_EVAL = "conf/eval/erils_lengths.yaml"
 
 
 class Trial:
@@ -173,7 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     from lit_rl.sweep.schema import SweepConfig
 
     cfg = SweepConfig.from_yaml(args.config)
-    group_size = None
     trials = trials_of(cfg.tracking_uri, cfg.experiment_name, cfg.study_name, Path(cfg.output_dir), cfg.storage)
     if not trials:
         print(f"error: no finished trials of study {cfg.study_name!r} in {cfg.tracking_uri} (run the sweep first: "
