@@ -65,7 +65,7 @@ def _metrics(db: Path) -> dict[str, list[list[float]]]:
     return out
 
 
-def run(out: Path, only: list[str]) -> int:
+def run(out: Path, only: list[str], max_steps: int | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name, configs, extra in CURVES:
         if only and name not in only:
@@ -74,6 +74,9 @@ def run(out: Path, only: list[str]) -> int:
         cmd = [sys.executable, "-m", "lit_rl", "fit"]
         for c in configs:
             cmd += ["--config", c]
+        if max_steps is not None:  # a quick check: both checkouts must use the same value
+            extra = [a for i, a in enumerate(extra) if a != "--trainer.max_steps" and
+                     (i == 0 or extra[i - 1] != "--trainer.max_steps")] + ["--trainer.max_steps", str(max_steps)]
         cmd += extra + ["--trainer.default_root_dir", str(d),
                         "--trainer.logger.init_args.tracking_uri", f"sqlite:///{d}/mlflow.db"]
         t0 = time.time()
@@ -122,11 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--only", nargs="*", default=[], help="config names (default: all)")
+    r.add_argument("--max_steps", type=int, default=None, help="a shorter run (a quick check)")
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
     args = ap.parse_args(argv)
-    return run(args.out, args.only) if args.cmd == "run" else compare(args.a, args.b)
+    return run(args.out, args.only, args.max_steps) if args.cmd == "run" else compare(args.a, args.b)
 
 
 if __name__ == "__main__":

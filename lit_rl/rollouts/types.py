@@ -173,12 +173,12 @@ class RolloutBatch:
             out[f.name] = v
         return RolloutBatch(**out)
 
+    def slice_rows(self, sl: slice) -> "RolloutBatch":
+        """The consecutive rows ``sl`` (a micro-batch), as :meth:`select` makes them."""
+        keep = torch.zeros(len(self), dtype=torch.bool, device=self.input_ids.device)
+        keep[sl] = True
+        return self.select(keep)
+
     def micro_batches(self, size: int) -> list["RolloutBatch"]:
         """Split into consecutive chunks of at most ``size`` rows (for gradient accumulation)."""
-        n = len(self)
-        chunks = []
-        for start in range(0, n, size):
-            keep = torch.zeros(n, dtype=torch.bool, device=self.input_ids.device)
-            keep[start:start + size] = True
-            chunks.append(self.select(keep))
-        return chunks
+        return [self.slice_rows(slice(start, start + size)) for start in range(0, len(self), size)]
