@@ -73,7 +73,8 @@ class _EstimatorLoss(Loss):
         if estimator is not None and p_mask_prompt is not None:
             raise FieldError("p_mask_prompt", "is the one-step estimator's: with estimator set, set it there "
                              "(estimator.init_args.p_mask_prompt for OneStep)")
-        self.estimator = estimator if estimator is not None else OneStep(0.15 if p_mask_prompt is None else p_mask_prompt)
+        one_step = OneStep(0.15 if p_mask_prompt is None else p_mask_prompt)
+        self.estimator = estimator if estimator is not None else one_step
 
     def draws(self, ro: RolloutBatch, ctx: LossContext) -> list[Draw]:
         """Every update's draw; update ``k`` is at ``ctx.step + k``."""

@@ -46,7 +46,8 @@ def _rows(adv=(1.0, -1.0, 0.5, -0.5)) -> RolloutBatch:
 def _bare(ids: torch.Tensor, attn: torch.Tensor, prompt_len: int) -> RolloutBatch:
     n, width = ids.shape[0], ids.shape[1] - prompt_len
     return RolloutBatch(
-        input_ids=ids, attention_mask=attn, prompt_len=prompt_len, completion_mask=torch.ones(n, width, dtype=torch.bool),
+        input_ids=ids, attention_mask=attn, prompt_len=prompt_len,
+        completion_mask=torch.ones(n, width, dtype=torch.bool),
         lengths=torch.full((n,), width), rewards=torch.zeros(n), source=torch.zeros(n, dtype=torch.long),
         group=torch.zeros(n, dtype=torch.long), texts=[""] * n, prompt_ids=["p"] * n,
         hit_limit=torch.zeros(n, dtype=torch.bool),
