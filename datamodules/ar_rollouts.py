@@ -42,7 +42,7 @@ from lit_rl.atomic import atomic_write_text
 from lit_rl.errors import FieldError
 from lit_rl.generation.ar import ARBackend, HFBackend
 from lit_rl.models.ar import SamplingSettings
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
+from lit_rl.batch import PromptBatch, RolloutBatch, Source
 from lit_rl.tasks.base import Example, Task
 
 __all__ = ["ARRolloutDataModule", "ProfilingSettings", "policy_key", "profile_pass_rates"]

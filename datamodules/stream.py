@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lit_rl.atomic import atomic_write_text
 from lit_rl.errors import ConfigError, FieldError
 from lit_rl.rng import seed_for
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Example, Task, check_prompt_set
 from lit_rl.tasks.rewards import completion_id_lists
 from lit_rl.runs import run_dir

@@ -52,7 +52,7 @@ def test_tasks_import_no_models_generation_or_algorithms(module):
 
 
 def test_containers_import_no_algorithm_model_or_lightning():
-    module = "lit_rl.rollouts.types"
+    module = "lit_rl.batch"
     bad = {d for d in GRAPH[module]
            if any(_within(d, p) for p in ("lit_rl.algorithms", "lit_rl.models", "datamodules", "callbacks"))}
     assert bad == set() and "lightning" not in layering.external(MODULES[module])

@@ -15,7 +15,7 @@ import torch
 
 from lit_rl.algorithms.processors import Processor
 from lit_rl.errors import FieldError
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 from lit_rl.core.advantages import (  # noqa: F401  (re-exported)
     EXTERNAL,
     ON_POLICY,

@@ -37,7 +37,7 @@ from lit_rl.algorithms.loss_api import Loss, LossContext, Prepared, kept_rows
 from lit_rl.core.entropy import masked_entropy_mean
 from lit_rl.core.spg import d1_loss, sequence_logprob_sum, wd1_weights
 from lit_rl.errors import FieldError
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 
 __all__ = ["D1Loss", "WD1Loss"]
 

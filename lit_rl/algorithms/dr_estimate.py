@@ -33,7 +33,7 @@ from lit_rl.core.double_rollout import (
     split_thinking,
 )
 from lit_rl.errors import FieldError
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
+from lit_rl.batch import PromptBatch, RolloutBatch, Source
 
 __all__ = ["DoubleRolloutEstimate", "DoubleRolloutSettings", "Estimate", "estimate_metrics", "estimate_rewards"]
 

@@ -21,27 +21,24 @@ A non-finite loss or gradient skips the update (weights unchanged, ``train/skipp
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Sequence
 
-import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
+from lit_rl.optim import erils_adamw
 from lit_rl.algorithms.advantages import AdvantageProcessor, SourceSpecific
 from lit_rl.algorithms.losses import Loss, SPGLoss
 from lit_rl.algorithms.processors import Processor
-from lit_rl.algorithms.rl_module import NonFiniteUpdateError, RLModule
+from lit_rl.algorithms.rl_module import NonFiniteUpdateError, RLModule, warn_unused_sugar
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.advantages import frac_reward_zero_std
 from lit_rl.errors import ConfigError, FieldError
 from lit_rl.generation.settings import check_block_multiple
 from lit_rl.models.policy import DiffusionPolicy
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
+from lit_rl.batch import PromptBatch, RolloutBatch, Source
 
 __all__ = ["ERILSModule", "NonFiniteUpdateError", "source_metrics"]  # the error is re-exported for existing imports
 
-
-def _adamw(params: Iterable) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=3e-6, betas=(0.9, 0.99), weight_decay=0.1)
 
 
 def source_metrics(ro: RolloutBatch) -> dict[str, float]:
@@ -82,8 +79,10 @@ class ERILSModule(RLModule):
 
     Args:
         policy: the masked diffusion LM (``TinyDiffusionLM``, ``NativeLLaDA``, ``PretrainedDiffusionLM``).
-        surrogate: the SPG surrogate/loss (its ``mask_id`` is set from the policy).
-        advantages: advantage processor (``SourceSpecific`` = ERILS Eq. 9, ``Joint`` = Eq. 11, ...).
+        surrogate: the SPG surrogate/loss (its ``mask_id`` is set from the policy); sugar for
+            ``loss_fn: SPGLoss(surrogate)``, unused (with a warning) when ``loss_fn`` is set.
+        advantages: advantage processor (``SourceSpecific`` = ERILS Eq. 9, ``Joint`` = Eq. 11, ...); sugar for
+            ``processors: [advantages]``, unused (with a warning) when ``processors`` is set.
         optimizer: optimizer factory (default AdamW lr 3e-6, betas (0.9, 0.99), wd 0.1).
         scheduler: LR scheduler factory, stepped every optimizer update (default constant).
         updates_per_batch: μ, optimizer updates per rollout batch (paper 12).
@@ -101,7 +100,7 @@ class ERILSModule(RLModule):
         policy: DiffusionPolicy,
         surrogate: SPGSurrogate | None = None,
         advantages: AdvantageProcessor | None = None,
-        optimizer: OptimizerCallable = _adamw,
+        optimizer: OptimizerCallable = erils_adamw,
         scheduler: LRSchedulerCallable | None = None,
         updates_per_batch: int = 12,
         micro_batch_size: int | None = None,
@@ -111,16 +110,20 @@ class ERILSModule(RLModule):
         processors: Sequence[Processor] | None = None,
         loss_fn: Loss | None = None,
     ) -> None:
-        self_advantages = advantages if advantages is not None else SourceSpecific()
-        spg = SPGLoss(surrogate)
+        # advantages / surrogate are sugar for the parts: processors [advantages], loss_fn SPGLoss(surrogate)
+        warn_unused_sugar("advantages", advantages, "processors", processors)
+        warn_unused_sugar("surrogate", surrogate, "loss_fn", loss_fn)
         super().__init__(
             policy, optimizer=optimizer, scheduler=scheduler, updates_per_batch=updates_per_batch,
             micro_batch_size=micro_batch_size, grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips,
-            seed=seed, processors=processors if processors is not None else [self_advantages],
-            loss_fn=loss_fn if loss_fn is not None else spg,
+            seed=seed, processors=processors if processors is not None else [advantages or SourceSpecific()],
+            loss_fn=loss_fn if loss_fn is not None else SPGLoss(surrogate),
         )
-        self.advantages = self_advantages
-        self.surrogate = spg.surrogate
+
+    @property
+    def surrogate(self) -> SPGSurrogate | None:
+        """The SPG surrogate of the loss (``None`` when ``loss_fn`` is not SPG's)."""
+        return self.loss_fn.surrogate if isinstance(self.loss_fn, SPGLoss) else None
 
     def setup(self, stage: str) -> None:
         """Before anything trains: the surrogate's blocks must tile the training decode

@@ -34,7 +34,7 @@ from lit_rl import rng
 from lit_rl.core.entropy import token_entropy
 from lit_rl.core.spg import coupled_coefficients, token_logprobs_from_logits
 from lit_rl.errors import FieldError
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 
 __all__ = ["Coupled", "Draw", "LikelihoodEstimator", "OneStep", "TokenScores"]
 

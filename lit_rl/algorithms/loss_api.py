@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from lit_rl import rng
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 
 __all__ = ["Loss", "LossContext", "Prepared", "kept_rows", "mask_seeds"]
 

@@ -28,7 +28,7 @@ from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
 from lit_rl.core.sources import Source
 from lit_rl.errors import FieldError
 from lit_rl.models.ar import logprobs_of
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 
 __all__ = ["ClippedPGLoss", "DenoisingSFTLoss", "GRPOLossSettings", "Loss", "SPGLoss"]
 

@@ -13,7 +13,7 @@ seeing the previous one's output::
   (continuations from the cut trace, revised rewards, one-sided replacement, length terms) and the GRPO
   advantages of the revised rewards.
 
-A processor reads what it needs from the rollouts and their :class:`~lit_rl.rollouts.types.PromptBatch`
+A processor reads what it needs from the rollouts and their :class:`~lit_rl.batch.PromptBatch`
 (the task to score new rows, the generator for continuations, the step and rank for seeds) and reports
 anything beyond advantages in ``batch.diagnostics``; the module gives it its policy once (:meth:`bind`).
 """
@@ -26,7 +26,7 @@ import torch
 
 from lit_rl.core.advantages import STD_OF, group_centered
 from lit_rl.errors import FieldError
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 
 __all__ = ["GroupBaseline", "Processor", "run_processors"]
 

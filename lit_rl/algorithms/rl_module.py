@@ -36,20 +36,30 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
+from lit_rl.optim import rl_adamw
 from lit_rl.algorithms.loss_api import Loss, LossContext, Prepared
 from lit_rl.algorithms.processors import Processor, run_processors
 from lit_rl.errors import FieldError
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 
-__all__ = ["NonFiniteUpdateError", "RLModule"]
+__all__ = ["NonFiniteUpdateError", "RLModule", "warn_unused_sugar"]
+
+
+def warn_unused_sugar(sugar: str, sugar_value: Any, part: str, part_value: Any) -> None:
+    """A module's shortcut (``surrogate``, ``advantages``, ``double_rollout``, ``loss``) builds a default part; with
+    the part itself given too (an overlay that replaces the part), the shortcut is not used: say so once."""
+    if sugar_value is not None and part_value is not None:
+        rank_zero_warn(f"model.init_args.{sugar} is not used: model.init_args.{part} is set and replaces the part it "
+                       f"would build")
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -60,9 +70,6 @@ def _local(t: Tensor) -> Tensor:
     """This rank's shard of a DTensor (FSDP2), else ``t``."""
     return t.to_local() if isinstance(t, DTensor) else t
 
-
-def _adamw(params: Iterable) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.99), weight_decay=0.0)
 
 
 class RLModule(L.LightningModule):
@@ -98,7 +105,7 @@ class RLModule(L.LightningModule):
     def __init__(
         self,
         policy: torch.nn.Module,
-        optimizer: OptimizerCallable = _adamw,
+        optimizer: OptimizerCallable = rl_adamw,
         scheduler: LRSchedulerCallable | None = None,
         updates_per_batch: int = 1,
         micro_batch_size: int | None = None,

@@ -26,7 +26,7 @@ from lit_rl.core.masks import (
     uniform_random_masks,
 )
 from lit_rl.core.sources import Source
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 from lit_rl.core.spg import (  # noqa: F401  (re-exported)
     d1_loss,
     elbo,

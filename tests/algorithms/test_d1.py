@@ -17,7 +17,7 @@ from lit_rl.algorithms.erils import ERILSModule
 from lit_rl.cli import run_lightning_cli
 from lit_rl.core.spg import wd1_loss
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 
 ROOT = Path(__file__).resolve().parents[2]
 B, P, L = 4, 3, 5

@@ -19,7 +19,7 @@ from lit_rl.algorithms.double_rollout import (
 )
 from lit_rl.algorithms.processors import GroupBaseline
 from lit_rl.generation.ar import ARBackend
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import torch
 from lit_rl.algorithms.erils import ERILSModule
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 B, P, L = 5, 3, 6
 

@@ -17,7 +17,7 @@ from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.spg import coupled_coefficients, elbo
 from lit_rl.errors import FieldError
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 
 MASK, V = 9, 10
 

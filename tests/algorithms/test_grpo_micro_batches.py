@@ -9,7 +9,7 @@ import torch
 from lit_rl.algorithms.double_rollout import DoubleRolloutGRPO, GRPOLossSettings
 from lit_rl.algorithms.losses import PreparedPG
 from lit_rl.models.ar import TinyCausalLM
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 B, P, L = 5, 3, 6
 

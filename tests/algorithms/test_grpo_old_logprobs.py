@@ -10,7 +10,7 @@ import torch
 from lit_rl.algorithms.double_rollout import DoubleRolloutGRPO, GRPOLossSettings
 from lit_rl.errors import FieldError
 from lit_rl.models.ar import TinyCausalLM
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 B, P, L = 6, 3, 5
 

@@ -8,7 +8,7 @@ import torch
 
 from lit_rl.algorithms.sft_module import DenoisingSFT
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 B, P, L = 5, 3, 6
 
