@@ -268,15 +268,27 @@ class PromptStreamDataModule(L.LightningDataModule):
             # what later stages need travels with the batch (no stage reads the DataModule through the trainer)
             batch.task, batch.generation, batch.rank = self.task, getattr(self, "generation", None), self._world()[0]
             batch.stats = dict(self.last_stats)
-            batch.generator = self.batch_generator(getattr(module, "policy", module))
+            self.run_stages(batch, module)
         else:
             batch.rollouts = self.evaluate_batch(batch, module)
         return batch
 
     def batch_generator(self, policy: Any) -> Any:
-        """The generation engine later stages may reuse for this batch (double-rollout continuations);
+        """The generation engine the dependent stages use for this batch (double-rollout continuations);
         ``None`` here."""
         return None
+
+    def run_stages(self, batch: PromptBatch, module: Any) -> None:
+        """The module's dependent rollout stages (``module.rollout_stages()``, e.g. double rollout's
+        continuations) on the batch's rows, in order, with this DataModule's generation engine (built only when
+        a stage needs it). Generation happens here, in the rollout stage, and nowhere else."""
+        stages = module.rollout_stages() if hasattr(module, "rollout_stages") else []
+        if not stages:
+            return
+        policy = getattr(module, "policy", module)
+        engine = self.batch_generator(policy)
+        for stage in stages:
+            stage.run(batch, batch.rollouts, policy, engine)
 
     def produce_rollouts(self, batch: PromptBatch, module: Any) -> RolloutBatch:
         """Training rows of ``batch``: every source's rows (source order, prompt-major), stacked at one width

@@ -34,6 +34,11 @@ __all__ = ["GroupBaseline", "Processor", "run_processors"]
 class Processor:
     """Base of the processors (module docstring)."""
 
+    stage: Any = None
+    """A :class:`~lit_rl.algorithms.dr_stage.RolloutStage` the processor's input needs (new rows or samples
+    generated from the batch's rows, e.g. double rollout's continuations): the DataModule runs it after the first
+    stage, so the processor itself stays a pure function of the batch. ``None``: none."""
+
     fsdp2_unsupported: str | None = None
     """Why the processor cannot run under FSDP2 sharding (``None``: it can); the module refuses the strategy
     with this reason in ``configure_model``."""

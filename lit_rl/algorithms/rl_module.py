@@ -251,6 +251,11 @@ class RLModule(L.LightningModule):
             self.log(k, v, on_step=True, batch_size=1)
         prepared.metrics.clear()
 
+    def rollout_stages(self) -> list[Any]:
+        """The dependent rollout stages the processors need (:attr:`Processor.stage`, e.g. double rollout's
+        continuations), in chain order: the DataModule runs them after the first stage."""
+        return [p.stage for p in self.processors if getattr(p, "stage", None) is not None]
+
     @property
     def uninformative_batches(self) -> int:
         """Batches the loss found nothing to learn from (``ClippedPGLoss``); checkpointed by ``ExactResume``."""
