@@ -35,7 +35,8 @@ from lit_rl.core.advantages import frac_reward_zero_std
 from lit_rl.errors import ConfigError, FieldError
 from lit_rl.generation.settings import check_block_multiple
 from lit_rl.models.policy import DiffusionPolicy
-from lit_rl.batch import PromptBatch, RolloutBatch, Source
+from lit_rl.batch import PromptBatch, RolloutBatch
+from lit_rl.core.sources import metric_groups, rows_where
 
 __all__ = ["ERILSModule", "NonFiniteUpdateError", "source_metrics"]  # the error is re-exported for existing imports
 
@@ -48,18 +49,17 @@ def source_metrics(ro: RolloutBatch) -> dict[str, float]:
     rollout's ``CONTINUATION`` rows are counted with the on-policy rows (the policy decoded them)."""
     adv, keep = ro.advantages, ro.keep
     m: dict[str, float] = {}
-    for src in (Source.ON_POLICY, Source.EXTERNAL):
-        sel = ro.source != int(Source.EXTERNAL) if src == Source.ON_POLICY else ro.source == int(src)
+    for name, decoded in metric_groups():  # on_policy (decoded), external
+        sel = rows_where(ro.source, counts_as=name)  # (N,)
         if not sel.any():
             continue
         r, a = ro.rewards[sel], adv[sel]
-        name = src.label
         m[f"train/{name}/reward_mean"] = float(r.mean())
         m[f"train/{name}/reward_std"] = float(r.std(unbiased=False))
         m[f"train/{name}/advantage_mean"] = float(a.mean())
         m[f"train/{name}/advantage_std"] = float(a.std(unbiased=False))
         m[f"train/{name}/length_mean"] = float(ro.lengths[sel].float().mean())
-        if src == Source.ON_POLICY:
+        if decoded:  # rows the policy decoded
             m[f"train/{name}/hit_limit_frac"] = float(ro.hit_limit[sel].float().mean())
             m[f"train/{name}/frac_reward_zero_std"] = frac_reward_zero_std(r, ro.group[sel])
             a_kept = a[keep[sel]]

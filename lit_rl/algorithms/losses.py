@@ -25,7 +25,7 @@ from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.advantages import STD_OF
 from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
-from lit_rl.core.sources import Source
+from lit_rl.core.sources import rows_where
 from lit_rl.errors import FieldError
 from lit_rl.models.ar import logprobs_of
 from lit_rl.batch import RolloutBatch
@@ -313,7 +313,7 @@ class DenoisingSFTLoss(Loss):
         self.eps, self.train_padding = eps, train_padding
 
     def prepare(self, rollouts: RolloutBatch, ctx: LossContext) -> SFTBatch:
-        ext = rollouts.source == int(Source.EXTERNAL)
+        ext = rows_where(rollouts.source, decoded=False)  # rows the policy did not decode (the pool's)
         if not bool(ext.any()):
             raise RuntimeError("DenoisingSFT trains on external rollouts: set data.g_ext >= 1 (and data.g_on: 0)")
         return SFTBatch(rollouts.select(ext))

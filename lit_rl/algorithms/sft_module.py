@@ -22,7 +22,8 @@ from lit_rl.optim import erils_adamw
 from lit_rl.algorithms.losses import DenoisingSFTLoss
 from lit_rl.algorithms.rl_module import RLModule
 from lit_rl.models.policy import DiffusionPolicy
-from lit_rl.batch import PromptBatch, RolloutBatch, Source
+from lit_rl.batch import PromptBatch, RolloutBatch
+from lit_rl.core.sources import rows_where
 
 __all__ = ["DenoisingSFT"]
 
@@ -72,5 +73,5 @@ class DenoisingSFT(RLModule):
         self.eps, self.train_padding = eps, train_padding
 
     def batch_metrics(self, ro: RolloutBatch, batch: PromptBatch) -> dict[str, float]:
-        ext = ro.source == int(Source.EXTERNAL)
+        ext = rows_where(ro.source, decoded=False)
         return {"train/external/reward_mean": float(ro.rewards[ext].mean())} if bool(ext.any()) else {}

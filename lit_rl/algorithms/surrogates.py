@@ -25,7 +25,7 @@ from lit_rl.core.masks import (
     spg_block_masks,
     uniform_random_masks,
 )
-from lit_rl.core.sources import Source
+from lit_rl.core.sources import Source, describe, known, rows_where
 from lit_rl.batch import RolloutBatch
 from lit_rl.core.spg import (  # noqa: F401  (re-exported)
     d1_loss,
@@ -184,12 +184,11 @@ class SPGSurrogate(LikelihoodEstimator):
         """
         completion_mask = completion_mask.bool()
         B, L = completion_mask.shape
-        known = torch.isin(source, torch.tensor([int(s) for s in Source], device=source.device))
-        if not known.all():
-            raise ValueError(f"source must hold 0 (on-policy), 1 (external) or 2 (continuation), got "
-                             f"{source[~known].unique().tolist()}")
-        continuation = source == int(Source.CONTINUATION)  # (B,) masked as on-policy decodes
-        source = torch.where(continuation, int(Source.ON_POLICY), source)
+        ok = known(source)
+        if not ok.all():
+            raise ValueError(f"source must hold a row kind ({describe()}), got {source[~ok].unique().tolist()}")
+        decoded = rows_where(source, decoded=True)  # (B,) the policy decoded it: block masks; else uniform
+        source = torch.where(decoded, 0, 1)  # the draw's key: 0 block masks, 1 uniform masks
         if seeds is not None and len(seeds) != B:
             raise ValueError(f"seeds must hold one seed per row ({B}), got {len(seeds)}")
         widths = [L] * B if gen_width is None else [int(w) for w in gen_width.tolist()]
@@ -206,7 +205,7 @@ class SPGSurrogate(LikelihoodEstimator):
         prompt = torch.zeros(self.num_t, *prompt_mask.shape, dtype=torch.bool, device=device)
         for rows, src, width, g in groups:
             idx = torch.tensor(rows, device=device)
-            if src == int(Source.ON_POLICY):
+            if src == 0:  # a decoded row
                 m = spg_block_masks(
                     completion_mask[idx], self.block_length, self.num_t, g,
                     block_choice=self.block_choice, p_mask_clean=self.p_mask_clean, gen_width=width,
@@ -215,9 +214,10 @@ class SPGSurrogate(LikelihoodEstimator):
                 m = uniform_random_masks(completion_mask[idx], self.num_t, g, rule=self.external_rule)
             m = mask_prompt_tokens(m, prompt_mask[idx], self.p_mask_prompt, g)
             comp[:, idx], loss[:, idx], prompt[:, idx] = m.completion, m.loss, m.prompt
-        if self.continuation_masks == "tail" and kept_prefix is not None and bool(continuation.any()):
-            kept = (torch.arange(L, device=device)[None, :] < kept_prefix.to(device)[:, None]) & continuation[:, None]
-            comp, loss = comp & ~kept[None], loss & ~kept[None]  # the cut trace: clean context, not scored
+        if self.continuation_masks == "tail" and kept_prefix is not None and bool((kept_prefix > 0).any()):
+            # rows that kept a prefix (double rollout's CONTINUATION rows: the cut trace): clean context, not scored
+            kept = torch.arange(L, device=device)[None, :] < kept_prefix.to(device)[:, None]  # (B, L)
+            comp, loss = comp & ~kept[None], loss & ~kept[None]
         return DiffusionMasks(comp, loss, prompt)
 
     # -- the likelihood-estimator interface (lit_rl.algorithms.estimators): SPG's masks for any loss ---------
@@ -323,10 +323,10 @@ class SPGSurrogate(LikelihoodEstimator):
         loss, stats = spg_loss(advantages, s, self.loss_weights(lengths))
         stats["completion_length_mean"] = lengths.float().mean().detach()
         stats["elbo_mean"] = lo.detach().mean()
-        for src, name in ((int(Source.ON_POLICY), "on_policy"), (int(Source.EXTERNAL), "external")):
-            sel = source == src  # (B,) per-source ELBO: does the policy learn the external rows? (#16)
+        for kind in Source:  # per-kind ELBO: does the policy learn the external rows?
+            sel = source == int(kind)  # (B,)
             if bool(sel.any()):
-                stats[f"elbo_{name}"] = lo.detach()[sel].mean()
+                stats[f"elbo_{kind.label}"] = lo.detach()[sel].mean()
         stats[f"{self.mode}_mean"] = neg.detach().mean()
         stats["masked_frac"] = (
             masks.loss.sum((0, 2)).float() / (lengths.clamp(min=1) * self.num_t)
