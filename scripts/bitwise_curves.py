@@ -114,7 +114,8 @@ def compare(a: Path, b: Path) -> int:
         steps = max((p[0] for v in ma.values() for p in v), default=0)
         points = sum(len(v) for v in ma.values())
         extra = f" (new metrics in the second: {', '.join(new)})" if new else ""
-        print(f"| {name} | {steps} | {len(ma)} | {points} | {'same' if wsame else 'DIFFER'} | {diff or 'none'}{extra} |")
+        weights = "same" if wsame else "DIFFER"
+        print(f"| {name} | {steps} | {len(ma)} | {points} | {weights} | {diff or 'none'}{extra} |")
         rows.append({"name": name, "identical": same, "metrics": len(ma), "points": points, "new_metrics": new})
     print(json.dumps({"identical": same_all, "configs": rows}))
     return 0 if same_all and rows else 1
