@@ -12,12 +12,16 @@ occupies the last ``L`` positions, so ``input_ids[:, P:]`` is the completion of 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from lit_rl.core.sources import Source  # noqa: F401  (the rollout containers' source tag)
 from lit_rl.tasks.base import Example, Task
+
+if TYPE_CHECKING:  # annotations only
+    from lit_rl.generation.settings import DecodeSettings
+    from lit_rl.models.ar import SamplingSettings
 
 
 @dataclass
@@ -81,7 +85,7 @@ class PromptBatch:
     records: dict[int, list[list[Any]]] = field(default_factory=dict)
     rollouts: "RolloutBatch | None" = None
     task: "Task | None" = None
-    generation: Any = None
+    generation: "DecodeSettings | SamplingSettings | None" = None
     continuations: Continuations | None = None
     rank: int = 0
     stats: dict[str, float] = field(default_factory=dict)
