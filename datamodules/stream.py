@@ -15,6 +15,8 @@ and :class:`datamodules.ar_rollouts.ARRolloutDataModule` (double-rollout GRPO).
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import random
 from pathlib import Path
@@ -287,8 +289,10 @@ class PromptStreamDataModule(L.LightningDataModule):
             return
         policy = getattr(module, "policy", module)
         engine = self.batch_generator(policy)
-        for stage in stages:
-            stage.run(batch, batch.rollouts, policy, engine)
+        trainer = getattr(self, "trainer", None)
+        for stage in stages:  # in the module's precision context, as its training step (bf16-mixed autocast)
+            with trainer.precision_plugin.forward_context() if trainer is not None else contextlib.nullcontext():
+                stage.run(batch, batch.rollouts, policy, engine)
 
     def produce_rollouts(self, batch: PromptBatch, module: Any) -> RolloutBatch:
         """Training rows of ``batch``: every source's rows (source order, prompt-major), stacked at one width

@@ -12,16 +12,12 @@ occupies the last ``L`` positions, so ``input_ids[:, P:]`` is the completion of 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from lit_rl.core.sources import Source  # noqa: F401  (the rollout containers' source tag)
 from lit_rl.tasks.base import Example, Task
-
-if TYPE_CHECKING:  # annotations only
-    from lit_rl.generation.settings import DecodeSettings
-    from lit_rl.models.ar import SamplingSettings
 
 
 @dataclass
@@ -33,6 +29,8 @@ class Continuations:
 
     Attributes:
         rows: ``(N,)`` bool, the batch rows the stage saw (``None``: all).
+        row: ``(B,)`` the ``RolloutBatch.row`` ids of the rows it continued, in order (a processor checks that
+            it reads the continuations of the rows it has).
         bodies: each row's completion tokens without its EOS.
         cuts: ``{i: cut}`` kept trace tokens of each continued row.
         budgets: ``{i: budget}`` each continued row's continuation budget.
@@ -46,6 +44,7 @@ class Continuations:
     """
 
     rows: "torch.Tensor | None"
+    row: torch.Tensor
     bodies: list[list[int]]
     cuts: dict[int, int]
     budgets: dict[int, int]
@@ -70,7 +69,8 @@ class PromptBatch:
         rollouts: filled at the start of the training batch by the DataModule (on-policy generation), then
             replaced by the processed rows (with ``advantages`` and ``keep``).
         task: the task whose verifier scored the rows.
-        generation: the rollout sampling / decoding settings the rows were generated with.
+        generation: the rollout sampling / decoding settings the rows were generated with
+            (:class:`~lit_rl.generation.settings.DecodeSettings` or :class:`~lit_rl.models.ar.SamplingSettings`).
         continuations: what the module's continuation stage produced (double rollout's second stage, run by
             the DataModule after the first stage; ``None`` without one).
         rank: the data-parallel rank that produced the batch (seeds of rank-specific draws).
@@ -85,7 +85,7 @@ class PromptBatch:
     records: dict[int, list[list[Any]]] = field(default_factory=dict)
     rollouts: "RolloutBatch | None" = None
     task: "Task | None" = None
-    generation: "DecodeSettings | SamplingSettings | None" = None
+    generation: Any = None  # DecodeSettings (dLLM) | SamplingSettings (AR): the containers import neither
     continuations: Continuations | None = None
     rank: int = 0
     stats: dict[str, float] = field(default_factory=dict)

@@ -9,8 +9,8 @@ A refactor that must not change what a config means runs this twice on one machi
 ``run`` fits each config into its own MLflow store under ``--out`` and writes ``<name>.json``: every logged
 metric's history (wall-time keys left out: they measure the machine, not the math) and a SHA-256 of the last
 checkpoint's weights. ``compare`` prints a Markdown table (metrics, points, first difference) and a JSON line
-last; it exits 1 when anything differs. A metric only the second checkout logs (a new diagnostic) is listed,
-not counted as a difference; one it no longer logs is. Results repeat bitwise only on one machine and thread count.
+last; it exits 1 when anything differs (a metric only one checkout logs counts). Results repeat bitwise
+only on one machine and thread count.
 """
 
 from __future__ import annotations
@@ -102,8 +102,8 @@ def compare(a: Path, b: Path) -> int:
         ma, mb = ra["metrics"], rb["metrics"]
         diff = ""
         missing, new = sorted(set(ma) - set(mb)), sorted(set(mb) - set(ma))
-        if missing:
-            diff = f"metrics missing in the second: {missing[:4]}"
+        if missing or new:
+            diff = f"metrics only in the first: {missing[:4]}, only in the second: {new[:4]}"
         for k in sorted(set(ma) & set(mb)):
             if not diff and ma[k] != mb[k]:
                 i = next((i for i, (x, y) in enumerate(zip(ma[k], mb[k])) if x != y), min(len(ma[k]), len(mb[k])))
@@ -113,10 +113,9 @@ def compare(a: Path, b: Path) -> int:
         same_all &= same
         steps = max((p[0] for v in ma.values() for p in v), default=0)
         points = sum(len(v) for v in ma.values())
-        extra = f" (new metrics in the second: {', '.join(new)})" if new else ""
         weights = "same" if wsame else "DIFFER"
-        print(f"| {name} | {steps} | {len(ma)} | {points} | {weights} | {diff or 'none'}{extra} |")
-        rows.append({"name": name, "identical": same, "metrics": len(ma), "points": points, "new_metrics": new})
+        print(f"| {name} | {steps} | {len(ma)} | {points} | {weights} | {diff or 'none'} |")
+        rows.append({"name": name, "identical": same, "metrics": len(ma), "points": points, "only_in_second": new})
     print(json.dumps({"identical": same_all, "configs": rows}))
     return 0 if same_all and rows else 1
 

@@ -4,11 +4,11 @@ Both score a rollout with a likelihood estimator (:mod:`lit_rl.algorithms.estima
 by default d1's **one-step estimator** (Zhao et al. 2025, "d1: Scaling Reasoning in Diffusion
 Large Language Models via Reinforcement Learning", arXiv:2504.12216, §3.2): the whole completion is masked,
 each real prompt token is masked w.p. ``p_mask_prompt`` (0.15), and one forward pass gives every completion
-token's log-prob ``log p(o_k | x̃)`` (:func:`one_step_logprobs`). A mask draw belongs to one optimizer update
-of the batch: update ``k`` of the ``μ`` updates uses the same draw for π_θ, π_old and π_ref, and different
-updates draw differently (d1's ``random_masking``, one mask seed per iteration). lit_rl draws each row's
-prompt mask from its own seed (``LossContext.mask_seeds`` at the update's ``global_step``) instead of one seed
-per iteration for the whole batch, so micro-batching never changes a draw.
+token's log-prob ``log p(o_k | x̃)`` (:class:`~lit_rl.algorithms.estimators.OneStep`). A mask draw belongs to
+one optimizer update of the batch: update ``k`` of the ``μ`` updates uses the same draw for π_θ, π_old and
+π_ref, and different updates draw differently (d1's ``random_masking``, one mask seed per iteration). lit_rl
+draws each row's prompt mask from its own seed (``LossContext.mask_seeds`` at the update's ``global_step``)
+instead of one seed per iteration for the whole batch, so micro-batching never changes a draw.
 
 * :class:`D1Loss` (diffu-GRPO): :func:`~lit_rl.core.spg.d1_loss`, the token-level PPO clip
   ``[1−ε, 1+ε]`` (ε 0.5) with ``β·k3`` to the reference (β 0.04), a token mean over the batch's completion
@@ -75,6 +75,9 @@ class _EstimatorLoss(Loss):
                              "(estimator.init_args.p_mask_prompt for OneStep)")
         one_step = OneStep(0.15 if p_mask_prompt is None else p_mask_prompt)
         self.estimator = estimator if estimator is not None else one_step
+
+    def bind(self, policy: torch.nn.Module) -> None:
+        self.estimator.bind(policy)
 
     def draws(self, ro: RolloutBatch, ctx: LossContext) -> list[Draw]:
         """Every update's draw; update ``k`` is at ``ctx.step + k``."""

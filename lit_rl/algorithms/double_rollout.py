@@ -7,7 +7,9 @@ weights) and scored by the task verifier. In the shared pipeline (:mod:`lit_rl.a
 parts are ``processors: [DoubleRolloutEstimate]`` (:mod:`lit_rl.algorithms.dr_estimate`) and ``loss_fn:
 ClippedPGLoss`` (:mod:`lit_rl.algorithms.losses`). Then::
 
-    1. double-rollout reward estimation (:func:`estimate_rewards`, calling the pure math of
+    1. double-rollout reward estimation: the continuations are sampled and scored by the DataModule right after
+       the first stage (the estimate's ``ContinuationStage``, :mod:`lit_rl.algorithms.dr_stage`), the rest is
+       the processor's pure :func:`~lit_rl.algorithms.dr_estimate.estimate_from` (the math of
        :mod:`lit_rl.core.double_rollout`):
          T_i = thinking-trace tokens of y_i; keep t_i[:floor(ρ·T_i)]; N continuations from x ⊕ t_i[:cut]
          with max_new_tokens = ceil((1-ρ)·T_i) + buffer; r̂_i = mean_j R(x, t_i[:cut] ⊕ c_ij);

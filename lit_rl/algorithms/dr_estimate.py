@@ -127,6 +127,9 @@ def estimate_from(
     if conts is None or conts.rewards.shape[0] != B:
         raise RuntimeError(f"double rollout: the batch has no continuations for its {B} rows; the DataModule runs "
                            "the module's continuation stage (RLModule.rollout_stages) after the first stage")
+    if not torch.equal(conts.row.to(rollouts.row.device), rollouts.row):
+        raise RuntimeError("double rollout: the continuations belong to other rows (a processor before "
+                           "DoubleRolloutEstimate reordered or filtered the batch); put the estimate first")
     t0 = time.perf_counter()
     cont_rewards, cont_len, has_cont = conts.rewards, conts.lengths, conts.continued
 
@@ -289,7 +292,12 @@ class DoubleRolloutEstimate(Processor):
         self.baseline = baseline if baseline is not None else GroupBaseline()
         self.seed = seed
         self.policy: Any = None
-        self.stage = ContinuationStage(self.settings, seed=seed, rows=rows)  # run by the DataModule
+
+    @property
+    def stage(self) -> ContinuationStage | None:  # type: ignore[override]
+        """The second stage the DataModule runs before this processor (``None`` when the stage is off: no engine
+        is built, nothing generated)."""
+        return ContinuationStage(self.settings, seed=self.seed, rows=self.rows) if self.settings.active else None
 
     def bind(self, policy: torch.nn.Module) -> None:
         self.policy = policy

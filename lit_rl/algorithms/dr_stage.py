@@ -139,7 +139,8 @@ def sample_continuations(
 ) -> Continuations:
     """Double rollout's second stage for one rollout batch (DR §2, steps 1-2): the trace, cut and budget of each
     rollout, ``N`` continuations of every prefix ``x ⊕ t_i[:cut]`` in one backend call, each scored as
-    ``R(x, t_i[:cut] ⊕ c_ij)``. Generation and scoring only: :func:`estimate_from` does the rest, purely.
+    ``R(x, t_i[:cut] ⊕ c_ij)``. Generation and scoring only:
+    :func:`~lit_rl.algorithms.dr_estimate.estimate_from` does the rest, purely.
 
     Args:
         rollouts: first-stage rows (left-padded prompt ⊕ EOS-filled completion).
@@ -209,9 +210,9 @@ def sample_continuations(
     has_cont = torch.zeros(B, dtype=torch.bool)
     has_cont[rows] = True
     return Continuations(
-        rows=None, bodies=bodies, cuts=cuts, budgets=budgets, tokens=cont_tokens, rewards=cont_rewards.to(device),
-        lengths=cont_len.to(device), continued=has_cont.to(device), tokens_generated=stage2_tokens,
-        seconds=time.perf_counter() - t0,
+        rows=None, row=rollouts.row.clone(), bodies=bodies, cuts=cuts, budgets=budgets, tokens=cont_tokens,
+        rewards=cont_rewards.to(device), lengths=cont_len.to(device), continued=has_cont.to(device),
+        tokens_generated=stage2_tokens, seconds=time.perf_counter() - t0,
     )
 
 
@@ -228,7 +229,7 @@ class RolloutStage:
 
 
 class ContinuationStage(RolloutStage):
-    """Double rollout's second stage (DR §2 steps 1-2, :func:`~lit_rl.algorithms.dr_estimate.sample_continuations`):
+    """Double rollout's second stage (DR §2 steps 1-2, :func:`sample_continuations`):
     ``N`` continuations of each rollout's cut trace, scored with the batch's task, into ``batch.continuations``.
 
     Args:

@@ -77,6 +77,9 @@ class TokenScores:
 class LikelihoodEstimator:
     """Base of the estimators (module docstring)."""
 
+    def bind(self, policy: torch.nn.Module) -> None:
+        """Called once with the policy by the loss that holds the estimator (e.g. the mask token id)."""
+
     def draw(self, rows: RolloutBatch, seeds: list[int]) -> Draw:
         raise NotImplementedError
 
@@ -136,9 +139,17 @@ class Coupled(LikelihoodEstimator):
     estimate is ``w·log p_masked`` alone (the coupled pair of the paper's text). Prompts are never masked
     (the reference code's ``forward_process``).
 
-    Departures from the reference code: ``t`` is drawn per row from the row's own seed (the code draws one
-    ``t`` per update for the whole per-device batch, with Python's ``random``), so micro-batching and the
-    batch's other rows never change a draw; the three copies run as one ``(3b, T)`` forward.
+    Departures from the reference code:
+
+    * ``t`` and ``u`` are drawn per row from the row's own seed (the code draws one ``t`` per update for the
+      whole per-device batch with Python's ``random``, and with ``num_iterations > 1`` reuses one random
+      matrix across gradient-accumulation chunks), so micro-batching and the batch's other rows never change a
+      draw;
+    * copy ``b`` masks ``u >= t`` (the code: ``u > t``; they differ only on an exact tie, where the code masks
+      the token in neither copy);
+    * the copies get the rows' attention mask (the code passes none) and run in the module's precision (the
+      code: bf16 autocast), as one ``(3b, T)`` forward;
+    * ``entropy`` (a diagnostic) is the fully masked copy's when it is there.
 
     Args:
         t_min, t_max: the range of the masking ratio ``t`` (reference code: 0.2, 0.8).
@@ -147,8 +158,10 @@ class Coupled(LikelihoodEstimator):
 
     @staticmethod
     def check_args(t_min: float = 0.2, t_max: float = 0.8) -> None:
-        if not 0.0 < t_min <= t_max < 1.0:
-            raise FieldError("t_min", f"need 0 < t_min <= t_max < 1, got t_min {t_min}, t_max {t_max}")
+        if not 0.0 < t_min < 1.0:
+            raise FieldError("t_min", f"must be in (0, 1), got {t_min}")
+        if not t_min <= t_max < 1.0:
+            raise FieldError("t_max", f"must be in [t_min, 1) = [{t_min}, 1), got {t_max}")
 
     def __init__(self, t_min: float = 0.2, t_max: float = 0.8, full_mask_copy: bool = True) -> None:
         Coupled.check_args(t_min=t_min, t_max=t_max)

@@ -221,6 +221,11 @@ class SPGSurrogate(LikelihoodEstimator):
         return DiffusionMasks(comp, loss, prompt)
 
     # -- the likelihood-estimator interface (lit_rl.algorithms.estimators): SPG's masks for any loss ---------
+    # draw / score wrap build_masks / logprobs_and_entropy, the calls __call__ (SPGLoss) makes: one mask path.
+    # per_token() is the ELBO's; EUBO and mix are functions of the copies (TokenScores.logp), as in surrogate().
+    def bind(self, policy) -> None:
+        self.mask_id = policy.mask_id
+
     def draw(self, rows: RolloutBatch, seeds: list[int]) -> Draw:
         """:meth:`build_masks` of the rows (row ``i`` from ``seeds[i]``), rows first: ``completion``, ``loss``
         ``(B, num_t, L)`` and ``prompt`` ``(B, num_t, P)``."""
@@ -323,8 +328,8 @@ class SPGSurrogate(LikelihoodEstimator):
         loss, stats = spg_loss(advantages, s, self.loss_weights(lengths))
         stats["completion_length_mean"] = lengths.float().mean().detach()
         stats["elbo_mean"] = lo.detach().mean()
-        for kind in Source:  # per-kind ELBO: does the policy learn the external rows?
-            sel = source == int(kind)  # (B,)
+        for kind in (Source.ON_POLICY, Source.EXTERNAL):  # does the policy learn the external rows?
+            sel = source == int(kind)  # (B,) rows of exactly this kind (continuation rows are in neither)
             if bool(sel.any()):
                 stats[f"elbo_{kind.label}"] = lo.detach()[sel].mean()
         stats[f"{self.mode}_mean"] = neg.detach().mean()

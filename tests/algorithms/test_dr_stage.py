@@ -84,7 +84,17 @@ def test_the_module_lists_its_stages_and_the_batch_carries_no_generator():
     assert "generator" not in {f.name for f in dataclasses.fields(PromptBatch)}
     proc = DoubleRolloutEstimate(SETTINGS)
     assert isinstance(proc.stage, ContinuationStage) and proc.stage.settings is proc.settings
+    # the stage off (vanilla GRPO): no stage, so the DataModule builds no engine and generates nothing
+    assert DoubleRolloutEstimate(dataclasses.replace(SETTINGS, enabled=False)).stage is None
+    assert DoubleRolloutEstimate(dataclasses.replace(SETTINGS, num_continuations=1)).stage is None
+
+
+def test_continuations_of_other_rows_are_refused():
     batch = _batch()
-    DoubleRolloutEstimate(dataclasses.replace(SETTINGS, enabled=False)).stage.run(batch, batch.rollouts, Policy(),
-                                                                                  None)
-    assert batch.continuations is None  # the stage off: nothing generated, no engine needed
+    ContinuationStage(SETTINGS, seed=0).run(batch, batch.rollouts, Policy(), StubBackend(TABLE))
+    proc = DoubleRolloutEstimate(SETTINGS, GroupBaseline())
+    proc.bind(Policy())
+    reordered = batch.rollouts.select(torch.ones(5, dtype=torch.bool))
+    reordered.row = reordered.row.flip(0)  # as if a processor before the estimate had reordered the rows
+    with pytest.raises(RuntimeError, match="belong to other rows"):
+        proc.process(reordered, batch)

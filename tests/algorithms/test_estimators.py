@@ -106,14 +106,16 @@ def _policy() -> TinyDiffusionLM:
     return TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
 
 
+@pytest.mark.parametrize("estimator", [Coupled, lambda: SPGSurrogate(num_t=2, block_length=5)], ids=["coupled", "spg"])
 @pytest.mark.parametrize("make", [lambda e: D1Loss(beta=0.0, estimator=e), lambda e: WD1Loss(estimator=e)],
                          ids=["d1", "wd1"])
-def test_losses_take_any_estimator_and_micro_batching_keeps_the_gradient(make):
+def test_losses_take_any_estimator_and_micro_batching_keeps_the_gradient(make, estimator):
     ro = _rows(4, L=5).with_advantages(torch.tensor([1.0, -1.0, 0.5, -0.5]))
     ro.input_ids[:, 2:] = torch.randint(10, 40, (4, 5), generator=torch.Generator().manual_seed(0))
 
     def grads(micro):
-        module = ERILSModule(_policy(), processors=[OnPolicyOnly()], loss_fn=make(Coupled()), updates_per_batch=2,
+        # the module binds the loss, which binds its estimator (SPG's masks take the policy's mask id)
+        module = ERILSModule(_policy(), processors=[OnPolicyOnly()], loss_fn=make(estimator()), updates_per_batch=2,
                              micro_batch_size=micro)
         module.manual_backward = lambda loss: loss.backward()
         p = module.loss_fn.prepare(ro, module.loss_context())
