@@ -66,9 +66,10 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     # scoring: rewards, processors (advantages; the double-rollout estimate less its continuations)
     ("scoring", "lit_rl.tasks.base", "Task.total_rewards"),
     ("scoring", "lit_rl.algorithms.rl_module", "run_processors"),
-    # loss: prepare (π_old / π_ref passes, masks) and backward (the loss's forwards and autograd backward)
+    # loss: prepare (π_old / π_ref passes, masks) and one update's micro-batches (the loss's forwards and autograd
+    # backward, which the module runs: RLModule.loss_backward)
     ("loss fwd/bwd", "lit_rl.algorithms.losses", "*.prepare"),
-    ("loss fwd/bwd", "lit_rl.algorithms.losses", "*.backward"),
+    ("loss fwd/bwd", "lit_rl.algorithms.rl_module", "RLModule.loss_backward"),
     # optimizer: one update less its loss (zero_grad, finiteness check, grad norm, clip, step, schedule)
     ("optimizer", "lit_rl.algorithms.rl_module", "RLModule.optimizer_update"),
     # evaluation: greedy validation loop (the sanity check too), Pass@k, the reliability study

@@ -190,14 +190,16 @@ def run_lit(steps: int, seed: int, warm: Path, out_dir: Path, double_rollout: bo
     eos = cli.model.policy.eos_id
     HFBackend._run = clock.timed(HFBackend._run, "gen", lambda out: _row_tokens(out[0], eos))
     ChainSumTask.total_rewards = clock.timed(ChainSumTask.total_rewards, "score")
-    # profile: rollouts (the DataModule's rows: gen + score + decoding + stacking), processors (advantages, double
-    # rollout's continuations: gen + score inside), prepare (the loss's fixed part: π_old forward unless the
-    # first update makes it), optimizer_update (zero grads, loss forward + backward, clipping, step, logging),
-    # of which loss_backward (the loss's forward + backward)
+    # profile: rollouts (the DataModule's rows: gen + score + decoding + stacking), stages (the DataModule's
+    # dependent stages: double rollout's continuations, gen + score inside), processors (advantages, the
+    # double-rollout estimate: no generation), prepare (the loss's fixed part: π_old forward unless the first
+    # update makes it), optimizer_update (zero grads, loss forward + backward, clipping, step, logging), of which
+    # loss_backward (the loss's forward + backward over micro-batches)
     for owner, name, kind in ((PromptStreamDataModule, "produce_rollouts", "rollouts"),
+                              (PromptStreamDataModule, "run_stages", "stages"),
                               (rl_module, "run_processors", "processors"), (ClippedPGLoss, "prepare", "prepare"),
                               (RLModule, "optimizer_update", "optimizer_update"),
-                              (ClippedPGLoss, "backward", "loss_backward")):
+                              (RLModule, "loss_backward", "loss_backward")):
         setattr(owner, name, clock.timed(getattr(owner, name), kind))
 
     class Clock(L.Callback):

@@ -35,7 +35,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 
 from lit_rl.errors import FieldError
 from lit_rl.evaluation import is_due
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 from lit_rl.runs import run_dir
 
 __all__ = ["RolloutTracker", "rollout_source_stats", "rollout_samples"]

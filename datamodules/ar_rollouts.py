@@ -7,9 +7,10 @@ start (first stage of GRPO / double-rollout GRPO), plus data profiling.
    ``num_generations`` (G) completions per prompt from the *current* policy through this DataModule's
    generator (``backend``: HF with shared prefill by default, or vLLM), which first syncs the policy's
    weights when an optimizer step has changed them, seeded by ``(seed, step)``; each completion is scored
-   with the task's training reward (``Task.total_reward``). The generator travels with the batch
-   (``PromptBatch.generator``): the second stage (double rollout's continuations) is a processor of the
-   module and samples from the same engine.
+   with the task's training reward (``Task.total_reward``). The module's dependent stages run next,
+   here, with the same engine (:meth:`~datamodules.stream.PromptStreamDataModule.run_stages`: double
+   rollout's continuations, :mod:`lit_rl.algorithms.dr_stage`); the module's processors only read their
+   typed output (``PromptBatch.continuations``).
 3. **Data profiling** (DR §3: "data profiling is done for all experiments to remove prompts with zero or
    100% pass rates"): before the first training batch, ``profiling.num_samples`` completions per training
    prompt are drawn from the *initial* policy (after any warm-up) and prompts whose pass rate is 0 or 1 are
@@ -42,7 +43,7 @@ from lit_rl.atomic import atomic_write_text
 from lit_rl.errors import FieldError
 from lit_rl.generation.ar import ARBackend, HFBackend
 from lit_rl.models.ar import SamplingSettings
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
+from lit_rl.batch import PromptBatch, RolloutBatch, Source
 from lit_rl.tasks.base import Example, Task
 
 __all__ = ["ARRolloutDataModule", "ProfilingSettings", "policy_key", "profile_pass_rates"]

@@ -13,7 +13,7 @@
    ``on_train_batch_start``): ``G_on`` completions per prompt from the *current* policy with the training
    decoder, seeded by ``(seed, step)`` so a resumed run draws the same rollouts. Every completion, on-policy
    and external, is scored with the task's verifier, and the batch carries a source-tagged
-   :class:`~lit_rl.rollouts.types.RolloutBatch`.
+   :class:`~lit_rl.batch.RolloutBatch`.
 
 Steps 3 and 2 are this DataModule's default sources, in that row order (:mod:`datamodules.sources`:
 ``DiffusionOnPolicy``, then ``ExternalPool``, built from ``g_on``, ``g_ext``, ``pool_path``, ``generation``);
@@ -31,7 +31,7 @@ from datamodules.sources import DiffusionOnPolicy, ExternalPool, RolloutSource, 
 from datamodules.stream import PromptStreamDataModule, step_seed
 from lit_rl.errors import FieldError
 from lit_rl.generation.settings import DecodeSettings
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Task
 
 

@@ -2,7 +2,7 @@
 
 Each source produces the rows of one kind for every prompt group of the batch; the DataModule stacks them
 (source order, prompt-major within a source), scores every row with the task's verifier in one call and
-hands one :class:`~lit_rl.rollouts.types.RolloutBatch` on::
+hands one :class:`~lit_rl.batch.RolloutBatch` on::
 
     sources:
       - class_path: datamodules.sources.DiffusionOnPolicy     # G_on rollouts per prompt from the dLLM
@@ -38,7 +38,7 @@ from lit_rl.generation.settings import DecodeSettings
 from lit_rl.models.ar import SamplingSettings
 from lit_rl.errors import ConfigError, FieldError
 from lit_rl.rollouts.pool import iter_pool, load_pool
-from lit_rl.rollouts.types import PromptBatch
+from lit_rl.batch import PromptBatch
 from lit_rl.tasks.parsing import last_answer_block
 
 __all__ = ["AROnPolicy", "DiffusionOnPolicy", "ExternalPool", "RolloutSource", "Rows", "keep_usable_prompts",

@@ -15,6 +15,8 @@ and :class:`datamodules.ar_rollouts.ARRolloutDataModule` (double-rollout GRPO).
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import random
 from pathlib import Path
@@ -28,7 +30,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lit_rl.atomic import atomic_write_text
 from lit_rl.errors import ConfigError, FieldError
 from lit_rl.rng import seed_for
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Example, Task, check_prompt_set
 from lit_rl.tasks.rewards import completion_id_lists
 from lit_rl.runs import run_dir
@@ -268,15 +270,29 @@ class PromptStreamDataModule(L.LightningDataModule):
             # what later stages need travels with the batch (no stage reads the DataModule through the trainer)
             batch.task, batch.generation, batch.rank = self.task, getattr(self, "generation", None), self._world()[0]
             batch.stats = dict(self.last_stats)
-            batch.generator = self.batch_generator(getattr(module, "policy", module))
+            self.run_stages(batch, module)
         else:
             batch.rollouts = self.evaluate_batch(batch, module)
         return batch
 
     def batch_generator(self, policy: Any) -> Any:
-        """The generation engine later stages may reuse for this batch (double-rollout continuations);
+        """The generation engine the dependent stages use for this batch (double-rollout continuations);
         ``None`` here."""
         return None
+
+    def run_stages(self, batch: PromptBatch, module: Any) -> None:
+        """The module's dependent rollout stages (``module.rollout_stages()``, e.g. double rollout's
+        continuations) on the batch's rows, in order, with this DataModule's generation engine (built only when
+        a stage needs it). Generation happens here, in the rollout stage, and nowhere else."""
+        stages = module.rollout_stages() if hasattr(module, "rollout_stages") else []
+        if not stages:
+            return
+        policy = getattr(module, "policy", module)
+        engine = self.batch_generator(policy)
+        trainer = getattr(self, "trainer", None)
+        for stage in stages:  # in the module's precision context, as its training step (bf16-mixed autocast)
+            with trainer.precision_plugin.forward_context() if trainer is not None else contextlib.nullcontext():
+                stage.run(batch, batch.rollouts, policy, engine)
 
     def produce_rollouts(self, batch: PromptBatch, module: Any) -> RolloutBatch:
         """Training rows of ``batch``: every source's rows (source order, prompt-major), stacked at one width

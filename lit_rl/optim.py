@@ -1,11 +1,41 @@
-"""Optimizer and LR-schedule factories that LightningCLI can build from YAML."""
+"""Optimizer and LR-schedule factories that LightningCLI can build from YAML, and the modules' default optimizers.
+
+The defaults (used when a config sets no ``model.init_args.optimizer``; every shipped top-level config sets one):
+
+=====================  ===================================================  ===========================================
+factory                AdamW                                                used by
+=====================  ===================================================  ===========================================
+:func:`rl_adamw`       lr 1e-6, betas (0.9, 0.99), weight decay 0            ``RLModule`` (a new module's default)
+:func:`erils_adamw`    lr 3e-6, betas (0.9, 0.99), weight decay 0.1          ``ERILSModule``, ``DenoisingSFT`` (ERILS
+                                                                             Table VIII)
+:func:`grpo_adamw`     lr 1e-6, betas (0.9, 0.999), weight decay 0           ``DoubleRolloutGRPO`` (torch's betas)
+=====================  ===================================================  ===========================================
+"""
 
 from __future__ import annotations
 
+from typing import Iterable
+
+import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from lit_rl.errors import FieldError
+
+
+def rl_adamw(params: Iterable) -> Optimizer:
+    """AdamW lr 1e-6, betas (0.9, 0.99), no weight decay (module docstring)."""
+    return torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.99), weight_decay=0.0)
+
+
+def erils_adamw(params: Iterable) -> Optimizer:
+    """AdamW lr 3e-6, betas (0.9, 0.99), weight decay 0.1: ERILS Table VIII (module docstring)."""
+    return torch.optim.AdamW(params, lr=3e-6, betas=(0.9, 0.99), weight_decay=0.1)
+
+
+def grpo_adamw(params: Iterable) -> Optimizer:
+    """AdamW lr 1e-6, betas (0.9, 0.999), no weight decay (module docstring)."""
+    return torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0)
 
 
 class ConstantWithWarmup(LambdaLR):

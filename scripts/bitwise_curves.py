@@ -9,7 +9,8 @@ A refactor that must not change what a config means runs this twice on one machi
 ``run`` fits each config into its own MLflow store under ``--out`` and writes ``<name>.json``: every logged
 metric's history (wall-time keys left out: they measure the machine, not the math) and a SHA-256 of the last
 checkpoint's weights. ``compare`` prints a Markdown table (metrics, points, first difference) and a JSON line
-last; it exits 1 when anything differs. Results repeat bitwise only on one machine and thread count.
+last; it exits 1 when anything differs (a metric only one checkout logs counts). Results repeat bitwise
+only on one machine and thread count.
 """
 
 from __future__ import annotations
@@ -100,21 +101,21 @@ def compare(a: Path, b: Path) -> int:
         ra, rb = json.loads(fa.read_text()), json.loads(fb.read_text())
         ma, mb = ra["metrics"], rb["metrics"]
         diff = ""
-        if set(ma) != set(mb):
-            diff = f"keys only in one: {sorted(set(ma) ^ set(mb))[:4]}"
-        else:
-            for k in sorted(ma):
-                if ma[k] != mb[k]:
-                    i = next((i for i, (x, y) in enumerate(zip(ma[k], mb[k])) if x != y), min(len(ma[k]), len(mb[k])))
-                    diff = f"{k} at point {i}"
-                    break
+        missing, new = sorted(set(ma) - set(mb)), sorted(set(mb) - set(ma))
+        if missing or new:
+            diff = f"metrics only in the first: {missing[:4]}, only in the second: {new[:4]}"
+        for k in sorted(set(ma) & set(mb)):
+            if not diff and ma[k] != mb[k]:
+                i = next((i for i, (x, y) in enumerate(zip(ma[k], mb[k])) if x != y), min(len(ma[k]), len(mb[k])))
+                diff = f"{k} at point {i}"
         wsame = ra["weights_sha256"] == rb["weights_sha256"]
         same = not diff and wsame
         same_all &= same
         steps = max((p[0] for v in ma.values() for p in v), default=0)
         points = sum(len(v) for v in ma.values())
-        print(f"| {name} | {steps} | {len(ma)} | {points} | {'same' if wsame else 'DIFFER'} | {diff or 'none'} |")
-        rows.append({"name": name, "identical": same, "metrics": len(ma), "points": points})
+        weights = "same" if wsame else "DIFFER"
+        print(f"| {name} | {steps} | {len(ma)} | {points} | {weights} | {diff or 'none'} |")
+        rows.append({"name": name, "identical": same, "metrics": len(ma), "points": points, "only_in_second": new})
     print(json.dumps({"identical": same_all, "configs": rows}))
     return 0 if same_all and rows else 1
 

@@ -28,6 +28,7 @@ from lit_rl.report import _plt, load_runs  # noqa: E402
 DLLM = [  # (label, run name, parent label)
     ("ERILS (SPG loss)", "erils-sudoku-tiny", None),
     ("ERILS + d1 loss", "erils-d1-sudoku-tiny", "ERILS (SPG loss)"),
+    ("ERILS + d1 loss, DiffuCoder's coupled masks", "erils-d1-coupled-sudoku-tiny", "ERILS + d1 loss"),
     ("SPG, on-policy only", "spg-sudoku-tiny", None),
     ("d1, on-policy only", "d1-sudoku-tiny", "SPG, on-policy only"),
     ("wd1, on-policy only", "wd1-sudoku-tiny", "SPG, on-policy only"),

@@ -15,10 +15,9 @@ import torch
 
 from lit_rl.algorithms.processors import Processor
 from lit_rl.errors import FieldError
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
+from lit_rl.core.sources import rows_where
 from lit_rl.core.advantages import (  # noqa: F401  (re-exported)
-    EXTERNAL,
-    ON_POLICY,
     frac_reward_zero_std,
     group_centered,
     joint_advantages,
@@ -102,7 +101,7 @@ class OnPolicyOnly(AdvantageProcessor):
     Double rollout's ``CONTINUATION`` rows (a policy decode from the policy's own cut) count as on-policy."""
 
     def __call__(self, rewards, source, group):
-        valid = self._valid(rewards) & (source != EXTERNAL)
+        valid = self._valid(rewards) & rows_where(source, decoded=True)
         adv = source_specific_advantages(rewards, source, group, scale_std=self.scale_std, eps=self.eps, valid=valid)
         return adv, valid
 
@@ -116,7 +115,7 @@ class ExternalOnly(AdvantageProcessor):
         self.center = center
 
     def __call__(self, rewards, source, group):
-        valid = self._valid(rewards) & (source == EXTERNAL)
+        valid = self._valid(rewards) & rows_where(source, decoded=False)
         if self.center:
             adv = joint_advantages(rewards, source, group, scale_std=self.scale_std, eps=self.eps, valid=valid)
         else:

@@ -7,7 +7,9 @@ weights) and scored by the task verifier. In the shared pipeline (:mod:`lit_rl.a
 parts are ``processors: [DoubleRolloutEstimate]`` (:mod:`lit_rl.algorithms.dr_estimate`) and ``loss_fn:
 ClippedPGLoss`` (:mod:`lit_rl.algorithms.losses`). Then::
 
-    1. double-rollout reward estimation (:func:`estimate_rewards`, calling the pure math of
+    1. double-rollout reward estimation: the continuations are sampled and scored by the DataModule right after
+       the first stage (the estimate's ``ContinuationStage``, :mod:`lit_rl.algorithms.dr_stage`), the rest is
+       the processor's pure :func:`~lit_rl.algorithms.dr_estimate.estimate_from` (the math of
        :mod:`lit_rl.core.double_rollout`):
          T_i = thinking-trace tokens of y_i; keep t_i[:floor(ρ·T_i)]; N continuations from x ⊕ t_i[:cut]
          with max_new_tokens = ceil((1-ρ)·T_i) + buffer; r̂_i = mean_j R(x, t_i[:cut] ⊕ c_ij);
@@ -106,11 +108,11 @@ the original's correctness, DR Fig. 1-2), length-bonus stats (``train/dr/length_
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
-import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
+from lit_rl.optim import grpo_adamw
 from lit_rl.algorithms.dr_estimate import (  # noqa: F401  (re-exported: the estimate's public names)
     DoubleRolloutEstimate,
     DoubleRolloutSettings,
@@ -120,7 +122,7 @@ from lit_rl.algorithms.dr_estimate import (  # noqa: F401  (re-exported: the est
 )
 from lit_rl.algorithms.losses import ClippedPGLoss, GRPOLossSettings, Loss
 from lit_rl.algorithms.processors import GroupBaseline, Processor
-from lit_rl.algorithms.rl_module import RLModule
+from lit_rl.algorithms.rl_module import RLModule, warn_unused_sugar
 from lit_rl.models.ar import CausalPolicy
 
 __all__ = [
@@ -132,9 +134,6 @@ __all__ = [
     "estimate_rewards",
 ]
 
-
-def _adamw(params: Any) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.999), weight_decay=0.0)
 
 
 class DoubleRolloutGRPO(RLModule):
@@ -168,7 +167,7 @@ class DoubleRolloutGRPO(RLModule):
         policy: CausalPolicy,
         double_rollout: DoubleRolloutSettings | None = None,
         loss: GRPOLossSettings | None = None,
-        optimizer: OptimizerCallable = _adamw,
+        optimizer: OptimizerCallable = grpo_adamw,
         scheduler: LRSchedulerCallable | None = None,
         updates_per_batch: int = 1,
         micro_batch_size: int | None = None,
@@ -178,6 +177,11 @@ class DoubleRolloutGRPO(RLModule):
         processors: Sequence[Processor] | None = None,
         loss_fn: Loss | None = None,
     ) -> None:
+        # double_rollout / loss are sugar for the parts: processors [DoubleRolloutEstimate(double_rollout, the
+        # GRPO baseline of loss)], loss_fn ClippedPGLoss(loss)
+        warn_unused_sugar("double_rollout", double_rollout, "processors", processors)
+        if processors is not None and loss_fn is not None:
+            warn_unused_sugar("loss", loss, "loss_fn", loss_fn)
         dr = double_rollout if double_rollout is not None else DoubleRolloutSettings()
         settings = loss if loss is not None else GRPOLossSettings()
         baseline = GroupBaseline(scale_std=settings.scale_std, leave_one_out=settings.leave_one_out,
@@ -189,8 +193,11 @@ class DoubleRolloutGRPO(RLModule):
             processors=processors if processors is not None else [DoubleRolloutEstimate(dr, baseline, seed=seed)],
             loss_fn=loss_fn if loss_fn is not None else ClippedPGLoss(settings),
         )
-        self.dr = dr
-        self.loss_settings = settings
+
+    @property
+    def dr(self) -> DoubleRolloutSettings | None:
+        """The double-rollout settings of the processors' estimate (``None`` when no processor is one)."""
+        return next((p.settings for p in self.processors if isinstance(p, DoubleRolloutEstimate)), None)
 
     # -- setup -----------------------------------------------------------------------------------------
     def configure_model(self) -> None:

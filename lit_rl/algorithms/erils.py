@@ -21,27 +21,25 @@ A non-finite loss or gradient skips the update (weights unchanged, ``train/skipp
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Sequence
 
-import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
+from lit_rl.optim import erils_adamw
 from lit_rl.algorithms.advantages import AdvantageProcessor, SourceSpecific
 from lit_rl.algorithms.losses import Loss, SPGLoss
 from lit_rl.algorithms.processors import Processor
-from lit_rl.algorithms.rl_module import NonFiniteUpdateError, RLModule
+from lit_rl.algorithms.rl_module import NonFiniteUpdateError, RLModule, warn_unused_sugar
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.advantages import frac_reward_zero_std
 from lit_rl.errors import ConfigError, FieldError
 from lit_rl.generation.settings import check_block_multiple
 from lit_rl.models.policy import DiffusionPolicy
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
+from lit_rl.batch import PromptBatch, RolloutBatch
+from lit_rl.core.sources import metric_groups, rows_where
 
 __all__ = ["ERILSModule", "NonFiniteUpdateError", "source_metrics"]  # the error is re-exported for existing imports
 
-
-def _adamw(params: Iterable) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=3e-6, betas=(0.9, 0.99), weight_decay=0.1)
 
 
 def source_metrics(ro: RolloutBatch) -> dict[str, float]:
@@ -51,18 +49,17 @@ def source_metrics(ro: RolloutBatch) -> dict[str, float]:
     rollout's ``CONTINUATION`` rows are counted with the on-policy rows (the policy decoded them)."""
     adv, keep = ro.advantages, ro.keep
     m: dict[str, float] = {}
-    for src in (Source.ON_POLICY, Source.EXTERNAL):
-        sel = ro.source != int(Source.EXTERNAL) if src == Source.ON_POLICY else ro.source == int(src)
+    for name, decoded in metric_groups():  # on_policy (decoded), external
+        sel = rows_where(ro.source, counts_as=name)  # (N,)
         if not sel.any():
             continue
         r, a = ro.rewards[sel], adv[sel]
-        name = src.label
         m[f"train/{name}/reward_mean"] = float(r.mean())
         m[f"train/{name}/reward_std"] = float(r.std(unbiased=False))
         m[f"train/{name}/advantage_mean"] = float(a.mean())
         m[f"train/{name}/advantage_std"] = float(a.std(unbiased=False))
         m[f"train/{name}/length_mean"] = float(ro.lengths[sel].float().mean())
-        if src == Source.ON_POLICY:
+        if decoded:  # rows the policy decoded
             m[f"train/{name}/hit_limit_frac"] = float(ro.hit_limit[sel].float().mean())
             m[f"train/{name}/frac_reward_zero_std"] = frac_reward_zero_std(r, ro.group[sel])
             a_kept = a[keep[sel]]
@@ -82,8 +79,10 @@ class ERILSModule(RLModule):
 
     Args:
         policy: the masked diffusion LM (``TinyDiffusionLM``, ``NativeLLaDA``, ``PretrainedDiffusionLM``).
-        surrogate: the SPG surrogate/loss (its ``mask_id`` is set from the policy).
-        advantages: advantage processor (``SourceSpecific`` = ERILS Eq. 9, ``Joint`` = Eq. 11, ...).
+        surrogate: the SPG surrogate/loss (its ``mask_id`` is set from the policy); sugar for
+            ``loss_fn: SPGLoss(surrogate)``, unused (with a warning) when ``loss_fn`` is set.
+        advantages: advantage processor (``SourceSpecific`` = ERILS Eq. 9, ``Joint`` = Eq. 11, ...); sugar for
+            ``processors: [advantages]``, unused (with a warning) when ``processors`` is set.
         optimizer: optimizer factory (default AdamW lr 3e-6, betas (0.9, 0.99), wd 0.1).
         scheduler: LR scheduler factory, stepped every optimizer update (default constant).
         updates_per_batch: μ, optimizer updates per rollout batch (paper 12).
@@ -101,7 +100,7 @@ class ERILSModule(RLModule):
         policy: DiffusionPolicy,
         surrogate: SPGSurrogate | None = None,
         advantages: AdvantageProcessor | None = None,
-        optimizer: OptimizerCallable = _adamw,
+        optimizer: OptimizerCallable = erils_adamw,
         scheduler: LRSchedulerCallable | None = None,
         updates_per_batch: int = 12,
         micro_batch_size: int | None = None,
@@ -111,16 +110,20 @@ class ERILSModule(RLModule):
         processors: Sequence[Processor] | None = None,
         loss_fn: Loss | None = None,
     ) -> None:
-        self_advantages = advantages if advantages is not None else SourceSpecific()
-        spg = SPGLoss(surrogate)
+        # advantages / surrogate are sugar for the parts: processors [advantages], loss_fn SPGLoss(surrogate)
+        warn_unused_sugar("advantages", advantages, "processors", processors)
+        warn_unused_sugar("surrogate", surrogate, "loss_fn", loss_fn)
         super().__init__(
             policy, optimizer=optimizer, scheduler=scheduler, updates_per_batch=updates_per_batch,
             micro_batch_size=micro_batch_size, grad_clip=grad_clip, max_consecutive_skips=max_consecutive_skips,
-            seed=seed, processors=processors if processors is not None else [self_advantages],
-            loss_fn=loss_fn if loss_fn is not None else spg,
+            seed=seed, processors=processors if processors is not None else [advantages or SourceSpecific()],
+            loss_fn=loss_fn if loss_fn is not None else SPGLoss(surrogate),
         )
-        self.advantages = self_advantages
-        self.surrogate = spg.surrogate
+
+    @property
+    def surrogate(self) -> SPGSurrogate | None:
+        """The SPG surrogate of the loss (``None`` when ``loss_fn`` is not SPG's)."""
+        return self.loss_fn.surrogate if isinstance(self.loss_fn, SPGLoss) else None
 
     def setup(self, stage: str) -> None:
         """Before anything trains: the surrogate's blocks must tile the training decode

@@ -1,75 +1,51 @@
-"""Losses: the last stage of the pipeline, each an injectable part with two calls.
+"""Losses: the last stage of the pipeline, each an injectable part (the interface: :mod:`lit_rl.algorithms.loss_api`).
 
-* ``prepare(rollouts, module)``: once per rollout batch, before any update and without gradients: the rows
-  it trains on (``rollouts.keep``), their masks, and whatever stays fixed over the batch's μ updates
-  (π_old / π_ref log-probs for the clipped policy gradient);
-* ``backward(prepared, module)``: one optimizer update's forward and backward passes over micro-batches of
-  ``module.micro_batch_size`` rows (through ``module.manual_backward``), returning ``(loss, stats)``; the
-  module's :meth:`~lit_rl.algorithms.rl_module.RLModule.optimizer_update` wraps it with the NaN guard,
-  clipping and the optimizer step.
-
-The module hands itself over for what only it has (the policy, ``manual_backward``, the row seeds of
-:meth:`~lit_rl.algorithms.rl_module.RLModule.mask_seeds`, ``log``). Losses here:
+A loss gets typed arguments (the rows, a :class:`~lit_rl.algorithms.loss_api.LossContext`), never the module;
+the module owns micro-batching, ``manual_backward`` and logging. Losses here:
 
 * :class:`SPGLoss`: ERILS / SPG, the SPG surrogate of :mod:`lit_rl.algorithms.surrogates`;
 * :class:`ClippedPGLoss`: GRPO / DAPO / double rollout, the token-level clipped policy gradient of
   :func:`lit_rl.core.pg.clipped_pg_loss` with clip-higher and optional k3 KL;
 * :class:`DenoisingSFTLoss`: masked-denoising SFT (ERILS's SFT baseline, :mod:`lit_rl.algorithms.sft`).
+
+d1 and wd1 live in :mod:`lit_rl.algorithms.d1`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from lit_rl import rng
+from lit_rl.algorithms.loss_api import Loss, LossContext, Prepared, kept_rows
 from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.advantages import STD_OF
 from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
-from lit_rl.core.sources import Source
+from lit_rl.core.sources import rows_where
 from lit_rl.errors import FieldError
 from lit_rl.models.ar import logprobs_of
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 
 __all__ = ["ClippedPGLoss", "DenoisingSFTLoss", "GRPOLossSettings", "Loss", "SPGLoss"]
 
 
-class Loss:
-    """Base of the losses (module docstring). ``stats_prefix``: where the loss's statistics are logged."""
-
-    stats_prefix = "train/loss"
-    reference_mode: str | None = None
-    """The KL reference the loss needs (``None``: none; ``"auto"`` | ``"adapter"`` | ``"copy"``, kept by the
-    module: :meth:`~lit_rl.algorithms.rl_module.RLModule.reference_policy`)."""
-
-    def bind(self, policy: torch.nn.Module) -> None:
-        """Called once by the module with its policy (e.g. the mask token id)."""
-
-    def prepare(self, rollouts: RolloutBatch, module: Any) -> Any:
-        raise NotImplementedError
-
-    def backward(self, prepared: Any, module: Any) -> tuple[Tensor, dict[str, Tensor]]:
-        raise NotImplementedError
-
-
-def _kept(rollouts: RolloutBatch) -> RolloutBatch:
-    """The rows the processors keep (all when they set no ``keep``)."""
-    if rollouts.advantages is None:
-        raise ValueError("the rollouts have no advantages: the module's processors must set them")
-    return rollouts if rollouts.keep is None else rollouts.select(rollouts.keep)
-
-
 # ------------------------------------------------------------------------------------------------- SPG
+@dataclass
+class SPGBatch(Prepared):
+    """What :class:`SPGLoss` fixes once per rollout batch: the kept rows and their total weight ``Σw``."""
+
+    total_w: Tensor = field(default_factory=lambda: torch.ones(()))  # () the batch's Σw (>= 1)
+
+
 class SPGLoss(Loss):
     """ERILS / SPG: ``Σ(−A·S·w)/Σw`` with the SPG surrogate ``S`` (ELBO for positive, EUBO/mix for negative
-    advantages) over the kept rows. Each row's masks come from its own seed (``module.mask_seeds``), so
-    micro-batching never changes them; each micro-batch's loss is rescaled by its share of the batch's Σw,
-    so the gradients add up to the whole batch's.
+    advantages) over the kept rows. Each row's masks come from its own seed (``ctx.mask_seeds`` at the
+    update's step), so micro-batching never changes them; each micro-batch's loss is rescaled by its share
+    of the batch's Σw, so the gradients add up to the whole batch's.
 
     Args:
         surrogate: the SPG surrogate (its ``mask_id`` is set from the policy).
@@ -83,25 +59,18 @@ class SPGLoss(Loss):
     def bind(self, policy: torch.nn.Module) -> None:
         self.surrogate.mask_id = policy.mask_id
 
-    def prepare(self, rollouts: RolloutBatch, module: Any) -> RolloutBatch:
-        return _kept(rollouts)
+    def prepare(self, rollouts: RolloutBatch, ctx: LossContext) -> SPGBatch:
+        ro = kept_rows(rollouts)
+        return SPGBatch(ro, total_w=self.surrogate.loss_weights(ro.lengths).sum().clamp(min=1))
 
-    def backward(self, ro: RolloutBatch, module: Any, step: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-        adv = ro.advantages
-        total_w = self.surrogate.loss_weights(ro.lengths).sum().clamp(min=1)
-        size = module.micro_batch_size or len(ro)
-        loss_sum = torch.zeros((), device=module.device)
-        stats: dict[str, Tensor] = {}
-        seeds = torch.tensor(module.mask_seeds(ro, step))  # (N,) on CPU, split with the rows
-        for mb, mb_adv, mb_seeds in zip(ro.micro_batches(size), adv.split(size), seeds.split(size)):
-            loss, stats = self.surrogate(
-                module.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source, mb_adv,
-                seeds=mb_seeds, gen_width=mb.gen_width, kept_prefix=mb.kept_prefix,
-            )
-            loss = loss * (self.surrogate.loss_weights(mb.lengths).sum().clamp(min=1) / total_w)
-            module.manual_backward(loss)
-            loss_sum = loss_sum + loss.detach()
-        return loss_sum, stats
+    def micro_batch_loss(self, p: SPGBatch, sl: slice, ctx: LossContext) -> tuple[Tensor, dict[str, Tensor]]:
+        mb = p.rows.slice_rows(sl)
+        seeds = torch.tensor(ctx.mask_seeds(mb))  # (b,) on CPU
+        loss, stats = self.surrogate(
+            ctx.policy, mb.input_ids, mb.attention_mask, mb.prompt_len, mb.completion_mask, mb.source,
+            mb.advantages, seeds=seeds, gen_width=mb.gen_width, kept_prefix=mb.kept_prefix,
+        )
+        return loss * (self.surrogate.loss_weights(mb.lengths).sum().clamp(min=1) / p.total_w), stats
 
 
 # --------------------------------------------------------------------------------- clipped policy gradient
@@ -177,14 +146,18 @@ class GRPOLossSettings:
 
 
 @dataclass
-class PreparedPG:
+class PreparedPG(Prepared):
     """What :class:`ClippedPGLoss` fixes once per rollout batch (``B'`` rows trained)."""
 
-    rollouts: RolloutBatch  # the B' rows
-    advantages: Tensor  # (B',)
-    mask: Tensor  # (B', L) tokens in the loss
-    old_logp: Tensor | None  # (B', L) π_old; None until the first update fills it (``old_logprobs: first_update``)
-    ref_logp: Tensor | None  # (B', L) π_ref (kl_beta > 0)
+    advantages: Tensor | None = None  # (B',)
+    mask: Tensor | None = None  # (B', L) tokens in the loss
+    old_logp: Tensor | None = None  # (B', L) π_old; None until the first update fills it (``first_update``)
+    ref_logp: Tensor | None = None  # (B', L) π_ref (kl_beta > 0)
+    pending: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # the first update's (log-probs, entropy)
+
+    @property
+    def rollouts(self) -> RolloutBatch:
+        return self.rows
 
 
 class ClippedPGLoss(Loss):
@@ -196,7 +169,7 @@ class ClippedPGLoss(Loss):
     ``max_steps`` always ends the run); π_old (and π_ref) log-probs of the rows under the policy before any
     update, taken from the first update's own forward (``old_logprobs: first_update``) or from a pass of
     their own in eval mode (``separate_pass``), with ``train/entropy`` (π_old's mean token entropy over the
-    mask) from the same logits. ``backward``: each micro-batch's loss weighted by its share of the
+    mask) from the same logits. ``micro_batch_loss``: each micro-batch's loss weighted by its share of the
     aggregation's denominator, so the accumulated gradient equals the full batch's for every aggregation.
 
     Rows of other sources (an ``ExternalPool`` in the DataModule's sources, ``conf/grpo_external.yaml``) are
@@ -219,11 +192,11 @@ class ClippedPGLoss(Loss):
     def reference_mode(self) -> str | None:  # type: ignore[override]
         return self.settings.reference if self.settings.kl_beta > 0 else None
 
-    def prepare(self, rollouts: RolloutBatch, module: Any) -> PreparedPG:
+    def prepare(self, rollouts: RolloutBatch, ctx: LossContext) -> PreparedPG:
         s = self.settings
-        ro = _kept(rollouts)
+        ro = kept_rows(rollouts)
         adv = ro.advantages
-        mask = truncation_mask(ro.completion_ids, ro.completion_mask, module.policy.eos_id, s.mask_truncated)
+        mask = truncation_mask(ro.completion_ids, ro.completion_mask, ctx.policy.eos_id, s.mask_truncated)
         keep = mask.any(dim=1)  # (B,)
         if s.skip_zero_advantage and s.kl_beta == 0:
             informative = keep & (adv != 0)
@@ -237,35 +210,36 @@ class ClippedPGLoss(Loss):
             keep = torch.ones_like(keep)  # every row truncated: the mask zeroes the loss anyway
         # logged every batch (not only when it grows): an on_step value logged once is re-emitted by Lightning
         # at later steps of that process only, so a resumed run's metric stream would differ
-        module.log("train/uninformative_batches", float(self.uninformative_batches), on_step=True, batch_size=1)
-        module.log("train/rows_trained", keep.float().sum(), on_step=True, batch_size=1)
+        metrics = {"train/uninformative_batches": float(self.uninformative_batches),
+                   "train/rows_trained": keep.float().sum()}
         ro, adv, mask = ro.select(keep), adv[keep], mask[keep]  # (B',...)
         separate = s.old_logprobs == "separate_pass"
-        old_logp, ref_logp, entropy = self._fixed_logprobs(ro, module, with_old=separate)
+        old_logp, ref_logp, entropy = self._fixed_logprobs(ro, ctx, with_old=separate)
         if separate:
-            module.log("train/entropy", masked_entropy_mean(entropy, mask), on_step=True, batch_size=1)
-        return PreparedPG(ro, adv, mask, old_logp, ref_logp)
+            metrics["train/entropy"] = masked_entropy_mean(entropy, mask)
+        return PreparedPG(ro, metrics, advantages=adv, mask=mask, old_logp=old_logp, ref_logp=ref_logp)
 
     @torch.no_grad()
     def _fixed_logprobs(
-        self, ro: RolloutBatch, module: Any, with_old: bool
+        self, ro: RolloutBatch, ctx: LossContext, with_old: bool
     ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         """π_old log-probs ``(B, L)`` and π_old's token entropy ``(B, L)`` when ``with_old`` (the policy in
         eval mode), and π_ref log-probs when ``kl_beta > 0``, in micro-batches."""
-        policy = module.policy
-        size = module.micro_batch_size or len(ro)
+        policy = ctx.policy
         was_training = policy.training
         policy.eval()
         olds, refs, ents = [], [], []
         try:
-            for mb in ro.micro_batches(size):
+            for sl in ctx.slices(len(ro)):
+                mb = ro.slice_rows(sl)
                 if with_old:
                     logits = policy.completion_logits(mb.input_ids, mb.attention_mask, mb.prompt_len)  # (b, L, V)
                     olds.append(logprobs_of(logits, mb.completion_ids))
                     ents.append(token_entropy(logits))  # (b, L)
                     del logits
                 if self.settings.kl_beta > 0:
-                    refs.append(module.reference_logprobs(mb))
+                    with ctx.reference_policy() as ref:
+                        refs.append(ref.token_logprobs(mb.input_ids, mb.attention_mask, mb.prompt_len))
         finally:
             policy.train(was_training)
         cat = lambda xs: torch.cat(xs) if xs else None  # noqa: E731
@@ -281,37 +255,39 @@ class ClippedPGLoss(Loss):
             return float(mb_mask.any(1).sum()) / max(float(mask.any(1).sum()), 1.0)
         return mb_mask.shape[0] / max(mask.shape[0], 1)
 
-    def backward(self, p: PreparedPG, module: Any) -> tuple[Tensor, dict[str, Tensor]]:
+    def micro_batch_loss(self, p: PreparedPG, sl: slice, ctx: LossContext) -> tuple[Tensor, dict[str, Tensor]]:
         s = self.settings
-        ro, adv, mask = p.rollouts, p.advantages, p.mask
-        size = module.micro_batch_size or len(ro)
-        loss_sum = torch.zeros((), device=module.device)
-        stats: dict[str, Tensor] = {}
+        ro, adv, mask = p.rows, p.advantages, p.mask
+        logits = ctx.policy.completion_logits(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)
+        logp = logprobs_of(logits, ro.completion_ids[sl])  # (b, L), as policy.token_logprobs
         first = p.old_logp is None  # the batch's first update supplies π_old (``old_logprobs: first_update``)
-        olds, ents = [], []
-        for start in range(0, len(ro), size):
-            sl = slice(start, start + size)
-            logits = module.policy.completion_logits(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)
-            logp = logprobs_of(logits, ro.completion_ids[sl])  # (b, L), as policy.token_logprobs
-            if first:
-                olds.append(logp.detach())
-                ents.append(token_entropy(logits.detach()))  # (b, L)
-            del logits
-            loss, stats = clipped_pg_loss(
-                logp, olds[-1] if first else p.old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low,
-                eps_high=s.eps_high, ref_logp=None if p.ref_logp is None else p.ref_logp[sl], kl_beta=s.kl_beta,
-                aggregation=s.aggregation,
-            )
-            loss = loss * self._mb_weight(mask, mask[sl])
-            module.manual_backward(loss)
-            loss_sum = loss_sum + loss.detach()
         if first:
-            p.old_logp = torch.cat(olds)  # (B', L): the batch's later updates ratio against it
-            module.log("train/entropy", masked_entropy_mean(torch.cat(ents), mask), on_step=True, batch_size=1)
-        return loss_sum, stats
+            p.pending.append((logp.detach(), token_entropy(logits.detach())))  # (b, L) each
+        del logits
+        loss, stats = clipped_pg_loss(
+            logp, p.pending[-1][0] if first else p.old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low,
+            eps_high=s.eps_high, ref_logp=None if p.ref_logp is None else p.ref_logp[sl], kl_beta=s.kl_beta,
+            aggregation=s.aggregation,
+        )
+        return loss * self._mb_weight(mask, mask[sl]), stats
+
+    def finish_update(self, p: PreparedPG, ctx: LossContext) -> dict[str, Tensor]:
+        if p.old_logp is None and p.pending:  # the first update: its log-probs are π_old for the later ones
+            olds, ents = zip(*p.pending)
+            p.old_logp, p.pending = torch.cat(olds), []  # (B', L)
+            p.metrics["train/entropy"] = masked_entropy_mean(torch.cat(ents), p.mask)
+        return {}
 
 
 # --------------------------------------------------------------------------------------------------- SFT
+@dataclass
+class SFTBatch(Prepared):
+    """The external rows :class:`DenoisingSFTLoss` trains on, and the current update's mask draws."""
+
+    draws: tuple[Tensor, Tensor, Tensor] | None = None  # t (N,), masked (N, L), target (N, L)
+    update_step: int = -1  # the step ``draws`` belong to
+
+
 class DenoisingSFTLoss(Loss):
     """Masked-denoising SFT (LLaDA's SFT objective, :mod:`lit_rl.algorithms.sft`) on the batch's external rows:
     per row ``t ~ U(eps, 1]``, each token masked w.p. ``t``, cross-entropy on masked tokens weighted by
@@ -336,11 +312,11 @@ class DenoisingSFTLoss(Loss):
         DenoisingSFTLoss.check_args(eps=eps)
         self.eps, self.train_padding = eps, train_padding
 
-    def prepare(self, rollouts: RolloutBatch, module: Any) -> RolloutBatch:
-        ext = rollouts.source == int(Source.EXTERNAL)
+    def prepare(self, rollouts: RolloutBatch, ctx: LossContext) -> SFTBatch:
+        ext = rows_where(rollouts.source, decoded=False)  # rows the policy did not decode (the pool's)
         if not bool(ext.any()):
             raise RuntimeError("DenoisingSFT trains on external rollouts: set data.g_ext >= 1 (and data.g_on: 0)")
-        return rollouts.select(ext)
+        return SFTBatch(rollouts.select(ext))
 
     def target_mask(self, ro: RolloutBatch) -> Tensor:
         """Trained positions ``(N, L)``: the row's own width (``train_padding``) or up to its first EOS."""
@@ -349,26 +325,28 @@ class DenoisingSFTLoss(Loss):
         pos = torch.arange(ro.completion_mask.shape[1], device=ro.completion_mask.device)
         return pos[None, :] < ro.gen_width[:, None]
 
-    def backward(self, ro: RolloutBatch, module: Any, step: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-        policy = module.policy
-        target = self.target_mask(ro)  # (N, L)
-        seeds = module.mask_seeds(ro, step)
-        ts, masks = zip(*(denoising_masks(target[i : i + 1], rng.cpu_generator(s), self.eps)
-                          for i, s in enumerate(seeds)))
-        t, masked = torch.cat(ts), torch.cat(masks)  # (N,), (N, L)
-        n = len(ro)
-        size = module.micro_batch_size or n
+    def _draws(self, p: SFTBatch, ctx: LossContext) -> tuple[Tensor, Tensor, Tensor]:
+        """This update's ``t (N,)``, masked positions ``(N, L)`` and targets ``(N, L)``, drawn once per update
+        (every row from its own seed at the update's step)."""
+        if p.update_step != ctx.step or p.draws is None:
+            target = self.target_mask(p.rows)  # (N, L)
+            seeds = ctx.mask_seeds(p.rows)
+            ts, masks = zip(*(denoising_masks(target[i : i + 1], rng.cpu_generator(s), self.eps)
+                              for i, s in enumerate(seeds)))
+            p.draws, p.update_step = (torch.cat(ts), torch.cat(masks), target), ctx.step  # (N,), (N, L), (N, L)
+        return p.draws
+
+    def micro_batch_loss(self, p: SFTBatch, sl: slice, ctx: LossContext) -> tuple[Tensor, dict[str, Tensor]]:
+        ro, policy = p.rows, ctx.policy
+        t, masked, target = self._draws(p, ctx)
         P = ro.prompt_len
-        loss_sum = torch.zeros((), device=module.device)
-        for s in range(0, n, size):
-            sl = slice(s, s + size)
-            comp = ro.completion_ids[sl]  # (b, L)
-            noisy = torch.where(masked[sl], torch.full_like(comp, policy.mask_id), comp)
-            ids = torch.cat([ro.input_ids[sl, :P], noisy], 1)  # (b, P + L)
-            logits = policy(ids, ro.attention_mask[sl])[:, P:]  # (b, L, V)
-            loss = masked_denoising_loss(logits, comp, masked[sl], t[sl], target[sl].sum(-1))
-            loss = loss * (comp.shape[0] / n)  # a mean over rows: each micro-batch weighs its share
-            module.manual_backward(loss)
-            loss_sum = loss_sum + loss.detach()
-        stats = {"masked_frac": (masked.sum() / target.sum().clamp(min=1)).float(), "t_mean": t.mean()}
-        return loss_sum, stats
+        comp = ro.completion_ids[sl]  # (b, L)
+        noisy = torch.where(masked[sl], torch.full_like(comp, policy.mask_id), comp)
+        ids = torch.cat([ro.input_ids[sl, :P], noisy], 1)  # (b, P + L)
+        logits = policy(ids, ro.attention_mask[sl])[:, P:]  # (b, L, V)
+        loss = masked_denoising_loss(logits, comp, masked[sl], t[sl], target[sl].sum(-1))
+        return loss * (comp.shape[0] / len(ro)), {}  # a mean over rows: each micro-batch weighs its share
+
+    def finish_update(self, p: SFTBatch, ctx: LossContext) -> dict[str, Tensor]:
+        t, masked, target = self._draws(p, ctx)
+        return {"masked_frac": (masked.sum() / target.sum().clamp(min=1)).float(), "t_mean": t.mean()}

@@ -10,12 +10,14 @@ seeing the previous one's output::
   ``Joint`` (Eq. 11), ``OnPolicyOnly`` (SPG), ``ExternalOnly``;
 * :class:`GroupBaseline`: GRPO / RLOO / Dr. GRPO / NeMo-RL group-relative advantages over every row;
 * :class:`~lit_rl.algorithms.double_rollout.DoubleRolloutEstimate`: double rollout's reward estimation
-  (continuations from the cut trace, revised rewards, one-sided replacement, length terms) and the GRPO
+  (revised rewards from the continuations its stage sampled, one-sided replacement, length terms) and the GRPO
   advantages of the revised rewards.
 
-A processor reads what it needs from the rollouts and their :class:`~lit_rl.rollouts.types.PromptBatch`
-(the task to score new rows, the generator for continuations, the step and rank for seeds) and reports
-anything beyond advantages in ``batch.diagnostics``; the module gives it its policy once (:meth:`bind`).
+A processor is a pure function of the rollouts and their :class:`~lit_rl.batch.PromptBatch` (the task's
+threshold, the step and rank for seeds, what a dependent rollout stage produced: ``batch.continuations``); it
+generates nothing. A processor whose input needs rows generated from the batch's rows declares that
+:attr:`Processor.stage`, which the DataModule runs after the first stage. It reports anything beyond advantages
+in ``batch.diagnostics``; the module gives it its policy once (:meth:`bind`).
 """
 
 from __future__ import annotations
@@ -26,13 +28,18 @@ import torch
 
 from lit_rl.core.advantages import STD_OF, group_centered
 from lit_rl.errors import FieldError
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 
 __all__ = ["GroupBaseline", "Processor", "run_processors"]
 
 
 class Processor:
     """Base of the processors (module docstring)."""
+
+    stage: Any = None
+    """A :class:`~lit_rl.algorithms.dr_stage.RolloutStage` the processor's input needs (new rows or samples
+    generated from the batch's rows, e.g. double rollout's continuations): the DataModule runs it after the first
+    stage, so the processor itself stays a pure function of the batch. ``None``: none."""
 
     fsdp2_unsupported: str | None = None
     """Why the processor cannot run under FSDP2 sharding (``None``: it can); the module refuses the strategy

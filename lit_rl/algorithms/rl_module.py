@@ -8,13 +8,16 @@ manual optimisation (``trainer.global_step`` counts updates, so ``max_steps`` is
     2. processors rewards -> advantages (and replaced rows): the chain ``self.processors``
     3. metrics    the batch's statistics (the DataModule's, the processors', the module's own)
     4. prepare    ``self.loss_fn.prepare``: the rows trained on, masks, π_old / π_ref, once per batch
-    5. updates    μ x ``optimizer_update(self.loss_fn.backward)``
+    5. updates    μ x ``optimizer_update(loss_backward)``: the loss's micro-batches, ``manual_backward`` each
+
+The loss gets typed arguments (:class:`~lit_rl.algorithms.loss_api.LossContext`), never the module; the module
+owns micro-batching (one ``micro_batch_size``), ``manual_backward`` and logging.
 
 What else they share lives here and nowhere else:
 
 * the constructor checks and the injected optimizer / scheduler factories (LightningCLI builds them);
-* :meth:`RLModule.optimizer_update`: one update = zero grads → the subclass's loss over micro-batches
-  (its ``backward`` callable) → NaN guard (a non-finite loss or gradient skips the update, weights and
+* :meth:`RLModule.optimizer_update`: one update = zero grads → the loss over micro-batches
+  (:meth:`RLModule.loss_backward`) → NaN guard (a non-finite loss or gradient skips the update, weights and
   optimizer state unchanged, ``train/skipped_updates`` counts it; ``max_consecutive_skips`` in a row raise
   :class:`NonFiniteUpdateError`) → grad-norm clipping → step → LR schedule → ``train/loss``, ``train/lr``
   and the loss's own statistics;
@@ -33,21 +36,30 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
-from lit_rl import rng
-from lit_rl.algorithms.losses import Loss
+from lit_rl.optim import rl_adamw
+from lit_rl.algorithms.loss_api import Loss, LossContext, Prepared
 from lit_rl.algorithms.processors import Processor, run_processors
 from lit_rl.errors import FieldError
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 
-__all__ = ["NonFiniteUpdateError", "RLModule"]
+__all__ = ["NonFiniteUpdateError", "RLModule", "warn_unused_sugar"]
+
+
+def warn_unused_sugar(sugar: str, sugar_value: Any, part: str, part_value: Any) -> None:
+    """A module's shortcut (``surrogate``, ``advantages``, ``double_rollout``, ``loss``) builds a default part; with
+    the part itself given too (an overlay that replaces the part), the shortcut is not used: say so once."""
+    if sugar_value is not None and part_value is not None:
+        rank_zero_warn(f"model.init_args.{sugar} is not used: model.init_args.{part} is set and replaces the part it "
+                       f"would build")
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -58,9 +70,6 @@ def _local(t: Tensor) -> Tensor:
     """This rank's shard of a DTensor (FSDP2), else ``t``."""
     return t.to_local() if isinstance(t, DTensor) else t
 
-
-def _adamw(params: Iterable) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=1e-6, betas=(0.9, 0.99), weight_decay=0.0)
 
 
 class RLModule(L.LightningModule):
@@ -96,7 +105,7 @@ class RLModule(L.LightningModule):
     def __init__(
         self,
         policy: torch.nn.Module,
-        optimizer: OptimizerCallable = _adamw,
+        optimizer: OptimizerCallable = rl_adamw,
         scheduler: LRSchedulerCallable | None = None,
         updates_per_batch: int = 1,
         micro_batch_size: int | None = None,
@@ -202,13 +211,50 @@ class RLModule(L.LightningModule):
         # 4. the loss's fixed part, once per batch (rows trained on, masks, π_old / π_ref)
         if self.loss_fn is None:
             raise RuntimeError(f"{type(self).__name__} has no loss")
-        prepared = self.loss_fn.prepare(ro, self)
+        prepared = self.loss_fn.prepare(ro, self.loss_context())
+        self.log_loss_metrics(prepared)
         # 5. μ optimizer updates on this rollout batch
         loss = torch.zeros((), device=self.device)
-        for _ in range(self.updates_per_batch):
-            loss = self.optimizer_update(lambda: self.loss_fn.backward(prepared, self), self.loss_fn.stats_prefix)
+        for k in range(self.updates_per_batch):
+            loss = self.optimizer_update(lambda: self.loss_backward(prepared, k), self.loss_fn.stats_prefix)
         self.log_step_axis(batch)
         return loss
+
+    def loss_context(self, update: int = 0, step: int | None = None) -> LossContext:
+        """What the loss is given (:class:`~lit_rl.algorithms.loss_api.LossContext`): the policy, this update's
+        step (default ``global_step``) and index, the micro-batch size, the mask seeds' inputs, the reference."""
+        return LossContext(
+            policy=self.policy, device=self.device, step=self.global_step if step is None else step, update=update,
+            updates_per_batch=self.updates_per_batch, micro_batch_size=self.micro_batch_size, seed=self.seed,
+            rank=self.global_rank, reference=self.reference_policy if self._reference_mode() else None,
+        )
+
+    def loss_backward(self, prepared: Prepared, update: int, step: int | None = None
+                      ) -> tuple[Tensor, dict[str, Tensor]]:
+        """One update's forward and backward passes: the loss over micro-batches of ``micro_batch_size`` rows,
+        each through ``manual_backward``; returns ``(loss, stats)`` (stats: the last micro-batch's and the
+        update's own, :meth:`~lit_rl.algorithms.loss_api.Loss.finish_update`)."""
+        ctx = self.loss_context(update, step)
+        loss_sum = torch.zeros((), device=self.device)
+        stats: dict[str, Tensor] = {}
+        for sl in ctx.slices(len(prepared.rows)):
+            loss, stats = self.loss_fn.micro_batch_loss(prepared, sl, ctx)
+            self.manual_backward(loss)
+            loss_sum = loss_sum + loss.detach()
+        stats = {**stats, **self.loss_fn.finish_update(prepared, ctx)}
+        self.log_loss_metrics(prepared)
+        return loss_sum, stats
+
+    def log_loss_metrics(self, prepared: Prepared) -> None:
+        """Log and empty the loss's metric mailbox (``prepared.metrics``, full names)."""
+        for k, v in prepared.metrics.items():
+            self.log(k, v, on_step=True, batch_size=1)
+        prepared.metrics.clear()
+
+    def rollout_stages(self) -> list[Any]:
+        """The dependent rollout stages the processors need (:attr:`Processor.stage`, e.g. double rollout's
+        continuations), in chain order: the DataModule runs them after the first stage."""
+        return [p.stage for p in self.processors if getattr(p, "stage", None) is not None]
 
     @property
     def uninformative_batches(self) -> int:
@@ -261,12 +307,6 @@ class RLModule(L.LightningModule):
         if self.reference is None:
             self._make_reference()
         yield self.reference.to(self.device)
-
-    def reference_logprobs(self, mb: RolloutBatch) -> Tensor:
-        """π_ref log-probs ``(b, L)`` of a micro-batch under a causal policy (the KL term of
-        :class:`~lit_rl.algorithms.losses.ClippedPGLoss`)."""
-        with self.reference_policy() as ref:
-            return ref.token_logprobs(mb.input_ids, mb.attention_mask, mb.prompt_len)
 
     def batch_metrics(self, ro: RolloutBatch, batch: PromptBatch) -> dict[str, float]:
         """The module's own per-batch metrics of the processed rows (subclasses; default none)."""
@@ -334,13 +374,6 @@ class RLModule(L.LightningModule):
         own, ``train/rollout_batch`` (batches trained so far)."""
         self.log("step", float(self.global_step), on_step=True, batch_size=1)
         self.log("train/rollout_batch", float(batch.step + 1), on_step=True, batch_size=1)
-
-    def mask_seeds(self, ro: RolloutBatch, step: int | None = None) -> list[int]:
-        """One mask seed per rollout: ``seed_for(seed, MASKS, rank, step, row)``, ``step`` = the optimizer
-        update (default ``global_step``), so a row's masks depend on neither its batch-mates nor the split."""
-        step = self.global_step if step is None else step
-        rank = self.global_rank
-        return [rng.seed_for(self.seed, rng.Stream.MASKS, rank=rank, step=step, row=r) for r in ro.row.tolist()]
 
     # -- periodic greedy evaluation --------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:

@@ -15,21 +15,18 @@ micro-batching never changes the update.
 
 from __future__ import annotations
 
-from typing import Iterable
 
-import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
+from lit_rl.optim import erils_adamw
 from lit_rl.algorithms.losses import DenoisingSFTLoss
 from lit_rl.algorithms.rl_module import RLModule
 from lit_rl.models.policy import DiffusionPolicy
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch, Source
+from lit_rl.batch import PromptBatch, RolloutBatch
+from lit_rl.core.sources import rows_where
 
 __all__ = ["DenoisingSFT"]
 
-
-def _adamw(params: Iterable) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=3e-6, betas=(0.9, 0.99), weight_decay=0.1)
 
 
 class DenoisingSFT(RLModule):
@@ -58,7 +55,7 @@ class DenoisingSFT(RLModule):
     def __init__(
         self,
         policy: DiffusionPolicy,
-        optimizer: OptimizerCallable = _adamw,
+        optimizer: OptimizerCallable = erils_adamw,
         scheduler: LRSchedulerCallable | None = None,
         updates_per_batch: int = 1,
         micro_batch_size: int | None = None,
@@ -76,5 +73,5 @@ class DenoisingSFT(RLModule):
         self.eps, self.train_padding = eps, train_padding
 
     def batch_metrics(self, ro: RolloutBatch, batch: PromptBatch) -> dict[str, float]:
-        ext = ro.source == int(Source.EXTERNAL)
+        ext = rows_where(ro.source, decoded=False)
         return {"train/external/reward_mean": float(ro.rewards[ext].mean())} if bool(ext.any()) else {}

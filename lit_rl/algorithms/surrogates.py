@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import torch
 
 from lit_rl import rng
+from lit_rl.algorithms.estimators import Draw, LikelihoodEstimator, TokenScores
 from lit_rl.errors import FieldError
 from lit_rl.core.entropy import masked_entropy_mean, token_entropy
 from lit_rl.core.masks import (
@@ -24,7 +25,8 @@ from lit_rl.core.masks import (
     spg_block_masks,
     uniform_random_masks,
 )
-from lit_rl.core.sources import Source
+from lit_rl.core.sources import Source, describe, known, rows_where
+from lit_rl.batch import RolloutBatch
 from lit_rl.core.spg import (  # noqa: F401  (re-exported)
     d1_loss,
     elbo,
@@ -43,7 +45,7 @@ LogitsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``logits_fn(noisy_ids (N, T), attention_mask (N, T)) -> logits (N, T, V)``."""
 
 
-class SPGSurrogate:
+class SPGSurrogate(LikelihoodEstimator):
     """SPG surrogate + loss for a mixed batch of on-policy (``source == 0``) and external (``source == 1``)
     rollouts (ERILS §IV-B, Eq. 10; the factor between Eq. 10 and this loss: ``weighting`` below).
 
@@ -51,8 +53,8 @@ class SPGSurrogate:
     choice pluggable); external rollouts get uniformly random masks
     (:func:`~lit_rl.core.masks.uniform_random_masks`) because their generation confidences do not
     exist. Prompt tokens are masked w.p. ``p_mask_prompt`` in every draw; clean completion tokens before the
-    chosen block w.p. ``p_mask_clean`` (on-policy only, as SPG's block code). All ``num_t`` draws run as one
-    ``(num_t·B, T)`` forward, or in micro-batches of ``micro_batch_size`` rows.
+    chosen block w.p. ``p_mask_clean`` (on-policy only, as SPG's block code). All ``num_t`` draws of the rows
+    it is given run as one ``(num_t·B, T)`` forward; the module's ``micro_batch_size`` bounds ``B``.
 
     Args:
         beta: EUBO exponent β. SPG's scripts: mix mode Sudoku 1.0, Countdown 1.5, math 1.5; EUBO-only mode
@@ -66,7 +68,7 @@ class SPGSurrogate:
         p_mask_clean: clean-completion masking probability for block masks (SPG uses ``p_mask_prompt``).
         external_rule: ``"count"`` (SPG ``random``) | ``"bernoulli"`` (ERILS App. A) for external rollouts.
         mask_id: the [MASK] id (LLaDA: 126336).
-        micro_batch_size: rows per forward; ``None`` = all ``num_t·B`` at once.
+        micro_batch_size: removed (must stay ``None``): the module's ``micro_batch_size`` is the one setting.
         weighting: how :func:`spg_loss` weighs the rollouts: ``"length"`` (default; the SPG reference code,
             a rollout weighs its completion length: ERILS Eq. 10 with App. A's sum-form ELBO, times ``B / Σ L``,
             one factor per batch) or ``"rollout"`` (every rollout's per-token mean equally: Eq. 10's form with
@@ -111,8 +113,10 @@ class SPGSurrogate:
                              f"must be one of {sorted(BLOCK_CHOICES)} or a callable, got {block_choice!r}")
         if external_rule not in ("count", "bernoulli"):
             raise FieldError("external_rule", f"must be 'count' or 'bernoulli', got {external_rule!r}")
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise FieldError("micro_batch_size", f"must be >= 1 or None, got {micro_batch_size}")
+        if micro_batch_size is not None:
+            raise FieldError("micro_batch_size", f"got {micro_batch_size}: the surrogate no longer splits its forward; "
+                             "set the module's micro_batch_size (model.init_args.micro_batch_size, rows per forward "
+                             "and backward; a forward holds num_t x that many rows)")
         if weighting not in ("length", "rollout"):
             raise FieldError("weighting", f"must be 'length' or 'rollout', got {weighting!r}")
         if continuation_masks not in ("whole", "tail"):
@@ -150,7 +154,6 @@ class SPGSurrogate:
         self.p_mask_clean = p_mask_clean
         self.external_rule = external_rule
         self.mask_id = mask_id
-        self.micro_batch_size = micro_batch_size
 
     def loss_weights(self, lengths: torch.Tensor) -> torch.Tensor:
         """Per-rollout weights of :func:`spg_loss` under ``weighting``: ``(B,)`` lengths -> ``(B,)``."""
@@ -181,12 +184,11 @@ class SPGSurrogate:
         """
         completion_mask = completion_mask.bool()
         B, L = completion_mask.shape
-        known = torch.isin(source, torch.tensor([int(s) for s in Source], device=source.device))
-        if not known.all():
-            raise ValueError(f"source must hold 0 (on-policy), 1 (external) or 2 (continuation), got "
-                             f"{source[~known].unique().tolist()}")
-        continuation = source == int(Source.CONTINUATION)  # (B,) masked as on-policy decodes
-        source = torch.where(continuation, int(Source.ON_POLICY), source)
+        ok = known(source)
+        if not ok.all():
+            raise ValueError(f"source must hold a row kind ({describe()}), got {source[~ok].unique().tolist()}")
+        decoded = rows_where(source, decoded=True)  # (B,) the policy decoded it: block masks; else uniform
+        source = torch.where(decoded, 0, 1)  # the draw's key: 0 block masks, 1 uniform masks
         if seeds is not None and len(seeds) != B:
             raise ValueError(f"seeds must hold one seed per row ({B}), got {len(seeds)}")
         widths = [L] * B if gen_width is None else [int(w) for w in gen_width.tolist()]
@@ -203,7 +205,7 @@ class SPGSurrogate:
         prompt = torch.zeros(self.num_t, *prompt_mask.shape, dtype=torch.bool, device=device)
         for rows, src, width, g in groups:
             idx = torch.tensor(rows, device=device)
-            if src == int(Source.ON_POLICY):
+            if src == 0:  # a decoded row
                 m = spg_block_masks(
                     completion_mask[idx], self.block_length, self.num_t, g,
                     block_choice=self.block_choice, p_mask_clean=self.p_mask_clean, gen_width=width,
@@ -212,10 +214,35 @@ class SPGSurrogate:
                 m = uniform_random_masks(completion_mask[idx], self.num_t, g, rule=self.external_rule)
             m = mask_prompt_tokens(m, prompt_mask[idx], self.p_mask_prompt, g)
             comp[:, idx], loss[:, idx], prompt[:, idx] = m.completion, m.loss, m.prompt
-        if self.continuation_masks == "tail" and kept_prefix is not None and bool(continuation.any()):
-            kept = (torch.arange(L, device=device)[None, :] < kept_prefix.to(device)[:, None]) & continuation[:, None]
-            comp, loss = comp & ~kept[None], loss & ~kept[None]  # the cut trace: clean context, not scored
+        if self.continuation_masks == "tail" and kept_prefix is not None and bool((kept_prefix > 0).any()):
+            # rows that kept a prefix (double rollout's CONTINUATION rows: the cut trace): clean context, not scored
+            kept = torch.arange(L, device=device)[None, :] < kept_prefix.to(device)[:, None]  # (B, L)
+            comp, loss = comp & ~kept[None], loss & ~kept[None]
         return DiffusionMasks(comp, loss, prompt)
+
+    # -- the likelihood-estimator interface (lit_rl.algorithms.estimators): SPG's masks for any loss ---------
+    # draw / score wrap build_masks / logprobs_and_entropy, the calls __call__ (SPGLoss) makes: one mask path.
+    # per_token() is the ELBO's; EUBO and mix are functions of the copies (TokenScores.logp), as in surrogate().
+    def bind(self, policy) -> None:
+        self.mask_id = policy.mask_id
+
+    def draw(self, rows: RolloutBatch, seeds: list[int]) -> Draw:
+        """:meth:`build_masks` of the rows (row ``i`` from ``seeds[i]``), rows first: ``completion``, ``loss``
+        ``(B, num_t, L)`` and ``prompt`` ``(B, num_t, P)``."""
+        m = self.build_masks(rows.completion_mask, rows.attention_mask[:, : rows.prompt_len], rows.source,
+                             seeds=seeds, gen_width=rows.gen_width, kept_prefix=rows.kept_prefix)
+        return {"completion": m.completion.transpose(0, 1), "loss": m.loss.transpose(0, 1),
+                "prompt": m.prompt.transpose(0, 1)}
+
+    def score(self, policy, rows: RolloutBatch, draw: Draw) -> TokenScores:
+        """The ``num_t`` noisy copies' log-probs; the coefficients make :meth:`TokenScores.per_token` sum to
+        SPG's ELBO over a row (:func:`~lit_rl.core.spg.elbo`: per draw the mean over its scored positions,
+        then the mean over draws)."""
+        masks = DiffusionMasks(*(draw[k].transpose(0, 1) for k in ("completion", "loss", "prompt")))
+        logp, ent = self.logprobs_and_entropy(policy, rows.input_ids, rows.attention_mask, rows.prompt_len, masks)
+        m = masks.loss.float()  # (num_t, B, L)
+        coef = m / (m.sum(-1, keepdim=True).clamp(min=1) * self.num_t)
+        return TokenScores(logp, coef, ent)
 
     def token_logprobs(
         self,
@@ -246,13 +273,10 @@ class SPGSurrogate:
         noisy = apply_masks(input_ids, masks, prompt_len, self.mask_id).reshape(num_t * B, T)  # (N, T)
         attn = attention_mask[None].expand(num_t, -1, -1).reshape(num_t * B, T)  # (N, T)
         targets = input_ids[None, :, prompt_len:].expand(num_t, -1, -1).reshape(num_t * B, L)  # (N, L)
-        mb = self.micro_batch_size or num_t * B
-        out, ent = [], []
-        for s in range(0, num_t * B, mb):
-            logits = logits_fn(noisy[s : s + mb], attn[s : s + mb])  # (n, T, V)
-            out.append(token_logprobs_from_logits(logits[:, prompt_len:], targets[s : s + mb]))  # (n, L)
-            ent.append(token_entropy(logits[:, prompt_len:].detach()))  # (n, L), a diagnostic
-        return torch.cat(out, 0).reshape(num_t, B, L), torch.cat(ent, 0).reshape(num_t, B, L)
+        logits = logits_fn(noisy, attn)[:, prompt_len:]  # (N, L, V)
+        logp = token_logprobs_from_logits(logits, targets)  # (N, L)
+        ent = token_entropy(logits.detach())  # (N, L), a diagnostic
+        return logp.reshape(num_t, B, L), ent.reshape(num_t, B, L)
 
     def surrogate(
         self, token_logprobs: torch.Tensor, loss_mask: torch.Tensor, lengths: torch.Tensor, advantages: torch.Tensor
@@ -304,10 +328,10 @@ class SPGSurrogate:
         loss, stats = spg_loss(advantages, s, self.loss_weights(lengths))
         stats["completion_length_mean"] = lengths.float().mean().detach()
         stats["elbo_mean"] = lo.detach().mean()
-        for src, name in ((int(Source.ON_POLICY), "on_policy"), (int(Source.EXTERNAL), "external")):
-            sel = source == src  # (B,) per-source ELBO: does the policy learn the external rows? (#16)
+        for kind in (Source.ON_POLICY, Source.EXTERNAL):  # does the policy learn the external rows?
+            sel = source == int(kind)  # (B,) rows of exactly this kind (continuation rows are in neither)
             if bool(sel.any()):
-                stats[f"elbo_{name}"] = lo.detach()[sel].mean()
+                stats[f"elbo_{kind.label}"] = lo.detach()[sel].mean()
         stats[f"{self.mode}_mean"] = neg.detach().mean()
         stats["masked_frac"] = (
             masks.loss.sum((0, 2)).float() / (lengths.clamp(min=1) * self.num_t)

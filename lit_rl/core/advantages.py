@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from lit_rl.core.sources import Source
+from lit_rl.core.sources import describe, known, rows_where
 
 __all__ = [
     "STD_OF",
@@ -32,7 +32,6 @@ __all__ = [
     "source_specific_advantages",
 ]
 
-ON_POLICY, EXTERNAL, CONTINUATION = int(Source.ON_POLICY), int(Source.EXTERNAL), int(Source.CONTINUATION)
 STD_OF = ("group", "baseline")
 """The std rules of :func:`group_centered` (``std_of``)."""
 
@@ -57,10 +56,9 @@ def _check(rewards: torch.Tensor, source: torch.Tensor, group: torch.Tensor, val
             f"rewards, source and group must all be (B,), got {tuple(rewards.shape)}, "
             f"{tuple(source.shape)}, {tuple(group.shape)}"
         )
-    bad = (source != ON_POLICY) & (source != EXTERNAL) & (source != CONTINUATION)
+    bad = ~known(source)
     if bad.any():
-        raise ValueError(f"source must hold 0 (on-policy), 1 (external) or 2 (continuation), got "
-                         f"{source[bad].unique().tolist()}")
+        raise ValueError(f"source must hold a row kind ({describe()}), got {source[bad].unique().tolist()}")
     valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
     if torch.isnan(rewards[valid]).any():
         raise ValueError("rewards contain NaN; pass valid= to exclude those rollouts (or use nan_policy='drop')")
@@ -205,12 +203,13 @@ def source_specific_advantages(
 ) -> torch.Tensor:
     """ERILS Eq. 9: on-policy rows centred by the mean of their group's on-policy rows only; external rows
     keep ``A = r``. Rows with ``valid == False`` get 0 and are excluded from the means. A continuation row
-    (double rollout's rebuilt rows, ``Source.CONTINUATION``) is the policy's own decode and counts as on-policy.
+    (double rollout's rebuilt rows, ``Source.CONTINUATION``) is the policy's own decode and counts as on-policy:
+    the rows centred are the kinds with ``centred`` (:data:`lit_rl.core.sources.KINDS`).
 
     Shapes: ``rewards, source, group, valid (B,)`` -> ``(B,)``.
     """
     valid = _check(rewards, source, group, valid)
-    on = (source != EXTERNAL) & valid
+    on = rows_where(source, centred=True) & valid
     a_on = group_centered(rewards, group, on, scale_std=scale_std, eps=eps)
     adv = torch.where(on, a_on, rewards)
     return torch.where(valid, adv, torch.zeros_like(adv))

@@ -31,6 +31,7 @@ import torch
 from lit_rl.core.pg import clipped_pg_loss
 
 __all__ = [
+    "coupled_coefficients",
     "d1_loss",
     "elbo",
     "eubo",
@@ -221,3 +222,22 @@ def wd1_weights(advantages: torch.Tensor, group: torch.Tensor | None = None) -> 
         return torch.softmax(z, dim=-1).nan_to_num(0.0).sum(0)  # (B,)
 
     return group_softmax(advantages), group_softmax(-advantages)
+
+
+def coupled_coefficients(masked_a: torch.Tensor, t: torch.Tensor, full_mask_copy: bool = True) -> torch.Tensor:
+    """DiffuCoder's coupled estimate (arXiv:2506.20639 §4) as coefficients of its noisy copies' log-probs.
+
+    Copy ``a`` masks the completion positions ``masked_a`` (drawn at ratio ``t``), copy ``b`` the complement;
+    a token's estimate is ``w·log p`` from the copy that masks it, ``w = 1/t`` (``a``) or ``1/(1 − t)`` (``b``).
+    With ``full_mask_copy`` (the reference code) a fully masked copy comes first and the estimate is
+    ``(log p_full + w·log p_masked) / 2``, so the coefficients are ``[1/2, w_a/2, w_b/2]``; without it
+    ``[w_a, w_b]``. The per-token estimate is ``Σ_d coef_d · logp_d``.
+
+    Shapes: ``masked_a (B, L)`` bool, ``t (B,)`` -> ``(D, B, L)`` float, ``D`` = 3 or 2.
+    """
+    a = masked_a.float()
+    t = t.float()[:, None]  # (B, 1)
+    w_a, w_b = a / t, (1.0 - a) / (1.0 - t)  # (B, L) each
+    if not full_mask_copy:
+        return torch.stack([w_a, w_b])
+    return torch.stack([torch.full_like(a, 0.5), w_a / 2, w_b / 2])

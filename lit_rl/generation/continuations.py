@@ -38,7 +38,7 @@ __all__ = ["DiffusionContinuations"]
 
 class DiffusionContinuations:
     """``continue_from`` for a dLLM policy (module docstring), the interface
-    :func:`lit_rl.algorithms.dr_estimate.estimate_rewards` calls; ``needs_prompt_lens``: the estimate passes
+    :func:`lit_rl.algorithms.dr_stage.sample_continuations` calls; ``needs_prompt_lens``: the stage passes
     where each prefix's prompt ends (the canvas starts there).
 
     Args:

@@ -249,14 +249,11 @@ def kv_stack_for(model: nn.Module) -> KVStack | None:
     from torch.distributed.tensor import DTensor
     from transformers import BertForMaskedLM
 
-    from lit_rl.models.dream import NativeDreamModel
-    from lit_rl.models.llada import NativeLLaDAModel
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if any(isinstance(p, DTensor) for p in base.parameters()):
         return None
-    for cls, arch in ((BertForMaskedLM, BertArchitecture), (NativeLLaDAModel, LLaDAArchitecture),
-                      (NativeDreamModel, Qwen2Architecture)):
-        if isinstance(base, cls):
-            return KVStack(arch(base))
-    return None
+    if isinstance(base, BertForMaskedLM):
+        return KVStack(BertArchitecture(base))
+    # lit_rl's native models name their adapter (a class attribute: generation never imports lit_rl.models)
+    arch = {"llada": LLaDAArchitecture, "qwen2": Qwen2Architecture}.get(getattr(type(base), "kv_architecture", None))
+    return KVStack(arch(base)) if arch is not None else None

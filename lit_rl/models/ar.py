@@ -9,7 +9,7 @@ which only needs ``tokenizer``, ``eos_id`` and ``pad_id``), plus what GRPO needs
 * ``token_logprobs(input_ids, attention_mask, prompt_len) -> (B, L)``: log pi(token_t | tokens_<t) of the
   completion tokens ``input_ids[:, P:]`` (the usual causal shift: logits at t-1 score token t).
 
-Rows follow the :class:`~lit_rl.rollouts.types.RolloutBatch` layout: prompt left-padded to ``P``, the
+Rows follow the :class:`~lit_rl.batch.RolloutBatch` layout: prompt left-padded to ``P``, the
 completion in the last ``L`` positions (EOS-filled after its first EOS).
 
 Two concrete policies, both built by LightningCLI from YAML:

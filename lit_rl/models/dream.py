@@ -66,6 +66,8 @@ def qwen2_config_from_dream(path: str | Path, **overrides: Any) -> Qwen2Config:
 class NativeDreamModel(Qwen2ForCausalLM):
     """Qwen2ForCausalLM made bidirectional (module docstring); logits ``(B, T, V)`` unshifted, as Dream's."""
 
+    kv_architecture = "qwen2"  # the cached-decoding adapter (lit_rl.generation.kv_stack.kv_stack_for)
+
     def __init__(self, config: Qwen2Config) -> None:
         super().__init__(config)
         for module in self.modules():

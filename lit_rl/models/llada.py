@@ -280,9 +280,13 @@ class NativeLLaDAInner(nn.Module):
 class NativeLLaDAModel(PreTrainedModel):
     """LLaDA with a correct attention mask and position ids under padding (module docstring).
 
+    ``kv_architecture``: the cached-decoding adapter (:func:`lit_rl.generation.kv_stack.kv_stack_for`).
+
     ``forward(input_ids, attention_mask=None, position_ids=None)`` returns ``MaskedLMOutput(logits (B, T,
     embedding_size))``, the official model's logits when there is no padding.
     """
+
+    kv_architecture = "llada"
 
     config_class = NativeLLaDAConfig
     base_model_prefix = "model"

@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from lit_rl.algorithms.advantages import OnPolicyOnly
-from lit_rl.algorithms.d1 import D1Loss, WD1Loss, one_step_logprobs, one_step_prompt_masks
+from lit_rl.algorithms.d1 import D1Loss, WD1Loss
+from lit_rl.algorithms.estimators import OneStep
 from lit_rl.algorithms.erils import ERILSModule
 from lit_rl.cli import run_lightning_cli
 from lit_rl.core.spg import wd1_loss
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 
 ROOT = Path(__file__).resolve().parents[2]
 B, P, L = 4, 3, 5
@@ -40,6 +41,29 @@ def _rows(adv=(1.0, -1.0, 0.5, -0.5)) -> RolloutBatch:
         hit_limit=torch.zeros(B, dtype=torch.bool), eval_total=None,
     )
     return ro.with_advantages(torch.tensor(adv))
+
+
+def _bare(ids: torch.Tensor, attn: torch.Tensor, prompt_len: int) -> RolloutBatch:
+    n, width = ids.shape[0], ids.shape[1] - prompt_len
+    return RolloutBatch(
+        input_ids=ids, attention_mask=attn, prompt_len=prompt_len,
+        completion_mask=torch.ones(n, width, dtype=torch.bool),
+        lengths=torch.full((n,), width), rewards=torch.zeros(n), source=torch.zeros(n, dtype=torch.long),
+        group=torch.zeros(n, dtype=torch.long), texts=[""] * n, prompt_ids=["p"] * n,
+        hit_limit=torch.zeros(n, dtype=torch.bool),
+    )
+
+
+def one_step_prompt_masks(prompt_mask, seeds, p_mask_prompt):  # OneStep.draw on bare rows with this prompt mask
+    n = prompt_mask.shape[0]
+    ids = torch.zeros(n, prompt_mask.shape[1] + 1, dtype=torch.long)
+    attn = torch.cat([prompt_mask.long(), torch.ones(n, 1, dtype=torch.long)], 1)
+    return OneStep(p_mask_prompt).draw(_bare(ids, attn, prompt_mask.shape[1]), seeds)["prompt_masked"]
+
+
+def one_step_logprobs(policy, ids, attn, prompt_len, prompt_masked):  # OneStep.score: (b, L) log-probs, entropy
+    scores = OneStep().score(policy, _bare(ids, attn, prompt_len), {"prompt_masked": prompt_masked})
+    return scores.per_token(), scores.per_token_entropy()
 
 
 def _module(loss, mu: int = 1, micro: int | None = None, seed: int = 0) -> ERILSModule:
@@ -81,9 +105,9 @@ def test_one_step_input_masks_the_whole_completion_and_the_drawn_prompt_tokens()
 def test_d1_with_one_update_is_the_token_mean_policy_gradient():
     # μ = 1: π_old = π_θ detached (d1), ratio 1, β = 0: loss = −Σ_i A_i·L_i / Σ_i L_i, hand-computed
     module = _module(D1Loss(beta=0.0))
-    p = module.loss_fn.prepare(_rows(), module)
+    p = module.loss_fn.prepare(_rows(), module.loss_context())
     assert p.old_logp is None and p.ref_logp is None
-    loss, stats = module.loss_fn.backward(p, module)
+    loss, stats = module.loss_backward(p, 0)
     want = -(1.0 * 5 - 1.0 * 2 + 0.5 * 4 - 0.5 * 1) / (5 + 2 + 4 + 1)
     assert float(loss) == pytest.approx(want, abs=1e-6)
     assert float(stats["ratio_mean"]) == pytest.approx(1.0)
@@ -93,36 +117,36 @@ def test_d1_with_one_update_is_the_token_mean_policy_gradient():
 def test_d1_takes_pi_old_of_each_updates_draw_before_the_first_update():
     module = _module(D1Loss(beta=0.0), mu=2)
     ro = _rows()
-    p = module.loss_fn.prepare(ro, module)
-    assert p.old_logp.shape == (2, B, L) and p.prompt_masked.shape == (2, B, P)
-    assert not torch.equal(p.prompt_masked[0], p.prompt_masked[1])  # a fresh draw per update
+    p = module.loss_fn.prepare(ro, module.loss_context())
+    assert p.old_logp.shape == (2, B, L) and len(p.draws) == 2 and p.draws[0]["prompt_masked"].shape == (B, P)
+    assert not torch.equal(p.draws[0]["prompt_masked"], p.draws[1]["prompt_masked"])  # a fresh draw per update
     for k in range(2):  # π_old of draw k is the one-step score under draw k of the starting policy
         with torch.no_grad():
-            want, _ = one_step_logprobs(module.policy.eval(), ro.input_ids, ro.attention_mask, P, p.prompt_masked[k])
+            want, _ = one_step_logprobs(module.policy.eval(), ro.input_ids, ro.attention_mask, P,
+                                        p.draws[k]["prompt_masked"])
         torch.testing.assert_close(p.old_logp[k], want)
     module.policy.train()
-    _, stats = module.loss_fn.backward(p, module)  # update 0: the policy has not moved, ratio exactly 1
+    _, stats = module.loss_backward(p, 0)  # update 0: the policy has not moved, ratio exactly 1
     assert float(stats["ratio_mean"]) == pytest.approx(1.0, abs=1e-6)
     with torch.no_grad():  # "an optimizer step"
         for q in module.policy.parameters():
             q.add_(0.05 * torch.randn_like(q))
-    _, stats = module.loss_fn.backward(p, module)  # update 1: draw 1 against its own π_old
+    _, stats = module.loss_backward(p, 1)  # update 1: draw 1 against its own π_old
     assert abs(float(stats["ratio_mean"]) - 1.0) > 1e-4
-    assert p.calls == 2
 
 
 def test_d1_kl_reference_is_the_starting_policy():
     module = _module(D1Loss(beta=0.04), mu=2)
     module.on_train_start()  # the frozen copy, taken when training starts
     assert module.reference is not None and not any(q.requires_grad for q in module.reference.parameters())
-    p = module.loss_fn.prepare(_rows(), module)
+    p = module.loss_fn.prepare(_rows(), module.loss_context())
     torch.testing.assert_close(p.ref_logp, p.old_logp)  # before training, π_ref = π_old on every draw
     with torch.no_grad():
         for q in module.policy.parameters():
             q.add_(0.05 * torch.randn_like(q))
-    p2 = module.loss_fn.prepare(_rows(), module)
+    p2 = module.loss_fn.prepare(_rows(), module.loss_context())
     torch.testing.assert_close(p2.ref_logp, p.ref_logp)  # the reference did not move
-    _, stats = module.loss_fn.backward(p2, module)
+    _, stats = module.loss_backward(p2, 0)
     assert float(stats["kl"]) > 0
 
 
@@ -130,14 +154,14 @@ def test_d1_kl_reference_is_the_starting_policy():
 def test_wd1_loss_matches_the_pure_function_by_group(reduction, groups):
     module = _module(WD1Loss(group_reduction=reduction))
     ro = _rows()
-    p = module.loss_fn.prepare(ro, module)
+    p = module.loss_fn.prepare(ro, module.loss_context())
     # group [1, -1]: softmax(A) = (e/(e+1/e), ...) so w− − w+ = (−0.7616, 0.7616); group [0.5, −0.5]: ∓0.4621;
     # "mean" divides by the batch's 2 groups
     torch.testing.assert_close(p.weights, torch.tensor([-math.tanh(1.0), math.tanh(1.0), -math.tanh(0.5),
                                                         math.tanh(0.5)]) / groups)
-    loss, _ = module.loss_fn.backward(p, module)
+    loss, _ = module.loss_backward(p, 0)
     with torch.no_grad():
-        logp, _ = one_step_logprobs(module.policy, ro.input_ids, ro.attention_mask, P, p.prompt_masked[0])
+        logp, _ = one_step_logprobs(module.policy, ro.input_ids, ro.attention_mask, P, p.draws[0]["prompt_masked"])
     seq = torch.where(ro.completion_mask, logp, 0.0).sum(-1)
     want, _ = wd1_loss(seq, ro.advantages, ro.group)
     assert float(loss) == pytest.approx(float(want) / groups, rel=1e-5)
@@ -149,8 +173,8 @@ def test_micro_batches_match_the_full_batch(make, micro):
     def grads(mb):
         module = _module(make(), mu=2, micro=mb)
         module.on_train_start()
-        p = module.loss_fn.prepare(_rows(), module)
-        loss, _ = module.loss_fn.backward(p, module)
+        p = module.loss_fn.prepare(_rows(), module.loss_context())
+        loss, _ = module.loss_backward(p, 0)
         return float(loss), {n: q.grad.clone() for n, q in module.policy.named_parameters() if q.grad is not None}
 
     full_loss, full = grads(None)

@@ -54,7 +54,7 @@ def test_dllm_double_rollout_fits_through_the_cli(tmp_path, masks, monkeypatch):
 
 def test_erils_double_rollout_continues_only_the_on_policy_rows(tmp_path, monkeypatch):
     from lit_rl.algorithms.advantages import SourceSpecific
-    from lit_rl.rollouts.types import Source
+    from lit_rl.batch import Source
 
     seen, out = [], []
     real_est, real_ss = DoubleRolloutEstimate._estimate, SourceSpecific.process

@@ -19,7 +19,7 @@ from lit_rl.algorithms.double_rollout import (
 )
 from lit_rl.algorithms.processors import GroupBaseline
 from lit_rl.generation.ar import ARBackend
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -376,13 +376,13 @@ def test_kl_reference_is_the_starting_policy(lora):
     module = DoubleRolloutGRPO(policy, loss=GRPOLossSettings(kl_beta=0.1))
     assert module._reference_mode() == ("adapter" if lora else "copy")
     ro = _policy_rows(policy)
-    old, ref, _ = module.loss_fn._fixed_logprobs(ro, module, with_old=True)  # (2, 12) each
+    old, ref, _ = module.loss_fn._fixed_logprobs(ro, module.loss_context(), with_old=True)  # (2, 12) each
     assert torch.allclose(old, ref)  # before training the reference is the policy
     with torch.no_grad():  # "train": move the trainable weights
         for p in policy.parameters():
             if p.requires_grad:
                 p.add_(0.05 * torch.randn_like(p))
-    old2, ref2, _ = module.loss_fn._fixed_logprobs(ro, module, with_old=True)
+    old2, ref2, _ = module.loss_fn._fixed_logprobs(ro, module.loss_context(), with_old=True)
     assert not torch.allclose(old2, old, atol=1e-4)
     assert torch.allclose(ref2, ref, atol=1e-6)  # the reference did not move
     if not lora:

@@ -72,7 +72,7 @@ def test_tiny_erils_fit_updates_weights_and_logs_per_source_metrics(tmp_path):
 
 def test_source_metrics_count_continuation_rows_with_the_on_policy_rows():
     from lit_rl.algorithms.erils import source_metrics
-    from lit_rl.rollouts.types import RolloutBatch
+    from lit_rl.batch import RolloutBatch
 
     n, P, L = 4, 2, 3
     lengths = torch.tensor([3, 1, 2, 2])

@@ -10,7 +10,7 @@ import torch
 from lit_rl.algorithms.erils import ERILSModule
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 B, P, L = 5, 3, 6
 
@@ -38,7 +38,7 @@ def _grads(weighting: str, micro: int | None, step: int = 0, seed: int = 0) -> t
     module = ERILSModule(policy, surrogate=surrogate, micro_batch_size=micro, seed=seed)
     module.manual_backward = lambda loss: loss.backward()  # no trainer needed for the accumulation itself
     ro, adv = _batch(policy)
-    loss, _ = module.loss_fn.backward(ro.with_advantages(adv), module, step=step)
+    loss, _ = module.loss_backward(module.loss_fn.prepare(ro.with_advantages(adv), module.loss_context()), 0, step=step)
     return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
 
 
@@ -84,8 +84,8 @@ def test_the_update_passes_each_rows_own_width_and_rank_specific_seeds(monkeypat
         return real(self, *args, **kw)
 
     monkeypatch.setattr(SPGSurrogate, "build_masks", spy)
-    module.loss_fn.backward(ro.with_advantages(adv), module, step=3)
+    module.loss_backward(module.loss_fn.prepare(ro.with_advantages(adv), module.loss_context()), 0, step=3)
     assert seen[0][0] == [4, 4, 4, L, L]
-    assert seen[0][1] == module.mask_seeds(ro, 3) and len(set(seen[0][1])) == B
+    assert seen[0][1] == module.loss_context(step=3).mask_seeds(ro) and len(set(seen[0][1])) == B
     monkeypatch.setattr(type(module), "global_rank", property(lambda self: 1))
-    assert not set(module.mask_seeds(ro, 3)) & set(seen[0][1])
+    assert not set(module.loss_context(step=3).mask_seeds(ro)) & set(seen[0][1])

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from lit_rl.algorithms.losses import Loss
+from lit_rl.algorithms.loss_api import Loss, Prepared
 from lit_rl.algorithms.processors import GroupBaseline, Processor
 from lit_rl.core.sources import Source
 
@@ -25,14 +25,14 @@ class SignOnly(Processor):  # the whole extension: a processor that keeps only t
 class Reinforce(Loss):  # the whole extension: REINFORCE on the policy's sequence log-likelihood
     stats_prefix = "train/reinforce"
 
-    def prepare(self, rollouts, module):
-        return rollouts.select(rollouts.keep)
+    def prepare(self, rollouts, ctx):
+        return Prepared(rollouts.select(rollouts.keep))
 
-    def backward(self, ro, module):
-        logp = module.policy.token_logprobs(ro.input_ids, ro.attention_mask, ro.prompt_len)  # (N, L)
-        loss = -(ro.advantages[:, None] * logp * ro.completion_mask).sum() / ro.completion_mask.sum()
-        module.manual_backward(loss)
-        return loss.detach(), {"loss": loss.detach()}
+    def micro_batch_loss(self, p, sl, ctx):  # the module splits the rows and calls manual_backward
+        ro = p.rows.slice_rows(sl)
+        logp = ctx.policy.token_logprobs(ro.input_ids, ro.attention_mask, ro.prompt_len)  # (b, L)
+        loss = -(ro.advantages[:, None] * logp * ro.completion_mask).sum() / p.rows.completion_mask.sum()
+        return loss, {"loss": loss.detach()}
 
 
 def _fit(tmp_path, monkeypatch, overlay: dict, *extra: str):

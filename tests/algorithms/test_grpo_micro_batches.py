@@ -9,7 +9,7 @@ import torch
 from lit_rl.algorithms.double_rollout import DoubleRolloutGRPO, GRPOLossSettings
 from lit_rl.algorithms.losses import PreparedPG
 from lit_rl.models.ar import TinyCausalLM
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 B, P, L = 5, 3, 6
 
@@ -36,7 +36,7 @@ def _grads(aggregation: str, micro: int | None) -> tuple[float, dict[str, torch.
     module = DoubleRolloutGRPO(policy, loss=GRPOLossSettings(aggregation=aggregation), micro_batch_size=micro)
     module.manual_backward = lambda loss: loss.backward()  # no trainer needed for the accumulation itself
     ro, adv, old = _batch(policy)
-    loss, _ = module.loss_fn.backward(PreparedPG(ro, adv, ro.completion_mask, old, None), module)
+    loss, _ = module.loss_backward(PreparedPG(ro, advantages=adv, mask=ro.completion_mask, old_logp=old), 0)
     return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
 
 

@@ -10,7 +10,7 @@ import torch
 from lit_rl.algorithms.double_rollout import DoubleRolloutGRPO, GRPOLossSettings
 from lit_rl.errors import FieldError
 from lit_rl.models.ar import TinyCausalLM
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 B, P, L = 6, 3, 5
 
@@ -41,12 +41,12 @@ def _run(old_logprobs: str, micro: int | None, updates: int = 3):
     calls = []
     policy.model.register_forward_hook(lambda *a: calls.append(1))  # the HF model: one call per forward pass
     opt = torch.optim.SGD(policy.parameters(), lr=3.0)
-    prepared = module.loss_fn.prepare(_rows(), module)
+    prepared = module.loss_fn.prepare(_rows(), module.loss_context())
     after_prepare = len(calls)
     out = []
-    for _ in range(updates):
+    for k in range(updates):
         opt.zero_grad(set_to_none=True)
-        loss, stats = module.loss_fn.backward(prepared, module)
+        loss, stats = module.loss_backward(prepared, k)
         grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
         out.append((float(loss), {k: float(v) for k, v in stats.items()}, grads))
         opt.step()

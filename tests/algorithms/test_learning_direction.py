@@ -15,7 +15,7 @@ from lit_rl.algorithms.erils import ERILSModule
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.models import TinyDiffusionLM
 from lit_rl.models.ar import TinyCausalLM
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 from support.fixed_batch import dllm_scores, fit_on, fixed_rollouts
 
 def test_erils_raises_positive_and_lowers_negative_rows():

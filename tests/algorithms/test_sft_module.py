@@ -8,7 +8,7 @@ import torch
 
 from lit_rl.algorithms.sft_module import DenoisingSFT
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 B, P, L = 5, 3, 6
 
@@ -34,7 +34,7 @@ def _grads(micro: int | None, train_padding: bool = True) -> tuple[float, dict[s
     policy = _policy()
     module = DenoisingSFT(policy, micro_batch_size=micro, train_padding=train_padding)
     module.manual_backward = lambda loss: loss.backward()
-    loss, _ = module.loss_fn.backward(_batch(), module, step=0)
+    loss, _ = module.loss_backward(module.loss_fn.prepare(_batch(), module.loss_context()), 0, step=0)
     return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
 
 

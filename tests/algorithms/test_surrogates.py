@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lit_rl.core.masks import apply_masks
+from lit_rl.errors import FieldError
 from lit_rl.algorithms.surrogates import (
     SPGSurrogate,
     d1_loss,
@@ -249,11 +250,9 @@ def test_spg_surrogate_routes_sources_and_microbatches():
     assert not masks.prompt.any()
     model = TinyLogits()
     full, _ = spg(model, ids, attn, 2, cm, source, adv, torch.Generator().manual_seed(1))
-    micro = SPGSurrogate(num_t=2, block_length=4, mask_id=9, p_mask_prompt=0.0, p_mask_clean=0.0, micro_batch_size=4)
-    model.calls.clear()
-    split, _ = micro(model, ids, attn, 2, cm, source, adv, torch.Generator().manual_seed(1))
-    assert model.calls == [(4, 10), (2, 10)]
-    torch.testing.assert_close(full, split)
+    assert model.calls == [(6, 10)]  # num_t·B rows in one forward: the module's micro_batch_size bounds B
+    with pytest.raises(FieldError, match="micro_batch_size.*model.init_args.micro_batch_size"):
+        SPGSurrogate(micro_batch_size=4)  # one setting: the module's
 
 
 def test_spg_surrogate_validation():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lit_rl.cli import main, run_lightning_cli
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 from lit_rl.score import score_files
 from lit_rl.tasks import SudokuTask
 

@@ -12,7 +12,7 @@ from lightning.pytorch.loggers.logger import DummyLogger
 
 from callbacks.tracking import RolloutTracker, rollout_samples, rollout_source_stats
 from lit_rl.algorithms.advantages import SourceSpecific
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 from lit_rl.tasks.base import Example
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from datamodules.ar_rollouts import ARRolloutDataModule, ProfilingSettings, poli
 from lit_rl.generation.ar import ARBackend
 from lit_rl.models.ar import SamplingSettings, TinyCausalLM
 from lit_rl.rollouts.scripted import countdown_completion
-from lit_rl.rollouts.types import Source
+from lit_rl.batch import Source
 from lit_rl.tasks import CountdownTask
 
 
@@ -135,7 +135,7 @@ def test_profiling_that_drops_everything_says_what_to_do(tmp_path):
 
 def test_eval_batches_use_eval_generation_and_the_eval_rule():
     dm, module, backend = dm_with(lambda ex, k: True)
-    from lit_rl.rollouts.types import PromptBatch
+    from lit_rl.batch import PromptBatch
 
     ro = dm.evaluate_batch(PromptBatch(examples=dm._eval[:2], step=-1), module)
     assert ro.rewards.tolist() == [1.0, 1.0] and ro.eval_total.tolist() == [1.0, 1.0]

@@ -6,7 +6,7 @@ import torch
 from datamodules import RolloutDataModule
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.rollouts.types import Source
+from lit_rl.batch import Source
 from lit_rl.tasks import SudokuTask
 
 ROOT = Path(__file__).resolve().parents[2]

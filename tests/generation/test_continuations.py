@@ -14,7 +14,7 @@ from lit_rl.generation.diffusion import diffusion_generate
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.models import TinyDiffusionLM
 from lit_rl.rng import device_generator
-from lit_rl.rollouts.types import RolloutBatch, Source
+from lit_rl.batch import RolloutBatch, Source
 
 GEN = DecodeSettings(gen_length=24, block_length=8, steps=6, temperature=0.0)
 

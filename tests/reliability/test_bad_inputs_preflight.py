@@ -96,7 +96,7 @@ MOVED: dict[str, tuple[bytes, int, list[str], tuple[str, ...]]] = {
     "D1Loss": (
         _node(("model", "init_args", "loss_fn"), "lit_rl.algorithms.d1.D1Loss", "        epsilon: 1.5\n"), 6,
         ["model.init_args.loss_fn.init_args.epsilon", "must be in (0, 1), got 1.5"], ERILS),
-    "_OneStepLoss": (
+    "_EstimatorLoss": (
         _node(("model", "init_args", "loss_fn"), "lit_rl.algorithms.d1.D1Loss", "        p_mask_prompt: 1.0\n"), 6,
         ["model.init_args.loss_fn.init_args.p_mask_prompt", "must be in [0, 1), got 1.0"], ERILS),
     "WD1Loss": (

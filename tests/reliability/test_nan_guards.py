@@ -26,7 +26,7 @@ from lit_rl.algorithms.erils import ERILSModule, NonFiniteUpdateError
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.models import TinyDiffusionLM
 from lit_rl.optim import ConstantWithWarmup
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 from lit_rl.tasks.base import Example
 
 P, LC, GROUPS, G_ON, G_EXT = 6, 8, 2, 3, 1

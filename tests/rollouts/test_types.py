@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lit_rl.rollouts.types import RolloutBatch
+from lit_rl.batch import RolloutBatch
 
 
 def _batch(n=4, P=2, L=3, base=0):

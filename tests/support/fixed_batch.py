@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_rl.models import TinyDiffusionLM
-from lit_rl.rollouts.types import PromptBatch, RolloutBatch
+from lit_rl.batch import PromptBatch, RolloutBatch
 
 PROMPT = [{"role": "user", "content": "1200003400120034"}]
 # rows i use COMPLETIONS[i % 4]; positive rows (even i) and negative rows (odd i) share no token, so a row's

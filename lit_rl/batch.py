@@ -17,7 +17,43 @@ from typing import Any
 import torch
 
 from lit_rl.core.sources import Source  # noqa: F401  (the rollout containers' source tag)
-from lit_rl.tasks.base import Example
+from lit_rl.tasks.base import Example, Task
+
+
+@dataclass
+class Continuations:
+    """What a continuation stage (double rollout's second stage, :mod:`lit_rl.algorithms.dr_stage`) produced for
+    the rows it continued, run by the DataModule after the first stage: generation and scoring done, so the
+    processors that read it are pure functions of the batch. Indices ``i`` are rows of the sub-batch the stage
+    saw (``rows`` of the batch's rollouts; all rows when ``rows`` is ``None``).
+
+    Attributes:
+        rows: ``(N,)`` bool, the batch rows the stage saw (``None``: all).
+        row: ``(B,)`` the ``RolloutBatch.row`` ids of the rows it continued, in order (a processor checks that
+            it reads the continuations of the rows it has).
+        bodies: each row's completion tokens without its EOS.
+        cuts: ``{i: cut}`` kept trace tokens of each continued row.
+        budgets: ``{i: budget}`` each continued row's continuation budget.
+        tokens: ``{(i, j): (tokens, ended)}`` continuation ``j`` of row ``i`` up to its EOS, and whether it
+            ended with one.
+        rewards: ``(B, N)`` each continuation's reward ``R(x, t_i[:cut] ⊕ c_ij)`` (0 where none).
+        lengths: ``(B, N)`` each continuation's token count.
+        continued: ``(B,)`` bool, continuations were sampled for the row.
+        tokens_generated: continuation tokens generated (EOS included).
+        seconds: wall time of the stage (generation + scoring).
+    """
+
+    rows: "torch.Tensor | None"
+    row: torch.Tensor
+    bodies: list[list[int]]
+    cuts: dict[int, int]
+    budgets: dict[int, int]
+    tokens: dict[tuple[int, int], tuple[list[int], bool]]
+    rewards: torch.Tensor
+    lengths: torch.Tensor
+    continued: torch.Tensor
+    tokens_generated: int = 0
+    seconds: float = 0.0
 
 
 @dataclass
@@ -32,10 +68,11 @@ class PromptBatch:
         records: each external source's own records per prompt, by source (``id(source)``).
         rollouts: filled at the start of the training batch by the DataModule (on-policy generation), then
             replaced by the processed rows (with ``advantages`` and ``keep``).
-        task: the task whose verifier scored the rows (processors that score new rows use it).
-        generation: the rollout sampling / decoding settings the rows were generated with.
-        generator: the AR generation backend that produced the rows (continuations use the same engine,
-            already holding the current weights); ``None`` for dLLM rollouts.
+        task: the task whose verifier scored the rows.
+        generation: the rollout sampling / decoding settings the rows were generated with
+            (:class:`~lit_rl.generation.settings.DecodeSettings` or :class:`~lit_rl.models.ar.SamplingSettings`).
+        continuations: what the module's continuation stage produced (double rollout's second stage, run by
+            the DataModule after the first stage; ``None`` without one).
         rank: the data-parallel rank that produced the batch (seeds of rank-specific draws).
         stats: the DataModule's per-batch metrics (generation time, format rate, reward functions, ...).
         diagnostics: what processors report beyond advantages, by name (``"double_rollout"``: the
@@ -47,9 +84,9 @@ class PromptBatch:
     external: list[list[Any]] = field(default_factory=list)
     records: dict[int, list[list[Any]]] = field(default_factory=dict)
     rollouts: "RolloutBatch | None" = None
-    task: Any = None
-    generation: Any = None
-    generator: Any = None
+    task: "Task | None" = None
+    generation: Any = None  # DecodeSettings (dLLM) | SamplingSettings (AR): the containers import neither
+    continuations: Continuations | None = None
     rank: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
@@ -173,12 +210,12 @@ class RolloutBatch:
             out[f.name] = v
         return RolloutBatch(**out)
 
+    def slice_rows(self, sl: slice) -> "RolloutBatch":
+        """The consecutive rows ``sl`` (a micro-batch), as :meth:`select` makes them."""
+        keep = torch.zeros(len(self), dtype=torch.bool, device=self.input_ids.device)
+        keep[sl] = True
+        return self.select(keep)
+
     def micro_batches(self, size: int) -> list["RolloutBatch"]:
         """Split into consecutive chunks of at most ``size`` rows (for gradient accumulation)."""
-        n = len(self)
-        chunks = []
-        for start in range(0, n, size):
-            keep = torch.zeros(n, dtype=torch.bool, device=self.input_ids.device)
-            keep[start:start + size] = True
-            chunks.append(self.select(keep))
-        return chunks
+        return [self.slice_rows(slice(start, start + size)) for start in range(0, len(self), size)]
