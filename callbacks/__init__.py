@@ -1,6 +1,7 @@
 """Lightning callbacks: format warm-up, Pass@k checkpoint evaluation, length and reward tracking."""
 
 from callbacks.ar_warmup import ScriptedSFTWarmup
+from callbacks.decode_agreement import DecodeAgreement
 from callbacks.dr_reliability import ContinuationReliability
 from callbacks.final_validation import FinalValidation
 from callbacks.passk import PassAtKEvaluation
@@ -13,6 +14,7 @@ from callbacks.warmup import FormatWarmup
 __all__ = [
     "CheckpointOnSigterm",
     "ContinuationReliability",
+    "DecodeAgreement",
     "ExactResume",
     "FinalValidation",
     "FormatWarmup",

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from lit_rl.core.sources import Source
+from lit_rl.generation.diffusion import DecodeStats
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.models.ar import SamplingSettings
 from lit_rl.errors import ConfigError, FieldError
@@ -99,7 +100,10 @@ class DiffusionOnPolicy(RolloutSource):
     """``num`` (G_on) rollouts per prompt from the current dLLM, decoded with ``generation``, seeded by the
     DataModule's ``generation_seed(step)`` (rank-specific, so a resumed run redraws the same rollouts).
 
-    Stats: ``time/generation_s``, ``train/on_policy/format_rate`` (share with an ``<answer>`` block).
+    Stats: ``time/generation_s``, ``train/on_policy/format_rate`` (share with an ``<answer>`` block),
+    ``train/on_policy/forward_passes`` (model passes per rollout: the schedule's steps, fewer with a threshold)
+    and ``train/on_policy/confidence_mean`` (the revealed tokens' mean confidence when revealed: the quantity
+    whose inflation during RL makes threshold decoding reveal more per step, d1 issue 25).
 
     Args:
         num: rollouts per prompt (G_on).
@@ -115,7 +119,9 @@ class DiffusionOnPolicy(RolloutSource):
         t0 = time.perf_counter()
         on_prompt = prompt_ids.repeat_interleave(self.num, 0)  # (B_p*G_on, P)
         on_mask = prompt_mask.repeat_interleave(self.num, 0)
-        comp = policy.generate(on_prompt, on_mask, self.generation, dm.generation_seed(batch.step))  # (B_p*G_on, L_gen)
+        stats = DecodeStats()
+        comp = policy.generate(on_prompt, on_mask, self.generation, dm.generation_seed(batch.step),
+                               stats=stats)  # (B_p*G_on, L_gen)
         texts = policy.decode_completions(comp)
         lengths = policy.completion_lengths(comp)  # (R,) at most L_gen
         gen_time = time.perf_counter() - t0
@@ -123,7 +129,9 @@ class DiffusionOnPolicy(RolloutSource):
         return Rows(
             completion=comp, lengths=lengths, group=[k // self.num for k in range(len(texts))], source=Source.ON_POLICY,
             texts=texts, hit_limit=(comp != policy.eos_id).all(-1).tolist(), gen_width=comp.shape[1],
-            stats={"time/generation_s": gen_time, "train/on_policy/format_rate": format_rate},
+            stats={"time/generation_s": gen_time, "train/on_policy/format_rate": format_rate,
+                   "train/on_policy/forward_passes": stats.passes_per_row(),
+                   "train/on_policy/confidence_mean": stats.confidence_mean()},
         )
 
 

@@ -35,28 +35,16 @@ returns the reference's tokens at any temperature (tested).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
-from lit_rl.generation.diffusion import (ModelFn, _check_args, _choose_tokens, num_transfer_tokens,
-                                         position_ids_from_attention_mask)
+from lit_rl.generation.diffusion import (DecodeStats, ModelFn, _check_args, _choose_tokens,  # noqa: F401
+                                         num_transfer_tokens, position_ids_from_attention_mask)
 from lit_rl.generation.kv_stack import KVCache, KVStack
 
 __all__ = ["CACHE_MODES", "DecodeStats", "cached_diffusion_generate"]
 
 CACHE_MODES = ("none", "prefix", "dual")
-
-
-@dataclass
-class DecodeStats:
-    """What one decode cost: model passes over rows (``row_forwards``), positions run through the layers
-    (``forward_tokens``), loop iterations (``steps``) and full-sequence refreshes (``refreshes``, rows)."""
-
-    steps: int = 0
-    row_forwards: int = 0
-    forward_tokens: int = 0
-    refreshes: int = 0
 
 
 def _window_index(starts: torch.Tensor, block_length: int, T: int, cache: str, shift: int) -> torch.Tensor:
@@ -170,6 +158,7 @@ def cached_diffusion_generate(
     stale = torch.ones(B, dtype=torch.bool, device=device)  # the row entered a block: refresh
     kv = KVCache(batch=B)
     offsets = torch.arange(block_length, device=device)
+    revealed_conf = torch.zeros((), device=device)
 
     while True:
         rows = (block < num_blocks).nonzero().squeeze(1)  # (R,) rows with work left
@@ -210,6 +199,8 @@ def cached_diffusion_generate(
         r_idx = torch.arange(R, device=device)[:, None].expand(-1, k)[keep]  # (M,)
         c_idx = order[keep]  # (M,)
         x[rows[r_idx], block_pos[r_idx, c_idx]] = cand[r_idx, c_idx]
+        revealed_conf = revealed_conf + conf[r_idx, c_idx].sum()  # () the committed tokens' confidence
+        stats.revealed += int(c_idx.numel())
 
         step[rows] += 1
         since[rows] += 1
@@ -219,4 +210,6 @@ def cached_diffusion_generate(
         block[finished] += 1
         step[finished] = 0
         stale[finished] = True
+    stats.confidence_sum += float(revealed_conf)
+    stats.rows += B
     return x

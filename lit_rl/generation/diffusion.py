@@ -36,6 +36,7 @@ Departures from the reference code, each deliberate:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -43,6 +44,7 @@ import torch
 from lit_rl import rng
 
 __all__ = [
+    "DecodeStats",
     "ModelFn",
     "diffusion_generate",
     "num_transfer_tokens",
@@ -52,6 +54,32 @@ __all__ = [
 
 ModelFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``model_fn(input_ids (B, T) long, attention_mask (B, T) long) -> logits (B, T, V)``."""
+
+
+@dataclass
+class DecodeStats:
+    """What one decode cost and how sure it was, summed over the calls it is passed to: model passes over rows
+    (``row_forwards``), positions run through the layers (``forward_tokens``), loop iterations (``steps``),
+    full-sequence refreshes (``refreshes``, rows; cached decoding), rows decoded (``rows``), tokens revealed
+    (``revealed``) and the sum of their confidences ``softmax(logits)[x0]`` when revealed (``confidence_sum``).
+    :meth:`passes_per_row` and :meth:`confidence_mean` are the per-rollout figures training logs."""
+
+    steps: int = 0
+    row_forwards: int = 0
+    forward_tokens: int = 0
+    refreshes: int = 0
+    rows: int = 0
+    revealed: int = 0
+    confidence_sum: float = 0.0
+
+    def passes_per_row(self) -> float:
+        """Model passes per decoded row (a row's forward passes: the fixed schedule's steps, or fewer with a
+        threshold)."""
+        return self.row_forwards / max(self.rows, 1)
+
+    def confidence_mean(self) -> float:
+        """Mean confidence of the revealed tokens when they were revealed (NaN when none)."""
+        return self.confidence_sum / self.revealed if self.revealed else float("nan")
 
 
 def position_ids_from_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -166,6 +194,7 @@ def diffusion_generate(
     logits_dtype: torch.dtype = torch.float64,
     sampler: str = "gumbel",
     init: torch.Tensor | None = None,
+    stats: DecodeStats | None = None,
 ) -> torch.Tensor:
     """Decode ``gen_length`` tokens after left-padded prompts (LLaDA low-confidence remasking, module doc).
 
@@ -187,6 +216,7 @@ def diffusion_generate(
             and only its [MASK] positions are decoded, on the same block schedule: each block reveals its
             remaining masks over its ``steps // num_blocks`` steps, and a block with none left costs no
             forward pass (double-rollout continuations from a cut, :mod:`lit_rl.generation.continuations`).
+        stats: filled with what the decode cost and the revealed tokens' confidence, if given.
 
     Returns:
         ``(B, P + gen_length)`` long: the prompt (unchanged) followed by the completion, with no [MASK] left.
@@ -205,6 +235,8 @@ def diffusion_generate(
         [prompt_mask.long(), torch.ones(B, gen_length, dtype=torch.long, device=device)], dim=1
     )  # (B, T)
     rows = torch.arange(B, device=device)
+    revealed_conf = torch.zeros((), device=device)  # () summed without a host sync per step
+    revealed = 0
 
     for b in range(num_blocks):
         start = P + b * block_length
@@ -234,4 +266,14 @@ def diffusion_generate(
             r_idx = rows[:, None].expand(-1, k)[keep]  # (M,)
             c_idx = top[keep]  # (M,)
             x[r_idx, start + c_idx] = cand[r_idx, c_idx]
+            revealed_conf = revealed_conf + conf[r_idx, c_idx].sum()
+            revealed += r_idx.numel()
+            if stats is not None:
+                stats.steps += 1
+                stats.row_forwards += B
+                stats.forward_tokens += B * x.shape[1]
+    if stats is not None:
+        stats.rows += B
+        stats.revealed += revealed
+        stats.confidence_sum += float(revealed_conf)
     return x

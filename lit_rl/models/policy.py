@@ -33,6 +33,7 @@ from lit_rl.models.remote_compat import check_token_id, mask_token_id
 from lit_rl.models.tokenizer import build_char_tokenizer
 
 if TYPE_CHECKING:
+    from lit_rl.generation.diffusion import DecodeStats
     from lit_rl.generation.kv_stack import KVStack
     from lit_rl.generation.settings import DecodeSettings
 
@@ -157,11 +158,13 @@ class DiffusionPolicy(TextPolicy, nn.Module):
 
     @torch.no_grad()
     def generate(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, settings: "DecodeSettings",
-                 seed: int) -> torch.Tensor:
+                 seed: int, stats: "DecodeStats | None" = None) -> torch.Tensor:
         """Completions ``(B, L_gen)`` by semi-autoregressive confidence decoding (§1), in eval mode.
 
         ``prompt_ids``/``prompt_mask`` are left-padded ``(B, P)``; sampling noise comes from a generator
-        seeded with ``seed``, so the same weights, prompts and seed give the same completions.
+        seeded with ``seed``, so the same weights, prompts and seed give the same completions. ``stats``
+        (:class:`~lit_rl.generation.diffusion.DecodeStats`): filled with the decode's forward passes and the
+        revealed tokens' confidence, if given.
         """
         from lit_rl.generation.cached import cached_diffusion_generate
         from lit_rl.generation.diffusion import diffusion_generate
@@ -172,7 +175,7 @@ class DiffusionPolicy(TextPolicy, nn.Module):
         gen = device_generator(seed, prompt_ids.device)
         common = dict(
             gen_length=settings.gen_length, block_length=settings.block_length, steps=settings.steps,
-            temperature=settings.temperature, mask_id=self.mask_id, generator=gen,
+            temperature=settings.temperature, mask_id=self.mask_id, generator=gen, stats=stats,
         )
         was_training = self.training
         self.eval()
