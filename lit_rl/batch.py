@@ -25,10 +25,9 @@ class Continuations:
     """What a continuation stage (double rollout's second stage, :mod:`lit_rl.algorithms.dr_stage`) produced for
     the rows it continued, run by the DataModule after the first stage: generation and scoring done, so the
     processors that read it are pure functions of the batch. Indices ``i`` are rows of the sub-batch the stage
-    saw (``rows`` of the batch's rollouts; all rows when ``rows`` is ``None``).
+    saw (all rows, or the on-policy ones; ``row`` names them).
 
     Attributes:
-        rows: ``(N,)`` bool, the batch rows the stage saw (``None``: all).
         row: ``(B,)`` the ``RolloutBatch.row`` ids of the rows it continued, in order (a processor checks that
             it reads the continuations of the rows it has).
         bodies: each row's completion tokens without its EOS.
@@ -43,7 +42,6 @@ class Continuations:
         seconds: wall time of the stage (generation + scoring).
     """
 
-    rows: "torch.Tensor | None"
     row: torch.Tensor
     bodies: list[list[int]]
     cuts: dict[int, int]

@@ -54,10 +54,6 @@ class OneStepBatch(Prepared):
     entropies: list[Tensor] | None = None  # this update's per-micro-batch token entropies (b, L)
     seq_logps: list[Tensor] | None = None  # this update's per-micro-batch sequence log-likelihoods (b,) (WD1Loss)
 
-    @property
-    def rollouts(self) -> RolloutBatch:
-        return self.rows
-
 
 class _EstimatorLoss(Loss):
     """The shared part: kept rows, one estimator draw per update, micro-batched forward passes."""
@@ -84,7 +80,7 @@ class _EstimatorLoss(Loss):
         return [self.estimator.draw(ro, ctx.mask_seeds(ro, ctx.step + k)) for k in range(ctx.updates_per_batch)]
 
     def scores(self, policy, ro: RolloutBatch, draw: Draw, sl: slice) -> TokenScores:
-        return self.estimator.score(policy, ro.slice_rows(sl) if sl != slice(None) else ro, slice_draw(draw, sl))
+        return self.estimator.score(policy, ro.slice_rows(sl), slice_draw(draw, sl))
 
     @torch.no_grad()
     def fixed_logprobs(self, policy, ro: RolloutBatch, draws: list[Draw], ctx: LossContext) -> Tensor:

@@ -210,7 +210,7 @@ def sample_continuations(
     has_cont = torch.zeros(B, dtype=torch.bool)
     has_cont[rows] = True
     return Continuations(
-        rows=None, row=rollouts.row.clone(), bodies=bodies, cuts=cuts, budgets=budgets, tokens=cont_tokens,
+        row=rollouts.row.clone(), bodies=bodies, cuts=cuts, budgets=budgets, tokens=cont_tokens,
         rewards=cont_rewards.to(device), lengths=cont_len.to(device), continued=has_cont.to(device),
         tokens_generated=stage2_tokens, seconds=time.perf_counter() - t0,
     )
@@ -271,7 +271,6 @@ class ContinuationStage(RolloutStage):
             top_p=s.top_p if s.top_p is not None else float(getattr(gen, "top_p", 1.0)),
             seed=rng.seed_for(self.seed, rng.Stream.CONTINUATION, rank=batch.rank, step=batch.step),
         )
-        conts.rows = mine
         batch.continuations = conts
         stats = {"train/cost/tokens_stage2": conts.tokens_generated / max(len(examples), 1),
                  "time/stage2_s": conts.seconds}

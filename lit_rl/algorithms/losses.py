@@ -155,10 +155,6 @@ class PreparedPG(Prepared):
     ref_logp: Tensor | None = None  # (B', L) π_ref (kl_beta > 0)
     pending: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # the first update's (log-probs, entropy)
 
-    @property
-    def rollouts(self) -> RolloutBatch:
-        return self.rows
-
 
 class ClippedPGLoss(Loss):
     """GRPO / DAPO / double-rollout loss: token-level clipped policy gradient over the kept rows.

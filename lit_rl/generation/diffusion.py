@@ -266,9 +266,9 @@ def diffusion_generate(
             r_idx = rows[:, None].expand(-1, k)[keep]  # (M,)
             c_idx = top[keep]  # (M,)
             x[r_idx, start + c_idx] = cand[r_idx, c_idx]
-            revealed_conf = revealed_conf + conf[r_idx, c_idx].sum()
-            revealed += r_idx.numel()
             if stats is not None:
+                revealed_conf = revealed_conf + conf[r_idx, c_idx].sum()
+                revealed += r_idx.numel()
                 stats.steps += 1
                 stats.row_forwards += B
                 stats.forward_tokens += B * x.shape[1]
