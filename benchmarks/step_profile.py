@@ -4,6 +4,8 @@
     python benchmarks/step_profile.py --config conf/double_rollout_chainsum.yaml \\
         --compare model.init_args.loss.old_logprobs=separate_pass      # before (the override) / after (default)
     python benchmarks/step_profile.py --config conf/erils.yaml -- --trainer.val_check_interval=2   # passthrough
+    python benchmarks/step_profile.py --config conf/erils.yaml --no-cprofile \
+        --compare data.init_args.generation.cache=none --compare ...   # command 1 before (old defaults) / after
 
 Each run is a fresh process (this script with ``--child``) that runs lit_rl's CLI ``main(["fit", ...])`` with a
 fresh ``trainer.default_root_dir`` and MLflow store (a temporary folder; the warm-start cache ``runs/cache`` is
@@ -20,6 +22,11 @@ bucket is ``start-up`` (imports, config parsing and checks, building the classes
 everything before Lightning's ``_run_stage``); ``other`` is what runs inside the training stage and teardown
 without an entry (Lightning's loops, batch hand-over); ``outside`` is the process's wall time before and after
 the clock (interpreter start and exit). The buckets sum to the process's wall time by construction.
+
+Each run also reports its **training part** (``train_part_s``: the wall less ``start-up`` and ``outside``, i.e.
+Lightning's training stage with its evaluations, logging and checkpoints; the warm start is start-up) and the
+final evaluation's numbers (``final``: the ``val/*`` values of the fit's last line). ``--compare`` may be given
+several times: the before run gets every override.
 
 Why not bucket the cProfile table itself: cProfile keeps one level of callers, so time below a shared wrapper
 (torch's ``no_grad`` decorator, ``nn.Module.__call__``) cannot be told apart by caller; gprof-style
@@ -40,6 +47,7 @@ import json
 import os
 import platform
 import pstats
+import re
 import subprocess
 import sys
 import tempfile
@@ -211,6 +219,15 @@ def top_rows(stats: pstats.Stats, sort: str, n: int, own_only: bool = False) -> 
             for k, v in rows]
 
 
+def final_metrics(output: str) -> dict[str, float]:
+    """The ``val/*`` numbers of the fit's last line (``fit ended at step N: key value, key value; run folder``)."""
+    lines = [ln for ln in output.splitlines() if ln.startswith("fit ended at step ")]
+    if not lines:
+        return {}
+    shown = lines[-1].split(": ", 1)[1].split("; ", 1)[0]
+    return {m[1]: float(m[2]) for m in re.finditer(r"(val/\S+) ([-+0-9.eE]+|nan)", shown)}
+
+
 def profile_run(configs: list[str], max_steps: int | None, extra: list[str], top: int, profile: bool = True,
                 keep: Path | None = None) -> dict[str, Any]:
     """One ``lit_rl fit`` in a child process (fresh root dir and MLflow store): its buckets and top lists."""
@@ -237,6 +254,8 @@ def profile_run(configs: list[str], max_steps: int | None, extra: list[str], top
     updates = int(clock["updates"])
     result = {"command": shown, "wall_s": round(wall, 3), "updates": updates,
               "buckets": {k: round(v, 3) for k, v in buckets.items()},
+              "train_part_s": round(wall - buckets["start-up"] - buckets["outside"], 3),
+              "final": final_metrics(proc.stdout + "\n" + proc.stderr),
               "train_s_per_update": round(sum(buckets[b] for b in TRAIN) / updates, 4) if updates else None}
     if stats is not None:
         result |= {"top_cumulative": top_rows(stats, "cumulative", top), "top_tottime": top_rows(stats, "tottime", top),
@@ -262,7 +281,8 @@ def top_table(rows: list[dict[str, Any]]) -> str:
 def report(label: str, result: dict[str, Any]) -> str:
     parts = [f"### {label}", f"`{result['command']}`",
              f"{result['updates']} optimizer updates; wall {result['wall_s']:.1f} s; generation + scoring + loss + "
-             f"optimizer per update: {result['train_s_per_update']} s", table(result)]
+             f"optimizer per update: {result['train_s_per_update']} s; training part (wall less start-up and outside): "
+             f"{result['train_part_s']:.1f} s; final: {result['final']}", table(result)]
     if "top_cumulative" in result:
         parts += ["Top by cumulative time:", top_table(result["top_cumulative"]),
                   "Top by own time (tottime):", top_table(result["top_tottime"]),
@@ -275,8 +295,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", action="append", required=True, help="a lit_rl config (repeatable, in order)")
     ap.add_argument("--max-steps", type=int, default=None, help="trainer.max_steps (default: the config's)")
-    ap.add_argument("--compare", default=None, metavar="KEY=VALUE",
-                    help="run twice: with --KEY=VALUE (before) and without it (after); both tables and the ratio")
+    ap.add_argument("--compare", action="append", default=None, metavar="KEY=VALUE",
+                    help="run twice: with --KEY=VALUE (before; repeatable, all apply) and without (after); the ratios")
     ap.add_argument("--top", type=int, default=20, help="functions in each top list")
     ap.add_argument("--no-cprofile", action="store_true", help="buckets only, without cProfile's overhead")
     ap.add_argument("--out", default=None, help="also write the tables to this markdown file")
@@ -296,9 +316,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     runs: dict[str, dict[str, Any]] = {}
     if args.compare:
-        if "=" not in args.compare:
-            ap.error(f"--compare needs KEY=VALUE, got {args.compare!r}")
-        runs[f"before ({args.compare})"] = run(extra + [f"--{args.compare}"], "before")
+        bad = [c for c in args.compare if "=" not in c]
+        if bad:
+            ap.error(f"--compare needs KEY=VALUE, got {bad[0]!r}")
+        runs[f"before ({', '.join(args.compare)})"] = run(extra + [f"--{c}" for c in args.compare], "before")
         runs["after (default)"] = run(extra, "after")
     else:
         runs[" + ".join(args.config)] = run(extra, "fit")
@@ -306,7 +327,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "benchmark": "step_profile", "configs": args.config, "max_steps": args.max_steps,
         "cprofile": not args.no_cprofile,
-        "runs": {k: {x: v[x] for x in ("command", "wall_s", "updates", "buckets", "train_s_per_update")}
+        "runs": {k: {x: v[x] for x in ("command", "wall_s", "updates", "buckets", "train_s_per_update", "train_part_s",
+                                       "final")}
                  for k, v in runs.items()},
         "machine": {"cpu_count": os.cpu_count(), "loadavg": list(os.getloadavg()),
                     "python": platform.python_version(), "platform": platform.platform()}}
@@ -315,11 +337,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if before["train_s_per_update"] and after["train_s_per_update"]:
             summary["per_update_ratio"] = round(before["train_s_per_update"] / after["train_s_per_update"], 3)
             summary["wall_ratio"] = round(before["wall_s"] / after["wall_s"], 3)
+            summary["train_part_ratio"] = round(before["train_part_s"] / after["train_part_s"], 3)
             loss = [r["buckets"]["loss fwd/bwd"] for r in (before, after)]
             summary["loss_ratio"] = round(loss[0] / loss[1], 3) if loss[1] else None
             text += (f"\n\nbefore / after: per update (generation + scoring + loss + optimizer) "
                      f"{summary['per_update_ratio']:.3f}x; loss fwd/bwd {summary['loss_ratio']}x; "
-                     f"whole run {summary['wall_ratio']:.3f}x")
+                     f"training part {summary['train_part_ratio']:.3f}x; whole run {summary['wall_ratio']:.3f}x")
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")

@@ -13,7 +13,9 @@ The same semi-autoregressive low-confidence remasking as :func:`lit_rl.generatio
   ``cache="none"`` runs the whole sequence at every step (the exact forward) in this loop.
 * ``threshold=τ``: reveal every masked position of the block whose confidence ``softmax(logits)[x0]`` is at
   least ``τ``, and at least the most confident one, instead of the fixed ``num_transfer_tokens`` schedule;
-  ``steps`` is then unused (a block takes between 1 and ``block_length`` steps).
+  ``steps`` is then unused (a block takes between 1 and ``block_length`` steps). ``threshold_floor="schedule"``
+  reveals at least the fixed schedule's count instead, so a block takes at most ``steps / num_blocks`` steps:
+  early in RL, when few positions pass ``τ``, Fast-dLLM's floor of one needs more passes than the schedule.
 
 **Per-row progress.** Each row has its own block and step counters. A row whose block has no [MASK] left
 moves to its next block at once (its next step is a refresh); a finished row leaves the batch, so the
@@ -107,6 +109,7 @@ def cached_diffusion_generate(
     cache: str = "dual",
     refresh_every: int | None = None,
     threshold: float | None = None,
+    threshold_floor: str = "one",
     generator: torch.Generator | None = None,
     logits_dtype: torch.dtype = torch.float64,
     sampler: str = "gumbel",
@@ -122,8 +125,9 @@ def cached_diffusion_generate(
         stack: the model's :class:`~lit_rl.generation.kv_stack.KVStack`; needed for ``prefix`` / ``dual``.
         cache: ``"none"``, ``"prefix"`` or ``"dual"`` (module doc).
         refresh_every: refresh the cache every this many steps inside a block (``None``: once per block).
-        threshold: reveal every masked position with confidence >= this (at least one per step); ``None``
-            keeps the fixed schedule.
+        threshold: reveal every masked position with confidence >= this; ``None`` keeps the fixed schedule.
+        threshold_floor: the least a threshold step reveals: ``"one"`` (the most confident position, Fast-dLLM)
+            or ``"schedule"`` (the fixed schedule's count at that step: never more passes than ``steps``).
         stats: filled with what the decode cost, if given.
 
     Returns:
@@ -138,6 +142,8 @@ def cached_diffusion_generate(
         raise ValueError(f"generation.refresh_every must be >= 1 (or null), got {refresh_every}")
     if threshold is not None and not 0.0 < threshold <= 1.0:
         raise ValueError(f"generation.threshold must be in (0, 1], got {threshold}")
+    if threshold_floor not in ("one", "schedule"):
+        raise ValueError(f"generation.threshold_floor must be 'one' or 'schedule', got {threshold_floor!r}")
     if cache != "none" and stack.shift and prompt_ids.shape[1] < stack.shift:
         raise ValueError("a model whose logits at p - 1 predict p (Dream) needs at least one prompt token to decode "
                          "with a cache")
@@ -192,7 +198,8 @@ def cached_diffusion_generate(
         if threshold is None:
             n = schedule[step[rows]]  # (R,)
         else:
-            n = (conf >= threshold).sum(1).clamp(min=1)  # (R,) at least the most confident one
+            floor = schedule[step[rows]] if threshold_floor == "schedule" else 1  # (R,) | int
+            n = torch.maximum((conf >= threshold).sum(1), torch.as_tensor(floor, device=device))  # (R,)
         k = int(n.max())
         order = conf.topk(k, dim=-1).indices  # (R, k) most confident first
         keep = torch.arange(k, device=device)[None, :] < n[:, None]  # (R, k)

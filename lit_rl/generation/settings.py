@@ -15,6 +15,9 @@ def check_block_multiple(gen_length: int, block_length: int, field: str = "gen_l
         raise FieldError(field, f"L_gen = {gen_length} is not a multiple of {whose}block_length = {block_length}")
 
 
+THRESHOLD_FLOORS = ("one", "schedule")
+
+
 @dataclass
 class DecodeSettings:
     """Semi-autoregressive dLLM decoding (docs/decoding.md).
@@ -33,6 +36,10 @@ class DecodeSettings:
         threshold: confidence-threshold parallel decoding: reveal every masked position of the block whose
             confidence is at least this (at least one per step, rows progress independently; ``steps`` is
             then unused); ``null`` keeps the fixed schedule of ``steps``.
+        threshold_floor: the least a threshold step reveals: ``"one"`` (Fast-dLLM's rule: the most confident
+            position; a block can then take up to ``block_length`` steps, more than the fixed schedule) or
+            ``"schedule"`` (the fixed schedule's count for that step, so a row never needs more forward
+            passes than ``steps``, and fewer where the model is sure).
     """
 
     gen_length: int = 256
@@ -42,6 +49,7 @@ class DecodeSettings:
     cache: str = "none"
     refresh_every: int | None = None
     threshold: float | None = None
+    threshold_floor: str = "one"
 
     def __post_init__(self) -> None:
         # FieldError: the config preflight reports each at its key's file:line (lit_rl.config.preflight)
@@ -65,6 +73,8 @@ class DecodeSettings:
         th = self.threshold
         if th is not None and (isinstance(th, bool) or not isinstance(th, (int, float)) or not 0.0 < th <= 1.0):
             raise FieldError("threshold", f"must be in (0, 1] or null, got {th!r}")
+        if self.threshold_floor not in THRESHOLD_FLOORS:
+            raise FieldError("threshold_floor", f"must be one of {THRESHOLD_FLOORS}, got {self.threshold_floor!r}")
 
     @property
     def exact(self) -> bool:

@@ -186,7 +186,8 @@ class DiffusionPolicy(TextPolicy, nn.Module):
                 out = cached_diffusion_generate(
                     prompt_ids, prompt_mask, model_fn=lambda ids, mask: self(ids, mask),
                     stack=self.kv_stack() if settings.cache != "none" else None, cache=settings.cache,
-                    refresh_every=settings.refresh_every, threshold=settings.threshold, **common,
+                    refresh_every=settings.refresh_every, threshold=settings.threshold,
+                    threshold_floor=getattr(settings, "threshold_floor", "one"), **common,
                 )
         finally:
             self.train(was_training)

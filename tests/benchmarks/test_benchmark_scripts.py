@@ -146,6 +146,18 @@ def test_step_profile_real_run_buckets_sum_to_the_wall(capsys):
     for name in ("start-up", "generation", "scoring", "loss fwd/bwd", "optimizer", "logging"):
         assert run["buckets"][name] > 0, name
     assert run["updates"] == 2 and run["train_s_per_update"] > 0
+    assert run["train_part_s"] == pytest.approx(run["wall_s"] - run["buckets"]["start-up"] - run["buckets"]["outside"],
+                                                abs=0.01)
+
+
+def test_step_profile_reads_the_final_numbers_from_the_fit_line():
+    module = _load("step_profile")
+    out = ("Epoch 0: 100%\nfit ended at step 300: val/sudoku/greedy/accuracy 0.9311, val/sudoku/multi/pass@2 0.9405, "
+           "val/x nan; run folder /tmp/r; MLflow run 0e0c (sqlite:////tmp/r.db)\n")
+    final = module.final_metrics(out)
+    assert list(final) == ["val/sudoku/greedy/accuracy", "val/sudoku/multi/pass@2", "val/x"]
+    assert final["val/sudoku/greedy/accuracy"] == 0.9311 and final["val/sudoku/multi/pass@2"] == 0.9405
+    assert module.final_metrics("no summary line") == {}
 
 
 def test_vs_trl_quick_runs_both_sides_and_prints_a_json_line_last(tmp_path):

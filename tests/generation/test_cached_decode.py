@@ -184,6 +184,25 @@ def test_threshold_reveals_confident_positions_together_and_rows_progress_indepe
     assert not (out == 15).any()
 
 
+def test_threshold_with_the_schedule_as_floor_never_needs_more_passes_than_steps():
+    ids = torch.tensor([[3, 4], [5, 4]])
+    mask = torch.ones(2, 2, dtype=torch.long)
+    stats = DecodeStats()
+    out = cached_diffusion_generate(ids, mask, model_fn=ConfidentRow(), cache="none", threshold=0.9, temperature=0.0,
+                                    threshold_floor="schedule", gen_length=16, block_length=8, steps=4, mask_id=15,
+                                    stats=stats)
+    # steps 4 over 2 blocks: the schedule reveals 4 + 4 per block. Row 0 is sure of all 8: one pass per block;
+    # row 1 passes nothing, so the schedule's 4 per step: 2 passes per block (the floor "one" would take 16)
+    assert stats.row_forwards == 2 + 4
+    assert stats.revealed == 32
+    assert out[0, 2:].tolist() == [7] * 16
+    assert not (out == 15).any()
+    with pytest.raises(ValueError, match="threshold_floor"):
+        cached_diffusion_generate(ids, mask, model_fn=ConfidentRow(), cache="none", threshold=0.9,
+                                  threshold_floor="two", temperature=0.0, gen_length=16, block_length=8, steps=4,
+                                  mask_id=15)
+
+
 def test_threshold_one_reveals_a_single_token_per_step_on_random_weights():
     # (on a confident model a float32 confidence can round to exactly 1.0 and pass tau 1.0)
     model = _tiny_bert()
@@ -211,7 +230,8 @@ def test_policy_generate_uses_the_cache_and_names_the_field_when_it_cannot():
 @pytest.mark.parametrize(
     "kw, match",
     [({"cache": "full"}, "cache: must be .none., .prefix. or .dual."), ({"refresh_every": 0}, "refresh_every"),
-     ({"threshold": 0.0}, "threshold"), ({"threshold": 1.5}, "threshold")],
+     ({"threshold": 0.0}, "threshold"), ({"threshold": 1.5}, "threshold"),
+     ({"threshold_floor": "none"}, "threshold_floor")],
 )
 def test_decode_settings_refuse_bad_values(kw, match):
     with pytest.raises(ValueError, match=match):
