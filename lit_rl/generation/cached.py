@@ -200,6 +200,7 @@ def cached_diffusion_generate(
         else:
             floor = schedule[step[rows]] if threshold_floor == "schedule" else 1  # (R,) | int
             n = torch.maximum((conf >= threshold).sum(1), torch.as_tensor(floor, device=device))  # (R,)
+            n = torch.minimum(n, masked.sum(1))  # a block ahead of its schedule has fewer [MASK] than the floor
         k = int(n.max())
         order = conf.topk(k, dim=-1).indices  # (R, k) most confident first
         keep = torch.arange(k, device=device)[None, :] < n[:, None]  # (R, k)

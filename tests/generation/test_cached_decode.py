@@ -203,6 +203,31 @@ def test_threshold_with_the_schedule_as_floor_never_needs_more_passes_than_steps
                                   mask_id=15)
 
 
+class PartlySure:
+    """Sure of token 7 at the first 5 positions of each 8-position block after a 2-token prompt (V 16)."""
+
+    def __call__(self, ids, attn):
+        B, T = ids.shape
+        logits = torch.linspace(0, 0.1, 16).expand(B, T, 16).clone()
+        sure = (torch.arange(T) - 2) % 8 < 5
+        sure[:2] = False
+        logits[:, sure, 7] = 50.0
+        return logits
+
+
+def test_threshold_floor_stops_at_the_blocks_last_mask():
+    # steps 4 over 2 blocks: schedule 4 + 4. The first step reveals the 5 sure positions (more than 4), so the
+    # second step's floor (4) exceeds the 3 [MASK] left: it reveals those 3 and never rewrites a revealed token
+    ids, mask = torch.tensor([[3, 4]]), torch.ones(1, 2, dtype=torch.long)
+    stats = DecodeStats()
+    out = cached_diffusion_generate(ids, mask, model_fn=PartlySure(), cache="none", threshold=0.9, temperature=0.0,
+                                    threshold_floor="schedule", gen_length=16, block_length=8, steps=4, mask_id=15,
+                                    stats=stats)
+    assert not (out == 15).any()
+    assert stats.row_forwards == 4 and stats.revealed == 16
+    assert out[0, 2:7].tolist() == [7] * 5 and out[0, 10:15].tolist() == [7] * 5
+
+
 def test_threshold_one_reveals_a_single_token_per_step_on_random_weights():
     # (on a confident model a float32 confidence can round to exactly 1.0 and pass tau 1.0)
     model = _tiny_bert()
