@@ -191,3 +191,15 @@ def test_vs_trl_quick_runs_both_sides_and_prints_a_json_line_last(tmp_path):
                                                / summary["sides"]["lit"]["wall_s"]["mean"])
     assert verdict["equal_accuracy"] == (abs(verdict["accuracy_diff"]) <= summary["accuracy_tolerance"][
         "abs_diff_of_seed_means"])
+
+
+def test_eval_decoders_quick_compares_every_decoder_on_the_same_puzzles(capsys):
+    """Random weights, 8 puzzles: the threshold's schedule floor never costs more passes than the fixed schedule,
+    Fast-dLLM's floor of one does (nothing passes τ on random weights), the caches run fewer positions."""
+    summary = _load("eval_decoders").main(["--quick"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == json.loads(json.dumps(summary))
+    (rows,) = summary["results"].values()
+    assert rows["exact"]["passes_per_row"] == 24 and rows["threshold"]["passes_per_row"] <= 24
+    assert rows["threshold_one"]["passes_per_row"] == 48
+    assert rows["dual"]["forward_tokens"] < rows["prefix"]["forward_tokens"] < rows["exact"]["forward_tokens"]
+    assert all(r["puzzles"] == 8 and 0 <= r["accuracy"] <= 1 for r in rows.values())

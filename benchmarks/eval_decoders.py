@@ -1,0 +1,114 @@
+"""Greedy evaluation under each dLLM decoder, on trained checkpoints: accuracy and cost side by side (issue #38).
+
+The embedded ERILS run evaluates greedily on all 256 puzzles of SPG's Sudoku test split (L_gen 48, block 16,
+24 steps). This script decodes the same puzzles from each given checkpoint with each decoder and reports the
+accuracy (``task.evaluate``'s ``correct``, as the validation loop scores it), the model passes per row, the
+positions run through the layers and the wall time:
+
+* ``exact``: the reference loop (the fixed schedule, 2 tokens per step);
+* ``threshold``: τ 0.9 with the schedule as the floor (``threshold_floor: schedule``): at least the schedule's 2
+  tokens per step, more where the model is sure, so never more passes than ``exact``;
+* ``threshold_one``: τ 0.9 with Fast-dLLM's floor of one token (can need more passes than the schedule);
+* ``prefix`` / ``dual``: the block KV cache, refreshed once per block;
+* ``dual_threshold``: both.
+
+    python benchmarks/eval_decoders.py runs/erils/checkpoints/last.ckpt runs/cache/format_warmup_sudoku_*.pt
+    python benchmarks/eval_decoders.py --quick          # seconds: random weights, 8 puzzles (the test's run)
+
+A checkpoint is a Lightning ``.ckpt`` (the policy's ``policy.*`` weights are read) or a ``torch.save``'d policy
+state dict (the format warm-up's cache). The model is the embedded ``TinyDiffusionLM`` (``conf/erils.yaml``).
+The last line is one JSON object: per checkpoint and decoder the accuracy, its change against ``exact``, passes
+per row, forward tokens and seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from lit_rl.generation.diffusion import DecodeStats
+from lit_rl.generation.settings import DecodeSettings
+from lit_rl.models import TinyDiffusionLM
+from lit_rl.tasks import SudokuTask
+
+DECODERS: dict[str, dict] = {
+    "exact": {},
+    "threshold": {"threshold": 0.9, "threshold_floor": "schedule"},
+    "threshold_one": {"threshold": 0.9},
+    "prefix": {"cache": "prefix"},
+    "dual": {"cache": "dual"},
+    "dual_threshold": {"cache": "dual", "threshold": 0.9, "threshold_floor": "schedule"},
+}
+
+
+def load_policy(path: str | None, quick: bool) -> TinyDiffusionLM:
+    """The embedded model (``conf/erils.yaml``'s sizes) with the checkpoint's weights (``None``: its init)."""
+    size = dict(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64) if quick else {}
+    policy = TinyDiffusionLM(max_positions=256, **size)
+    if path is not None:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if "state_dict" in state:  # a Lightning checkpoint: the module's policy.* weights
+            state = {k[len("policy."):]: v for k, v in state["state_dict"].items() if k.startswith("policy.")}
+        policy.load_state_dict(state, strict=True)
+    return policy.eval()
+
+
+def evaluate(policy: TinyDiffusionLM, task: SudokuTask, settings: DecodeSettings, batch_size: int,
+             limit: int | None) -> dict[str, float]:
+    """Greedy accuracy and cost of one decoder on the test split (``limit``: the first puzzles only)."""
+    examples = task.eval_examples()[:limit]
+    stats, correct = DecodeStats(), 0
+    t0 = time.perf_counter()
+    for i in range(0, len(examples), batch_size):
+        batch = examples[i:i + batch_size]
+        ids, mask = policy.encode_prompts([task.messages(e) for e in batch], 64)  # (B, P)
+        texts = policy.decode_completions(policy.generate(ids, mask, settings, 0, stats=stats))
+        correct += sum(bool(task.evaluate(t, e).correct) for t, e in zip(texts, batch))
+    seconds = time.perf_counter() - t0
+    return {"accuracy": correct / len(examples), "passes_per_row": round(stats.passes_per_row(), 3),
+            "forward_tokens": stats.forward_tokens, "seconds": round(seconds, 3), "puzzles": len(examples)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoints", nargs="*", help="Lightning .ckpt files or policy state dicts")
+    ap.add_argument("--decoders", default=",".join(DECODERS), help=f"comma-separated, of {', '.join(DECODERS)}")
+    ap.add_argument("--batch-size", type=int, default=128, help="the config's eval_batch_size")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="random weights, a tiny model, 8 puzzles")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    names = args.decoders.split(",")
+    unknown = [n for n in names if n not in DECODERS]
+    if unknown:
+        ap.error(f"unknown decoder {unknown[0]!r}; known: {', '.join(DECODERS)}")
+    if not args.checkpoints and not args.quick:
+        ap.error("give checkpoints, or --quick")
+    task = SudokuTask(system_prompt="", question_template="{puzzle}", num_train=1000)
+    limit = 8 if args.quick else None
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    print("| checkpoint | decoder | accuracy | vs exact | passes/row | forward tokens | seconds |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for path in args.checkpoints or [None]:
+        policy, label = load_policy(path, args.quick), path or "random init"
+        rows = results[label] = {}
+        for name in names:
+            rows[name] = evaluate(policy, task, DecodeSettings(gen_length=48, block_length=16, steps=24,
+                                                               temperature=0.0, **DECODERS[name]),
+                                  args.batch_size, limit)
+            if "exact" in rows:
+                rows[name]["delta"] = round(rows[name]["accuracy"] - rows["exact"]["accuracy"], 4)
+            r = rows[name]
+            print(f"| {label} | {name} | {r['accuracy']:.3f} | {r.get('delta', float('nan')):+.3f} | "
+                  f"{r['passes_per_row']:.2f} | {r['forward_tokens']} | {r['seconds']:.1f} |", flush=True)
+    summary = {"benchmark": "eval_decoders", "threads": args.threads, "decoders": {n: DECODERS[n] for n in names},
+               "results": results}
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
