@@ -89,3 +89,41 @@ def test_the_update_passes_each_rows_own_width_and_rank_specific_seeds(monkeypat
     assert seen[0][1] == module.loss_context(step=3).mask_seeds(ro) and len(set(seen[0][1])) == B
     monkeypatch.setattr(type(module), "global_rank", property(lambda self: 1))
     assert not set(module.loss_context(step=3).mask_seeds(ro)) & set(seen[0][1])
+
+
+def _zero_adv_grads(skip: bool, adv: torch.Tensor, micro: int | None = None):
+    torch.manual_seed(0)
+    policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+    module = ERILSModule(policy, surrogate=SPGSurrogate(num_t=2, block_length=2, mask_id=policy.mask_id),
+                         micro_batch_size=micro)
+    module.loss_fn.skip_zero_advantage = skip
+    module.manual_backward = lambda loss: loss.backward()
+    rows_seen = []
+    real = policy.forward
+    policy.forward = lambda ids, *a, **kw: (rows_seen.append(ids.shape[0]), real(ids, *a, **kw))[1]  # (rows, T)
+    ro, _ = _batch(policy)
+    prepared = module.loss_fn.prepare(ro.with_advantages(adv), module.loss_context())
+    prepared.logged = dict(prepared.metrics)  # the module logs and empties the mailbox
+    loss, _ = module.loss_backward(prepared, 0, step=0)
+    grads = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+    return float(loss), grads, sum(rows_seen), prepared
+
+
+@pytest.mark.parametrize("micro", [None, 2])
+def test_zero_advantage_rows_skip_the_forward_and_leave_the_gradient_unchanged(micro):
+    # rows 1 and 3 have A = 0: their term is 0 · S · L, but their length stays in Σ L (the denominator)
+    adv = torch.tensor([1.0, 0.0, 0.25, 0.0, -0.75])
+    loss_all, all_grads, rows_all, _ = _zero_adv_grads(False, adv, micro)
+    loss, grads, rows, prepared = _zero_adv_grads(True, adv, micro)
+    assert rows_all == 2 * B and rows == 2 * 3  # num_t 2 noisy copies per row forwarded
+    assert prepared.rows.row.tolist() == [0, 2, 4] and prepared.logged["train/rows_trained"] == 3.0
+    assert float(prepared.total_w) == 6 + 2 + 4 + 1 + 5  # every kept row's length
+    assert loss == pytest.approx(loss_all, rel=1e-5, abs=1e-7)
+    assert grads.keys() == all_grads.keys() and grads
+    for n in grads:
+        torch.testing.assert_close(grads[n], all_grads[n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_a_batch_without_a_nonzero_advantage_trains_on_all_rows():
+    _, _, rows, prepared = _zero_adv_grads(True, torch.zeros(B))
+    assert len(prepared.rows) == B and rows == 2 * B
