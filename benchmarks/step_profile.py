@@ -4,8 +4,7 @@
     python benchmarks/step_profile.py --config conf/double_rollout_chainsum.yaml \\
         --compare model.init_args.loss.old_logprobs=separate_pass      # before (the override) / after (default)
     python benchmarks/step_profile.py --config conf/erils.yaml -- --trainer.val_check_interval=2   # passthrough
-    python benchmarks/step_profile.py --config conf/erils.yaml --no-cprofile \
-        --compare data.init_args.generation.cache=none --compare ...   # command 1 before (old defaults) / after
+    python benchmarks/step_profile.py --config conf/erils.yaml --no-cprofile --before-ref 4fae4e7   # old code / new
 
 Each run is a fresh process (this script with ``--child``) that runs lit_rl's CLI ``main(["fit", ...])`` with a
 fresh ``trainer.default_root_dir`` and MLflow store (a temporary folder; the warm-start cache ``runs/cache`` is
@@ -26,7 +25,9 @@ the clock (interpreter start and exit). The buckets sum to the process's wall ti
 Each run also reports its **training part** (``train_part_s``: the wall less ``start-up`` and ``outside``, i.e.
 Lightning's training stage with its evaluations, logging and checkpoints; the warm start is start-up) and the
 final evaluation's numbers (``final``: the ``val/*`` values of the fit's last line). ``--compare`` may be given
-several times: the before run gets every override.
+several times: the before run gets every override. ``--before-ref REF`` runs the before run on commit ``REF``'s
+code instead (a temporary ``git worktree``, sharing this checkout's ``runs/`` for the warm-start cache), with any
+``--compare`` overrides, and the after run on this checkout's: code and default changes measured together.
 
 Why not bucket the cProfile table itself: cProfile keeps one level of callers, so time below a shared wrapper
 (torch's ``no_grad`` decorator, ``nn.Module.__call__``) cannot be told apart by caller; gprof-style
@@ -38,6 +39,7 @@ times the buckets without its overhead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import fnmatch
 import functools
@@ -54,7 +56,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKETS = ("start-up", "generation", "scoring", "loss fwd/bwd", "optimizer", "evaluation", "logging",
@@ -219,6 +221,26 @@ def top_rows(stats: pstats.Stats, sort: str, n: int, own_only: bool = False) -> 
             for k, v in rows]
 
 
+@contextlib.contextmanager
+def before_worktree(ref: str) -> Iterator[tuple[Path, str]]:
+    """A temporary detached ``git worktree`` of ``ref`` (removed afterwards) and its commit. The runs' caches
+    (``runs/cache``: the warm start) are the after checkout's, linked in, so both runs find the same state."""
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True,
+                         text=True)
+    if sha.returncode != 0:
+        raise SystemExit(f"--before-ref: {ref!r} is not a commit of {ROOT}: {sha.stderr.strip()}")
+    with tempfile.TemporaryDirectory(prefix="step_profile_before_") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), sha.stdout.strip()], cwd=ROOT, check=True,
+                       capture_output=True)
+        try:
+            (ROOT / "runs").mkdir(exist_ok=True)
+            (tree / "runs").symlink_to(ROOT / "runs", target_is_directory=True)
+            yield tree, sha.stdout.strip()
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+
+
 def final_metrics(output: str) -> dict[str, float]:
     """The ``val/*`` numbers of the fit's last line (``fit ended at step N: key value, key value; run folder``)."""
     lines = [ln for ln in output.splitlines() if ln.startswith("fit ended at step ")]
@@ -229,17 +251,18 @@ def final_metrics(output: str) -> dict[str, float]:
 
 
 def profile_run(configs: list[str], max_steps: int | None, extra: list[str], top: int, profile: bool = True,
-                keep: Path | None = None) -> dict[str, Any]:
-    """One ``lit_rl fit`` in a child process (fresh root dir and MLflow store): its buckets and top lists."""
+                keep: Path | None = None, root: Path = ROOT) -> dict[str, Any]:
+    """One ``lit_rl fit`` in a child process (fresh root dir and MLflow store): its buckets and top lists.
+    ``root``: the checkout whose code (and this script's copy) runs, e.g. a ``--before-ref`` worktree."""
     with tempfile.TemporaryDirectory(prefix="step_profile_") as tmp:
         fit = [a for c in configs for a in ("--config", c)]
         fit += [f"--trainer.default_root_dir={tmp}/run",
                 f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp}/mlflow.db"]
         fit += ([f"--trainer.max_steps={max_steps}"] if max_steps is not None else []) + extra
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", tmp, "--config", "-",
+        cmd = [sys.executable, str(root / "benchmarks" / "step_profile.py"), "--child", tmp, "--config", "-",
                *([] if profile else ["--no-cprofile"]), "--", "fit", *fit]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         clock = json.loads((Path(tmp) / "clock.json").read_text()) if (Path(tmp) / "clock.json").exists() else {}
         if proc.returncode != 0 or clock.get("rc") != 0:
@@ -297,6 +320,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--max-steps", type=int, default=None, help="trainer.max_steps (default: the config's)")
     ap.add_argument("--compare", action="append", default=None, metavar="KEY=VALUE",
                     help="run twice: with --KEY=VALUE (before; repeatable, all apply) and without (after); the ratios")
+    ap.add_argument("--before-ref", default=None, metavar="GIT_REF",
+                    help="run twice: this commit's code (before, a temporary git worktree) and this checkout's (after)")
     ap.add_argument("--top", type=int, default=20, help="functions in each top list")
     ap.add_argument("--no-cprofile", action="store_true", help="buckets only, without cProfile's overhead")
     ap.add_argument("--out", default=None, help="also write the tables to this markdown file")
@@ -310,12 +335,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     extra = [o if o.startswith("--") else f"--{o}" for o in args.overrides]
     keep = Path(args.keep_prof) if args.keep_prof else None
 
-    def run(extra_args: list[str], name: str) -> dict[str, Any]:
+    def run(extra_args: list[str], name: str, root: Path = ROOT) -> dict[str, Any]:
         return profile_run(args.config, args.max_steps, extra_args, args.top, not args.no_cprofile,
-                           keep and keep / f"{name}.prof")
+                           keep and keep / f"{name}.prof", root)
 
     runs: dict[str, dict[str, Any]] = {}
-    if args.compare:
+    if args.before_ref:
+        with before_worktree(args.before_ref) as (old_root, sha):
+            runs[f"before ({args.before_ref} = {sha[:10]})"] = run(extra + [f"--{c}" for c in args.compare or []],
+                                                                   "before", old_root)
+        runs["after (this checkout)"] = run(extra, "after")
+    elif args.compare:
         bad = [c for c in args.compare if "=" not in c]
         if bad:
             ap.error(f"--compare needs KEY=VALUE, got {bad[0]!r}")
@@ -332,7 +362,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                  for k, v in runs.items()},
         "machine": {"cpu_count": os.cpu_count(), "loadavg": list(os.getloadavg()),
                     "python": platform.python_version(), "platform": platform.platform()}}
-    if args.compare:
+    if args.compare or args.before_ref:
         before, after = runs.values()
         if before["train_s_per_update"] and after["train_s_per_update"]:
             summary["per_update_ratio"] = round(before["train_s_per_update"] / after["train_s_per_update"], 3)

@@ -203,3 +203,19 @@ def test_eval_decoders_quick_compares_every_decoder_on_the_same_puzzles(capsys):
     assert rows["threshold_one"]["passes_per_row"] == 48
     assert rows["dual"]["forward_tokens"] < rows["prefix"]["forward_tokens"] < rows["exact"]["forward_tokens"]
     assert all(r["puzzles"] == 8 and 0 <= r["accuracy"] <= 1 for r in rows.values())
+
+
+def test_step_profile_before_ref_checks_out_that_commit_and_removes_it():
+    module = _load("step_profile")
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    with module.before_worktree("HEAD") as (tree, sha):
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True).stdout.strip()
+        assert head == sha and (tree / "benchmarks" / "step_profile.py").exists()
+        assert (tree / "runs").resolve() == (ROOT / "runs").resolve()  # the warm-start cache is shared
+    assert not tree.exists()
+    listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert str(tree) not in listed
+    with pytest.raises(SystemExit, match="not a commit"):
+        with module.before_worktree("no-such-ref-xyz"):
+            pass
