@@ -164,6 +164,15 @@ def _check_semantics(cfg: ConfigView) -> None:
         except Exception:  # noqa: BLE001
             pcls = None
         pargs = policy.get("init_args") or {}
+        if pcls is not None and getattr(pcls, "supports_kv_cache", True) is False:
+            for gkey in ("generation", "eval_generation"):
+                gen = dargs.get(gkey)
+                cache = gen.get("cache", "none") if isinstance(gen, dict) else "none"
+                if cache != "none":
+                    where = cfg.loc(mpath + ("policy", "class_path"))
+                    raise fail(cfg, dpath + (gkey, "cache"),
+                               f"{cache!r}, but the policy {pcls.__name__} ({where}) runs a checkpoint's own forward, "
+                               f"which has no KV cache: use cache: none (or NativeLLaDA / NativeDream)")
         max_pos = pargs.get("max_positions", _default(pcls, "max_positions"))
         max_prompt = dargs.get("max_prompt_len", _default(dcls, "max_prompt_len"))
         if _is_int(max_pos) and _is_int(max_prompt):

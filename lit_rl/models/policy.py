@@ -135,6 +135,9 @@ class DiffusionPolicy(TextPolicy, nn.Module):
     logits_shift: bool = False
     #: whether the underlying forward accepts ``position_ids`` (BERT does; LLaDA does not).
     accepts_position_ids: bool = False
+    #: whether ``generation.cache: prefix | dual`` can run (a layer-by-layer KV forward exists; the config
+    #: preflight refuses a cache for a class that sets False, and :meth:`kv_stack` checks the built model)
+    supports_kv_cache: bool = True
     #: how ``attention_mask`` reaches the model: ``"2d"`` (B, T) as HF models take it, or ``"additive_4d"``
     #: (B, 1, 1, T) with 0 on real keys and a large negative value on padding, which Dream's official code
     #: hands to SDPA as is (a 2-D mask crashes it; a bool one it adds as 0/1)
@@ -350,6 +353,8 @@ class QuantizationSettings:
 class PretrainedDiffusionLM(DiffusionPolicy):
     """A LLaDA-style dLLM loaded with ``AutoModel.from_pretrained(path, trust_remote_code=True)``.
 
+    Its forward is the checkpoint's own remote code, opaque to lit_rl: decoding takes ``cache: none`` only.
+
     The paper's setting (ERILS Table VII): LLaDA-8B-Instruct, 4-bit NF4 base weights with bf16 compute,
     LoRA r=128 α=64 dropout 0.05 on the attention and MLP projections (module names per architecture,
     :data:`LORA_TARGETS`; the LM head is never adapted), gradient checkpointing; bf16 autocast comes from
@@ -373,6 +378,8 @@ class PretrainedDiffusionLM(DiffusionPolicy):
             moves the model later), ``"cuda"`` = this process's GPU (``cuda:$LOCAL_RANK``), so each DDP rank
             quantises straight onto its own GPU instead of holding a full-precision copy in host memory.
     """
+
+    supports_kv_cache = False
 
     def __init__(
         self,

@@ -54,7 +54,12 @@ def test_tiny_erils_fit_updates_weights_and_logs_per_source_metrics(tmp_path):
     assert 0.0 < run.data.metrics["train/spg/entropy"] <= math.log(vocab) + 1e-4
     # the stall diagnostics (#16): format rate, the advantages' sign balance, per-source ELBO
     assert {"train/on_policy/format_rate", "train/on_policy/advantage_pos_frac", "train/on_policy/advantage_neg_frac",
-            "train/spg/elbo_on_policy", "train/spg/elbo_external"} <= keys
+            "train/spg/elbo_external", "train/rows_trained"} <= keys
+    # the on-policy rows' ELBO is over the rows trained: absent only when every on-policy row had A = 0 (SPGLoss
+    # skips their forward), i.e. every group's two on-policy rewards were equal at every batch
+    zero_std = client.get_metric_history(run.info.run_id, "train/on_policy/frac_reward_zero_std")
+    assert "train/spg/elbo_on_policy" in keys or all(m.value == 1.0 for m in zero_std)
+    assert max(m.value for m in client.get_metric_history(run.info.run_id, "train/rows_trained")) <= 2 * 4
     pos = run.data.metrics["train/on_policy/advantage_pos_frac"]
     neg = run.data.metrics["train/on_policy/advantage_neg_frac"]
     assert 0.0 <= pos <= 1.0 and 0.0 <= neg <= 1.0 and pos + neg <= 1.0

@@ -53,6 +53,11 @@ CASES: dict[str, tuple[bytes, int, list[str]]] = {
         b"data:\n  init_args:\n    eval_generation: [64, 32]\n", 3,
         ["data.init_args.eval_generation", "expected a mapping (DecodeSettings), got list"]),
     "empty_overlay": (b"# nothing here yet\n\n", 1, ["the config file is empty"]),
+    "kv_cache_for_remote_code": (
+        b"model:\n  init_args:\n    policy:\n      class_path: lit_rl.models.PretrainedDiffusionLM\n"
+        b"      init_args: {path: tests/fixtures/tiny_llada}\ndata:\n  init_args:\n    generation:\n"
+        b"      cache: prefix\n", 9,
+        ["data.init_args.generation.cache", "'prefix', but the policy PretrainedDiffusionLM", "use cache: none"]),
 }
 
 
