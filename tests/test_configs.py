@@ -81,8 +81,8 @@ def test_paper_spg_configs_follow_the_stated_batch_reading_and_spg_mix_betas(nam
     assert "Batch reading" in (ROOT / "conf/paper" / f"{name}.yaml").read_text()
 
 
-def test_fast_rollouts_overlay_caches_rollouts_only(parse_training_config):
-    base = "conf/paper/erils_sudoku.yaml"
+@pytest.mark.parametrize("base", ["conf/erils.yaml", "conf/paper/erils_sudoku.yaml"])
+def test_fast_rollouts_overlay_caches_rollouts_only(base, parse_training_config):
     plain = parse_training_config.argv(["--config", base])
     cfg = parse_training_config.argv(["--config", base, "--config", "conf/fast_rollouts.yaml"])
     gen, plain_gen = cfg.data.init_args.generation, plain.data.init_args.generation
@@ -92,11 +92,12 @@ def test_fast_rollouts_overlay_caches_rollouts_only(parse_training_config):
     assert cfg.data.init_args.eval_generation == plain.data.init_args.eval_generation
 
 
-def test_embedded_default_decodes_fast_and_the_exact_overlay_restores_the_reference(parse_training_config):
+def test_embedded_default_evaluates_with_the_threshold_and_the_exact_overlay_restores_the_reference(
+        parse_training_config):
     fast = parse_training_config.argv(["--config", "conf/erils.yaml"]).data.init_args
     exact = parse_training_config.argv(["--config", "conf/erils.yaml", "--config", "conf/exact_decoding.yaml"])
     exact = exact.data.init_args
-    assert (fast.generation.cache, fast.generation.threshold) == ("dual", None)  # rollouts: the dual cache
+    assert (fast.generation.cache, fast.generation.threshold) == ("none", None)  # rollouts: the exact decoder
     ev = fast.eval_generation  # greedy evaluation: uncached, threshold over the fixed schedule
     assert (ev.cache, ev.threshold, ev.threshold_floor, ev.steps) == ("none", 0.9, "schedule", 24)
     for g in (exact.generation, exact.eval_generation):
