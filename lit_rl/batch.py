@@ -116,6 +116,8 @@ class RolloutBatch:
             ``completion_mask`` and ``attention_mask``, never scored. Default ``L`` for every row.
         kept_prefix: ``(N,)`` long, completion tokens a ``CONTINUATION`` row kept from its first-stage rollout
             (the cut trace; the rest was re-decoded by double rollout's second stage); 0 on other rows.
+        hint_mask: ``(N, L)`` bool, completion positions held fixed while the row was decoded (inpainting hints
+            taken from a reference trace, IGPO); all False on other rows (the default).
         advantages: ``(N,)`` set by the processors (``None`` before them).
         keep: ``(N,)`` bool, the rows the loss trains on (processors drop rows by setting it False).
     """
@@ -135,6 +137,7 @@ class RolloutBatch:
     row: torch.Tensor | None = None
     gen_width: torch.Tensor | None = None
     kept_prefix: torch.Tensor | None = None
+    hint_mask: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     keep: torch.Tensor | None = None
 
@@ -147,6 +150,8 @@ class RolloutBatch:
                                         device=device)
         if self.kept_prefix is None:
             self.kept_prefix = torch.zeros(n, dtype=torch.long, device=device)
+        if self.hint_mask is None:
+            self.hint_mask = torch.zeros(n, self.input_ids.shape[1] - self.prompt_len, dtype=torch.bool, device=device)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

@@ -35,6 +35,7 @@ from torch import Tensor
 from lit_rl.algorithms.estimators import Draw, LikelihoodEstimator, OneStep, TokenScores, slice_draw
 from lit_rl.algorithms.loss_api import Loss, LossContext, Prepared, kept_rows
 from lit_rl.core.entropy import masked_entropy_mean
+from lit_rl.core.inpainting import keep_high_entropy_hints
 from lit_rl.core.spg import d1_loss, sequence_logprob_sum, wd1_weights
 from lit_rl.errors import FieldError
 from lit_rl.batch import RolloutBatch
@@ -51,6 +52,7 @@ class OneStepBatch(Prepared):
     old_logp: Tensor | None = None  # (μ, B', L) π_old's per-token estimate under update k's draw (D1Loss, μ > 1)
     ref_logp: Tensor | None = None  # (μ, B', L) π_ref's, likewise (D1Loss, β > 0)
     weights: Tensor | None = None  # (B',) wd1's softmax(−A) − softmax(A) within groups (WD1Loss)
+    loss_masks: Tensor | None = None  # (μ, B', L) update k's scored positions (D1Loss with IGPO's hint filter)
     entropies: list[Tensor] | None = None  # this update's per-micro-batch token entropies (b, L)
     seq_logps: list[Tensor] | None = None  # this update's per-micro-batch sequence log-likelihoods (b,) (WD1Loss)
 
@@ -83,16 +85,22 @@ class _EstimatorLoss(Loss):
         return self.estimator.score(policy, ro.slice_rows(sl), slice_draw(draw, sl))
 
     @torch.no_grad()
-    def fixed_logprobs(self, policy, ro: RolloutBatch, draws: list[Draw], ctx: LossContext) -> Tensor:
-        """Per-token estimates ``(μ, B', L)`` of every update's draw, in eval mode, without gradients."""
+    def fixed_logprobs(self, policy, ro: RolloutBatch, draws: list[Draw], ctx: LossContext,
+                       with_entropy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """Per-token estimates ``(μ, B', L)`` of every update's draw, in eval mode, without gradients (and the
+        token entropies ``(μ, B', L)`` of the same forwards when ``with_entropy``)."""
         was_training = policy.training
         policy.eval()
+        logps, ents = [], []
         try:
-            out = [torch.cat([self.scores(policy, ro, d, sl).per_token() for sl in ctx.slices(len(ro))])
-                   for d in draws]
+            for d in draws:
+                scores = [self.scores(policy, ro, d, sl) for sl in ctx.slices(len(ro))]
+                logps.append(torch.cat([sc.per_token() for sc in scores]))
+                if with_entropy:
+                    ents.append(torch.cat([sc.per_token_entropy() for sc in scores]))
         finally:
             policy.train(was_training)
-        return torch.stack(out)
+        return (torch.stack(logps), torch.stack(ents)) if with_entropy else torch.stack(logps)
 
     def entropy_of_update(self, p: OneStepBatch, mask: Tensor) -> Tensor:
         ents, p.entropies = p.entropies or [], None
@@ -113,6 +121,13 @@ class D1Loss(_EstimatorLoss):
             the copy is the policy RL starts from. Under FSDP2 only ``"adapter"`` (or β 0) is allowed.
         estimator: the likelihood estimator (:mod:`lit_rl.algorithms.estimators`; default ``OneStep``;
             ``Coupled``: DiffuCoder's coupled-GRPO).
+        hint_keep_ratio: IGPO's entropy filter on inpainted rows (``RolloutBatch.hint_mask``): per update and
+            row, only the ``max(1, floor(ratio · n))`` highest-entropy of the ``n`` scored hint positions stay in
+            the loss (IGPO 0.2; :func:`~lit_rl.core.inpainting.keep_high_entropy_hints`), with π_old's entropy
+            under that update's draw (a no-gradient pass, also when ``μ = 1``). Positions outside the hints are
+            unaffected; ``None`` (default) scores hint positions like any other. The filter acts on d1's
+            per-token objective, as the IGPO paper describes it; IGPO's released script trains with a
+            sequence-level ratio (GSPO), under which the filter only re-weights rows and masks the KL term.
 
     Departures from the d1 code (diffu-GRPO on TRL 0.16), none of which changes the objective's form:
 
@@ -129,21 +144,26 @@ class D1Loss(_EstimatorLoss):
     stats_prefix = "train/d1"
 
     @staticmethod
-    def check_args(epsilon: float = 0.5, beta: float = 0.04, reference: str = "auto") -> None:
+    def check_args(epsilon: float = 0.5, beta: float = 0.04, reference: str = "auto",
+                   hint_keep_ratio: float | None = None) -> None:
         """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`);
         ``p_mask_prompt`` is the base's."""
         if not 0.0 < epsilon < 1.0:
             raise FieldError("epsilon", f"must be in (0, 1), got {epsilon}")
+        if hint_keep_ratio is not None and not 0.0 < hint_keep_ratio <= 1.0:
+            raise FieldError("hint_keep_ratio", f"must be in (0, 1] or null, got {hint_keep_ratio}")
         if beta < 0:
             raise FieldError("beta", f"must be >= 0, got {beta}")
         if reference not in ("auto", "adapter", "copy"):
             raise FieldError("reference", f"must be 'auto', 'adapter' or 'copy', got {reference!r}")
 
     def __init__(self, epsilon: float = 0.5, beta: float = 0.04, p_mask_prompt: float | None = None,
-                 reference: str = "auto", estimator: LikelihoodEstimator | None = None) -> None:
+                 reference: str = "auto", estimator: LikelihoodEstimator | None = None,
+                 hint_keep_ratio: float | None = None) -> None:
         super().__init__(p_mask_prompt, estimator)
-        D1Loss.check_args(epsilon=epsilon, beta=beta, reference=reference)
+        D1Loss.check_args(epsilon=epsilon, beta=beta, reference=reference, hint_keep_ratio=hint_keep_ratio)
         self.epsilon, self.beta, self.reference = epsilon, beta, reference
+        self.hint_keep_ratio = hint_keep_ratio
 
     @property
     def reference_mode(self) -> str | None:  # type: ignore[override]
@@ -152,16 +172,30 @@ class D1Loss(_EstimatorLoss):
     def prepare(self, rollouts: RolloutBatch, ctx: LossContext) -> OneStepBatch:
         ro = kept_rows(rollouts)
         draws = self.draws(ro, ctx)
-        old = self.fixed_logprobs(ctx.policy, ro, draws, ctx) if ctx.updates_per_batch > 1 else None
+        completion = ro.completion_mask.bool()  # (B', L)
+        hints = ro.hint_mask & completion  # (B', L)
+        filtering = self.hint_keep_ratio is not None and bool(hints.any())
+        old, masks, metrics = None, None, {}
+        if ctx.updates_per_batch > 1 or filtering:
+            fixed = self.fixed_logprobs(ctx.policy, ro, draws, ctx, with_entropy=filtering)  # (μ, B', L) each
+            old, ent = fixed if filtering else (fixed, None)
+            if filtering:  # IGPO's entropy filter, per update under its own draw
+                masks = torch.stack([keep_high_entropy_hints(completion, hints, ent[k], self.hint_keep_ratio)
+                                     for k in range(len(draws))])  # (μ, B', L)
+                metrics = {"train/d1/hint_tokens": hints.sum().float(),
+                           "train/d1/hint_tokens_kept": (masks[0] & hints).sum().float()}
+            if ctx.updates_per_batch == 1:
+                old = None  # μ = 1: π_old is π_θ detached (the ratio is 1), as d1 does
         ref = None
         if self.beta > 0:
             with ctx.reference_policy() as reference:
                 ref = self.fixed_logprobs(reference, ro, draws, ctx)
-        return OneStepBatch(ro, advantages=ro.advantages, draws=draws, old_logp=old, ref_logp=ref)
+        return OneStepBatch(ro, metrics, advantages=ro.advantages, draws=draws, old_logp=old, ref_logp=ref,
+                            loss_masks=masks)
 
     def micro_batch_loss(self, p: OneStepBatch, sl: slice, ctx: LossContext) -> tuple[Tensor, dict[str, Tensor]]:
         k = ctx.update % len(p.draws)
-        mask = p.rows.completion_mask.bool()  # (B', L)
+        mask = p.rows.completion_mask.bool() if p.loss_masks is None else p.loss_masks[k]  # (B', L)
         scores = self.scores(ctx.policy, p.rows, p.draws[k], sl)
         logp = scores.per_token()  # (b, L)
         old = logp.detach() if p.old_logp is None else p.old_logp[k, sl]

@@ -238,12 +238,15 @@ def _rebuild(
     input_ids = torch.cat([ro.input_ids[:, :P], comp], 1)  # (B, P+L')
     attention_mask = torch.cat([ro.attention_mask[:, :P], torch.ones_like(comp)], 1)  # (B, P+L')
     completion_mask = torch.arange(L, device=device)[None, :] < lengths[:, None]  # (B, L')
+    hint = torch.zeros(comp.shape, dtype=torch.bool, device=device)  # (B, L') hints survive on rows kept as they were
+    hint[:, :comp_width] = ro.hint_mask
+    hint[idx] = False
     return RolloutBatch(
         input_ids=input_ids, attention_mask=attention_mask, prompt_len=P, completion_mask=completion_mask,
         lengths=lengths, rewards=ro.rewards.clone(), source=source, group=ro.group, texts=texts,
         prompt_ids=list(ro.prompt_ids), hit_limit=hit, eval_total=ro.eval_total, row=ro.row,
         gen_width=None if L > comp_width else ro.gen_width,  # a dLLM row keeps its canvas width
-        kept_prefix=kept,
+        kept_prefix=kept, hint_mask=hint,
     )
 
 

@@ -185,7 +185,53 @@ def test_micro_batches_match_the_full_batch(make, micro):
         torch.testing.assert_close(part[n], full[n], rtol=1e-4, atol=1e-6, msg=n)
 
 
+def _hinted_rows() -> RolloutBatch:
+    ro = _rows()
+    ro.hint_mask = torch.zeros(B, L, dtype=torch.bool)
+    ro.hint_mask[0, :4] = True  # row 0 (length 5): 4 hint positions
+    ro.hint_mask[2, 1:3] = True  # row 2 (length 4): 2 hint positions
+    ro.hint_mask[3, 2:] = True  # row 3 (length 1): hints only after its EOS, never scored
+    return ro
+
+
+def test_d1_hint_filter_is_hand_computed_with_one_update():
+    # μ = 1, β = 0: loss = −Σ_i A_i·n_i / Σ_i n_i over each row's scored positions n_i. keep ratio 0.5: row 0 keeps
+    # 2 of its 4 hints (5 − 4 + 2 = 3 positions), row 2 1 of 2 (4 − 2 + 1 = 3); rows 1 and 3 keep 2 and 1
+    module = _module(D1Loss(beta=0.0, hint_keep_ratio=0.5))
+    p = module.loss_fn.prepare(_hinted_rows(), module.loss_context())
+    assert p.old_logp is None and p.loss_masks.shape == (1, B, L)
+    assert p.loss_masks[0].sum(-1).tolist() == [3, 2, 3, 1]
+    assert p.metrics["train/d1/hint_tokens"] == 6 and p.metrics["train/d1/hint_tokens_kept"] == 3
+    loss, _ = module.loss_backward(p, 0)
+    assert float(loss) == pytest.approx(-(1.0 * 3 - 1.0 * 2 + 0.5 * 3 - 0.5 * 1) / 9, abs=1e-6)
+    plain = _module(D1Loss(beta=0.0))  # without the filter hints are scored like any position
+    p = plain.loss_fn.prepare(_hinted_rows(), plain.loss_context())
+    assert p.loss_masks is None
+    assert float(plain.loss_backward(p, 0)[0]) == pytest.approx(-(5 - 2 + 0.5 * 4 - 0.5 * 1) / 12, abs=1e-6)
+
+
+def test_d1_hint_filter_keeps_pi_olds_highest_entropy_hints_under_each_updates_draw():
+    from lit_rl.core.inpainting import keep_high_entropy_hints
+
+    module = _module(D1Loss(beta=0.0, hint_keep_ratio=0.5), mu=2)
+    ro = _hinted_rows()
+    p = module.loss_fn.prepare(ro, module.loss_context())
+    completion = ro.completion_mask.bool()
+    for k in range(2):  # the entropy of the starting policy's one-step forward under draw k
+        with torch.no_grad():
+            _, ent = one_step_logprobs(module.policy.eval(), ro.input_ids, ro.attention_mask, P,
+                                       p.draws[k]["prompt_masked"])
+        want = keep_high_entropy_hints(completion, ro.hint_mask & completion, ent, 0.5)
+        assert torch.equal(p.loss_masks[k], want)
+        top = ent[0, :4].argsort(descending=True)[:2].sort().values.tolist()
+        assert torch.nonzero(p.loss_masks[k][0, :4]).flatten().tolist() == top  # row 0's two kept hints
+        assert torch.equal(p.loss_masks[k][:, 4:] | ro.hint_mask[:, 4:], completion[:, 4:] | ro.hint_mask[:, 4:])
+        assert torch.equal(p.loss_masks[k][1], completion[1])  # no hints: unchanged
+
+
 def test_bad_settings_name_the_field():
+    with pytest.raises(ValueError, match="hint_keep_ratio"):
+        D1Loss(hint_keep_ratio=0.0)
     with pytest.raises(ValueError, match="epsilon"):
         D1Loss(epsilon=1.5)
     with pytest.raises(ValueError, match="beta"):
