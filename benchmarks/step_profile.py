@@ -247,7 +247,7 @@ def final_metrics(output: str) -> dict[str, float]:
     if not lines:
         return {}
     shown = lines[-1].split(": ", 1)[1].split("; ", 1)[0]
-    return {m[1]: float(m[2]) for m in re.finditer(r"(val/\S+) ([-+0-9.eE]+|nan)", shown)}
+    return {m[1]: float(m[2]) for m in re.finditer(r"(val/\S+) (-?inf|nan|[-+0-9.eE]+)", shown)}
 
 
 def profile_run(configs: list[str], max_steps: int | None, extra: list[str], top: int, profile: bool = True,

@@ -101,8 +101,9 @@ class DiffusionOnPolicy(RolloutSource):
     DataModule's ``generation_seed(step)`` (rank-specific, so a resumed run redraws the same rollouts).
 
     Stats: ``time/generation_s``, ``train/on_policy/format_rate`` (share with an ``<answer>`` block),
-    ``train/on_policy/forward_passes`` (model passes per rollout: the schedule's steps, fewer with a threshold)
-    and ``train/on_policy/confidence_mean`` (the revealed tokens' mean confidence when revealed: the quantity
+    ``train/on_policy/forward_passes`` (model passes per rollout: the schedule's steps; with a threshold fewer
+    where the model is sure, and more early in RL under ``threshold_floor: one``) and
+    ``train/on_policy/confidence_mean`` (the revealed tokens' mean confidence when revealed: the quantity
     whose inflation during RL makes threshold decoding reveal more per step, d1 issue 25).
 
     Args:

@@ -124,7 +124,8 @@ class D1Loss(_EstimatorLoss):
         hint_keep_ratio: IGPO's entropy filter on inpainted rows (``RolloutBatch.hint_mask``): per update and
             row, only the ``max(1, floor(ratio · n))`` highest-entropy of the ``n`` scored hint positions stay in
             the loss (IGPO 0.2; :func:`~lit_rl.core.inpainting.keep_high_entropy_hints`), with π_old's entropy
-            under that update's draw (a no-gradient pass, also when ``μ = 1``). Positions outside the hints are
+            under that update's draw (a no-gradient pass, also when ``μ = 1``, on every batch while set).
+            Positions outside the hints are
             unaffected; ``None`` (default) scores hint positions like any other. The filter acts on d1's
             per-token objective, as the IGPO paper describes it; IGPO's released script trains with a
             sequence-level ratio (GSPO), under which the filter only re-weights rows and masks the KL term.
@@ -174,7 +175,7 @@ class D1Loss(_EstimatorLoss):
         draws = self.draws(ro, ctx)
         completion = ro.completion_mask.bool()  # (B', L)
         hints = ro.hint_mask & completion  # (B', L)
-        filtering = self.hint_keep_ratio is not None and bool(hints.any())
+        filtering = self.hint_keep_ratio is not None  # every batch, hints or not: ranks run the same passes
         old, masks, metrics = None, None, {}
         if ctx.updates_per_batch > 1 or filtering:
             fixed = self.fixed_logprobs(ctx.policy, ro, draws, ctx, with_entropy=filtering)  # (μ, B', L) each

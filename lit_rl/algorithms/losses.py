@@ -49,7 +49,9 @@ class SPGLoss(Loss):
 
     **Zero-advantage rows** (``skip_zero_advantage``, default on): a row with ``A = 0`` adds ``0 · S · w`` to the
     loss and nothing to the gradient, so it skips the surrogate's forward and backward; ``Σw`` still counts it,
-    so the gradient is the whole batch's (up to float rounding: the forwards run on fewer rows). In ERILS's
+    so the gradient is the whole batch's (up to float rounding: the forwards run on fewer rows; with LoRA
+    dropout the dropout draws differ too). Under DDP / FSDP with a ``micro_batch_size`` the skip is off, so that
+    every rank runs the same number of forward passes. In ERILS's
     groups of 2 on-policy rows, a group whose two rows score the same has both at ``A = 0`` (38% of the groups
     over the embedded run, 63% near its end). SPG's code (and ERILS's) forwards them. The ``train/spg/*``
     statistics are then over the rows trained; ``train/rows_trained`` counts them. A batch with no row at
@@ -73,7 +75,9 @@ class SPGLoss(Loss):
         ro = kept_rows(rollouts)
         total_w = self.surrogate.loss_weights(ro.lengths).sum().clamp(min=1)  # () over every kept row
         informative = ro.advantages != 0  # (B,)
-        if self.skip_zero_advantage and bool(informative.any()) and not bool(informative.all()):
+        # under DDP / FSDP with micro-batches, ranks would run different numbers of forward passes (collectives)
+        same_passes = ctx.micro_batch_size is None or not _distributed()
+        if self.skip_zero_advantage and same_passes and bool(informative.any()) and not bool(informative.all()):
             ro = ro.select(informative)  # (B',...) the rows with a gradient
         return SPGBatch(ro, {"train/rows_trained": float(len(ro))}, total_w=total_w)
 
@@ -85,6 +89,12 @@ class SPGLoss(Loss):
             mb.advantages, seeds=seeds, gen_width=mb.gen_width, kept_prefix=mb.kept_prefix,
         )
         return loss * (self.surrogate.loss_weights(mb.lengths).sum().clamp(min=1) / p.total_w), stats
+
+
+def _distributed() -> bool:
+    """Whether this process is one of several ranks."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized() \
+        and torch.distributed.get_world_size() > 1
 
 
 # --------------------------------------------------------------------------------- clipped policy gradient

@@ -43,6 +43,8 @@ class NativeLLaDA(PretrainedDiffusionLM):
     Args as :class:`PretrainedDiffusionLM` (``trust_remote_code`` and ``logits_shift`` are fixed: no and no).
     """
 
+    supports_kv_cache = True  # lit_rl's own layers: the KV-cached decode runs (docs/decoding.md)
+
     def __init__(
         self,
         path: str,
@@ -78,6 +80,8 @@ class NativeDream(PretrainedDiffusionLM):
     at ``t - 1``). ``mask_id: null`` reads the tokenizer's mask token, else ``config.json``'s
     ``mask_token_id`` (Dream: 151666). Args as :class:`NativeLLaDA`.
     """
+
+    supports_kv_cache = True  # transformers' Qwen2 layers: the KV-cached decode runs (docs/decoding.md)
 
     def __init__(
         self,

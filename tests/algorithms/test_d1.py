@@ -262,3 +262,15 @@ def test_the_configs_fit_through_the_cli(tmp_path, name, prefix):
     assert ("train/external/reward_mean" in keys) == (name == "erils_d1")
     if name != "wd1":
         assert {"train/d1/kl", "train/d1/clip_frac", "train/d1/ratio_mean"} <= keys
+
+
+def test_d1_hint_filter_runs_its_entropy_pass_on_batches_without_hints_too():
+    # the pass count must not depend on a rank's rows (FSDP forwards are collectives): with the filter set, a
+    # batch without hints still runs the no-gradient pass, and its loss masks are the completion masks
+    module = _module(D1Loss(beta=0.0, hint_keep_ratio=0.5))
+    calls = []
+    real = module.loss_fn.fixed_logprobs
+    module.loss_fn.fixed_logprobs = lambda *a, **kw: (calls.append(kw.get("with_entropy")), real(*a, **kw))[1]
+    p = module.loss_fn.prepare(_rows(), module.loss_context())
+    assert calls == [True] and p.old_logp is None
+    assert torch.equal(p.loss_masks[0], _rows().completion_mask)

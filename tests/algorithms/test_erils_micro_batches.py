@@ -127,3 +127,14 @@ def test_zero_advantage_rows_skip_the_forward_and_leave_the_gradient_unchanged(m
 def test_a_batch_without_a_nonzero_advantage_trains_on_all_rows():
     _, _, rows, prepared = _zero_adv_grads(True, torch.zeros(B))
     assert len(prepared.rows) == B and rows == 2 * B
+
+
+def test_the_skip_is_off_across_ranks_with_micro_batches(monkeypatch):
+    # under DDP / FSDP each rank must run the same number of micro-batch passes: with micro-batches the skip
+    # would make that depend on the rank's advantages, so it is off there (and on without micro-batches)
+    import lit_rl.algorithms.losses as losses
+
+    monkeypatch.setattr(losses, "_distributed", lambda: True)
+    adv = torch.tensor([1.0, 0.0, 0.25, 0.0, -0.75])
+    assert _zero_adv_grads(True, adv, micro=2)[2] == 2 * B  # every row forwarded
+    assert _zero_adv_grads(True, adv, micro=None)[2] == 2 * 3  # one pass per rank anyway: skipped

@@ -231,3 +231,24 @@ def test_val_check_interval_zero_is_refused_when_the_trainer_is_built():
     for bad in (0, -2, 1.5, 0.0):
         with pytest.raises(FieldError, match="val_check_interval"):
             check_trainer_args(val_check_interval=bad)
+
+
+@pytest.mark.parametrize("policy,cache,ok", [
+    ("lit_rl.models.NativeLLaDA", "dual", True), ("lit_rl.models.NativeDream", "prefix", True),
+    ("lit_rl.models.PretrainedDiffusionLM", "dual", False), ("lit_rl.models.PretrainedDiffusionLM", "none", True)])
+def test_the_kv_cache_check_knows_which_policies_have_a_cached_forward(policy, cache, ok, tmp_path):
+    """lit_rl's native LLaDA / Dream decode with the cache (docs/decoding.md); a checkpoint's own code does not."""
+    from lit_rl.config.preflight import preflight
+    from lit_rl.errors import ConfigError
+
+    overlay = tmp_path / "policy.yaml"
+    overlay.write_text(f"model:\n  init_args:\n    policy:\n      class_path: {policy}\n"
+                       f"      init_args: {{path: tests/fixtures/tiny_llada}}\n"
+                       f"data:\n  init_args:\n    generation:\n      cache: {cache}\n")
+    argv = ["fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "tests/tiny_overlay.yaml"),
+            "--config", str(overlay)]
+    if ok:
+        assert preflight(argv, data=False) is not None
+    else:
+        with pytest.raises(ConfigError, match="no KV cache"):
+            preflight(argv, data=False)
