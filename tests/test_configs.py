@@ -127,3 +127,15 @@ def test_paper_double_rollout_and_grpo_configs_use_nemo_rls_grpo_advantage(name,
 def test_embedded_and_testbed_grpo_configs_keep_the_mean_centred_default(name, parse_training_config):
     loss = vars(parse_training_config(ROOT / "conf" / f"{name}.yaml").model.init_args.loss)
     assert (loss["scale_std"], loss["leave_one_out"], loss["std_of"], loss["std_eps"]) == (False, False, "group", 1e-4)
+
+
+@pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_training_config_passes_the_preflight(path, parse_training_config, monkeypatch):
+    """What `fit` checks before anything loads (lit_rl.config.preflight, without the data reads): every shipped
+    training config starts (an overlay on top of the base its usage line names)."""
+    from lit_rl.config.preflight import preflight
+
+    monkeypatch.chdir(ROOT)
+    base = parse_training_config.base(path)
+    argv = ["fit"] + (["--config", base] if base else []) + ["--config", str(path.relative_to(ROOT))]
+    assert preflight(argv, data=False) is not None

@@ -44,7 +44,7 @@ def test_paper_fsdp_config_builds_model_parallel_strategy_over_8_gpus(parse_trai
     cfg = parse_training_config(CONF)
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.devices == 8 and cfg.trainer.precision == "bf16-mixed"
     assert cfg.model.class_path == "lit_rl.algorithms.erils.ERILSModule"  # the base's model, data, budget
-    assert cfg.trainer.max_steps == 2500 and cfg.model.init_args.updates_per_batch == 12
+    assert cfg.trainer.max_steps == 2496 and cfg.model.init_args.updates_per_batch == 12
     policy = cfg.model.init_args.policy.init_args
     assert policy.quantization is None and policy.dtype == "bfloat16" and policy.lora.r == 128  # bf16 base + LoRA
     assert cfg.trainer.default_root_dir == "runs/paper/erils_sudoku_fsdp"
