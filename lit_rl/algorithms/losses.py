@@ -129,7 +129,8 @@ class GRPOLossSettings:
             :func:`lit_rl.core.advantages.group_centered`). The DR paper's baseline is NeMo-RL's GRPO
             (``conf/paper/double_rollout_math.yaml``: ``scale_std``, ``leave_one_out``, ``std_of: baseline``,
             ``std_eps: 1e-6``).
-        skip_zero_advantage: drop rows with advantage exactly 0 from the loss (only when ``kl_beta = 0``).
+        skip_zero_advantage: drop rows with advantage exactly 0 from the loss (only when ``kl_beta = 0``; not
+            under DDP / FSDP with a ``micro_batch_size``, where every rank must run the same number of passes).
         old_logprobs: where π_old comes from. ``"first_update"`` (default): the batch's first update's own
             forward pass, detached (its ratio is exactly 1, as TRL's ``GRPOTrainer`` with
             ``num_iterations = 1``, and the kept log-probs serve the batch's later updates); ``"separate_pass"``:
@@ -218,7 +219,8 @@ class ClippedPGLoss(Loss):
         adv = ro.advantages
         mask = truncation_mask(ro.completion_ids, ro.completion_mask, ctx.policy.eos_id, s.mask_truncated)
         keep = mask.any(dim=1)  # (B,)
-        if s.skip_zero_advantage and s.kl_beta == 0:
+        # under DDP / FSDP with micro-batches, ranks would run different numbers of passes (each a collective)
+        if s.skip_zero_advantage and s.kl_beta == 0 and (ctx.micro_batch_size is None or not _distributed()):
             informative = keep & (adv != 0)
             if bool(informative.any()):
                 keep = informative

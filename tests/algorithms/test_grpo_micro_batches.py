@@ -49,3 +49,20 @@ def test_micro_batches_match_the_full_batch(aggregation, micro):
     assert full.keys() == grads.keys() and full
     for n in full:
         torch.testing.assert_close(grads[n], full[n], rtol=1e-4, atol=1e-7, msg=n)
+
+
+@pytest.mark.parametrize("distributed,micro,rows", [(False, 2, 3), (True, None, 3), (True, 2, B)])
+def test_zero_advantage_rows_are_skipped_unless_ranks_would_run_different_passes(distributed, micro, rows,
+                                                                                monkeypatch):
+    # under DDP / FSDP every micro-batch backward is a collective: with micro-batches, a rank-dependent row count
+    # would make the ranks' pass counts differ, so the skip is off there (one pass per rank without micro-batches)
+    import lit_rl.algorithms.losses as losses
+
+    monkeypatch.setattr(losses, "_distributed", lambda: distributed)
+    policy = TinyCausalLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+    module = DoubleRolloutGRPO(policy, loss=GRPOLossSettings(kl_beta=0.0, mask_truncated=False),
+                               micro_batch_size=micro)
+    ro, _, _ = _batch(policy)
+    adv = torch.tensor([1.0, 0.0, 0.25, 0.0, -0.75])
+    prepared = module.loss_fn.prepare(ro.with_advantages(adv), module.loss_context())
+    assert len(prepared.rows) == rows
