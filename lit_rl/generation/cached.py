@@ -37,12 +37,12 @@ returns the reference's tokens at any temperature (tested).
 
 from __future__ import annotations
 
-
 import torch
 
 from lit_rl.generation.diffusion import (DecodeStats, ModelFn, _check_args, _choose_tokens,  # noqa: F401
                                          num_transfer_tokens, position_ids_from_attention_mask)
 from lit_rl.generation.kv_stack import KVCache, KVStack
+from lit_rl.generation.settings import THRESHOLD_FLOORS
 
 __all__ = ["CACHE_MODES", "DecodeStats", "cached_diffusion_generate"]
 
@@ -142,8 +142,8 @@ def cached_diffusion_generate(
         raise ValueError(f"generation.refresh_every must be >= 1 (or null), got {refresh_every}")
     if threshold is not None and not 0.0 < threshold <= 1.0:
         raise ValueError(f"generation.threshold must be in (0, 1], got {threshold}")
-    if threshold_floor not in ("one", "schedule"):
-        raise ValueError(f"generation.threshold_floor must be 'one' or 'schedule', got {threshold_floor!r}")
+    if threshold_floor not in THRESHOLD_FLOORS:
+        raise ValueError(f"generation.threshold_floor must be one of {THRESHOLD_FLOORS}, got {threshold_floor!r}")
     if cache != "none" and stack.shift and prompt_ids.shape[1] < stack.shift:
         raise ValueError("a model whose logits at p - 1 predict p (Dream) needs at least one prompt token to decode "
                          "with a cache")
