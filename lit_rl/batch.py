@@ -55,6 +55,43 @@ class Continuations:
 
 
 @dataclass
+class Inpainted:
+    """What the inpainting stage (IGPO, :mod:`lit_rl.algorithms.inpaint`) produced: new rows for the groups whose
+    on-policy rows were all wrong, decoded by the policy around hint chunks of a reference trace and scored. The
+    processor that reads it (:class:`~lit_rl.algorithms.inpaint.InpaintReplace`) only chooses and copies rows.
+
+    Attributes:
+        row: ``(N,)`` the ``RolloutBatch.row`` ids of the rows the stage saw (the processor checks it has them).
+        triggered: ``(B_p,)`` bool, the group's on-policy rows were all wrong.
+        no_reference: ``(B_p,)`` bool, a triggered group without a reference trace (left as it was).
+        group: ``(M,)`` long, each new row's prompt group.
+        completion: ``(M, L_gen)`` long, the decoded canvases (hints included).
+        hint: ``(M, L_gen)`` bool, positions held fixed (a reference token) inside the row's completion.
+        lengths: ``(M,)`` completion lengths (tokens up to and including the first EOS).
+        rewards: ``(M,)`` the task's rewards.
+        correct: ``(M,)`` bool, ``rewards >= threshold``.
+        texts: ``M`` decoded completions.
+        hit_limit: ``(M,)`` bool, no EOS in the canvas.
+        tokens_decoded: masked positions the stage decoded (the hints excluded).
+        seconds: wall time of the stage (hints, decoding, scoring).
+    """
+
+    row: torch.Tensor
+    triggered: torch.Tensor
+    no_reference: torch.Tensor
+    group: torch.Tensor
+    completion: torch.Tensor
+    hint: torch.Tensor
+    lengths: torch.Tensor
+    rewards: torch.Tensor
+    correct: torch.Tensor
+    texts: list[str]
+    hit_limit: torch.Tensor
+    tokens_decoded: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
 class PromptBatch:
     """What the prompt stream yields: a batch of prompt groups and their external rollouts.
 
@@ -71,6 +108,7 @@ class PromptBatch:
             (:class:`~lit_rl.generation.settings.DecodeSettings` or :class:`~lit_rl.models.ar.SamplingSettings`).
         continuations: what the module's continuation stage produced (double rollout's second stage, run by
             the DataModule after the first stage; ``None`` without one).
+        inpainted: what the module's inpainting stage produced (IGPO's hinted rows; ``None`` without one).
         rank: the data-parallel rank that produced the batch (seeds of rank-specific draws).
         stats: the DataModule's per-batch metrics (generation time, format rate, reward functions, ...).
         diagnostics: what processors report beyond advantages, by name (``"double_rollout"``: the
@@ -85,6 +123,7 @@ class PromptBatch:
     task: "Task | None" = None
     generation: Any = None  # DecodeSettings (dLLM) | SamplingSettings (AR): the containers import neither
     continuations: Continuations | None = None
+    inpainted: Inpainted | None = None
     rank: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)

@@ -59,6 +59,7 @@ class Stream:
     EVAL = 1  #: evaluation decoding in the rollout DataModules
     MASKS = 2  #: the surrogate's noise masks, per rollout and optimizer update
     CONTINUATION = 3  #: double-rollout continuations and the random replacement rule, per batch
+    INPAINT = 4  #: inpainting hints (chunks, shown share) and the inpainted rows' decoding, per batch
 
 
 def seed_for(base: int, stream: int, *, rank: int = 0, step: int = 0, row: int = 0) -> int:

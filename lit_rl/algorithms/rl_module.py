@@ -134,6 +134,9 @@ class RLModule(L.LightningModule):
         for part in (*self.processors, self.loss_fn):
             if part is not None:
                 part.bind(policy)
+        for p in self.processors:  # a processor built with seed None (InpaintReplace) draws from the module's seed
+            if hasattr(p, "seed") and p.seed is None:
+                p.seed = seed
         self._val_correct, self._val_total = 0.0, 0.0
         self._val_len: list[Tensor] = []
         self.reference: torch.nn.Module | None = None  # frozen copy of the policy (a KL loss, reference "copy")

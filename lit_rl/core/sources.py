@@ -10,6 +10,8 @@ on_policy     yes        yes       on_policy   sampled from the current policy
 external      no         no        external    from a fixed pool (another model's text): uniform masks, ``A = r``
 continuation  yes        yes       on_policy   double rollout's rebuilt row: a cut trace + a continuation decoded
                                                by the policy
+inpainted     yes        yes       on_policy   IGPO's row: the policy decoded it around hint chunks of a reference
+                                               trace held fixed (``RolloutBatch.hint_mask``)
 ============  =========  ========  ==========  =====================================================================
 
 * ``decoded``: the current policy decoded the row, so its SPG masks follow the decode's block schedule
@@ -37,10 +39,11 @@ class Source(IntEnum):
     ON_POLICY = 0
     EXTERNAL = 1
     CONTINUATION = 2
+    INPAINTED = 3
 
     @property
     def label(self) -> str:
-        """The kind's name: ``on_policy``, ``external``, ``continuation``."""
+        """The kind's name: ``on_policy``, ``external``, ``continuation``, ``inpainted``."""
         return KINDS[self].label
 
 
@@ -58,6 +61,7 @@ KINDS: dict[Source, RowKind] = {
     Source.ON_POLICY: RowKind("on_policy", decoded=True, centred=True, counts_as="on_policy"),
     Source.EXTERNAL: RowKind("external", decoded=False, centred=False, counts_as="external"),
     Source.CONTINUATION: RowKind("continuation", decoded=True, centred=True, counts_as="on_policy"),
+    Source.INPAINTED: RowKind("inpainted", decoded=True, centred=True, counts_as="on_policy"),
 }
 
 
@@ -83,5 +87,5 @@ def metric_groups() -> list[tuple[str, bool]]:
 
 
 def describe() -> str:
-    """``0 (on_policy), 1 (external), 2 (continuation)``: the kinds, for error messages."""
+    """``0 (on_policy), 1 (external), 2 (continuation), 3 (inpainted)``: the kinds, for error messages."""
     return ", ".join(f"{int(s)} ({k.label})" for s, k in KINDS.items())

@@ -52,6 +52,30 @@ class DiffusionContinuations:
         self.policy, self.settings = policy, settings
 
     @torch.no_grad()
+    def decode_canvases(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, canvas: torch.Tensor, *,
+                        temperature: float, seed: int) -> torch.Tensor:
+        """Decode the [MASK] positions of each canvas after its left-padded prompt on the first stage's block
+        schedule, keeping every other canvas token (:func:`~lit_rl.generation.diffusion.diffusion_generate` with
+        ``init``), in eval mode: double rollout's continuations and IGPO's inpainted rows.
+
+        Shapes: ``prompt_ids (R, P)``, ``prompt_mask (R, P)``, ``canvas (R, L_gen)`` -> completions ``(R, L_gen)``
+        on the policy's device.
+        """
+        pol, s = self.policy, self.settings
+        device = next(pol.parameters()).device
+        P = prompt_ids.shape[1]
+        was_training = pol.training
+        pol.eval()
+        try:
+            return diffusion_generate(
+                lambda ids, mask: pol(ids, mask), prompt_ids.to(device), prompt_mask.to(device),
+                gen_length=int(s.gen_length), block_length=s.block_length, steps=s.steps, temperature=temperature,
+                mask_id=pol.mask_id, generator=device_generator(seed, device), init=canvas.to(device),
+            )[:, P:]
+        finally:
+            pol.train(was_training)
+
+    @torch.no_grad()
     def continue_from(
         self,
         prefix_ids: Sequence[Sequence[int]],
@@ -76,7 +100,6 @@ class DiffusionContinuations:
         kept = [list(p[k:]) for p, k in zip(prefix_ids, prompt_lens)]
         if any(len(t) >= L for t in kept):
             raise ValueError(f"a cut trace fills the whole canvas (gen_length {L}): nothing to continue")
-        device = next(pol.parameters()).device
         P = max(len(p) for p in prompts)
         prompt_ids = torch.full((R, P), pol.pad_id, dtype=torch.long)
         prompt_mask = torch.zeros(R, P, dtype=torch.long)
@@ -84,17 +107,9 @@ class DiffusionContinuations:
         for r, (p, t) in enumerate(zip(prompts, kept)):
             prompt_ids[r, P - len(p):], prompt_mask[r, P - len(p):] = torch.tensor(p), 1
             canvas[r, : len(t)] = torch.tensor(t, dtype=torch.long)
-        rep = lambda x: x.repeat_interleave(n, 0).to(device)  # noqa: E731  (R*n, ·) prefix-major
-        was_training = pol.training
-        pol.eval()
-        try:
-            out = diffusion_generate(
-                lambda ids, mask: pol(ids, mask), rep(prompt_ids), rep(prompt_mask), gen_length=L,
-                block_length=s.block_length, steps=s.steps, temperature=temperature, mask_id=pol.mask_id,
-                generator=device_generator(seed, device), init=rep(canvas),
-            )[:, P:].cpu()  # (R*n, L)
-        finally:
-            pol.train(was_training)
+        rep = lambda x: x.repeat_interleave(n, 0)  # noqa: E731  (R*n, ·) prefix-major
+        out = self.decode_canvases(rep(prompt_ids), rep(prompt_mask), rep(canvas), temperature=temperature,
+                                   seed=seed).cpu()  # (R*n, L)
         width = max(budgets)
         res = torch.full((R * n, width), pol.eos_id, dtype=torch.long)
         for r in range(R):

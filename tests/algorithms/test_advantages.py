@@ -106,7 +106,7 @@ def test_nan_rewards_are_dropped_or_raise():
 
 def test_validation():
     with pytest.raises(ValueError, match="source"):
-        source_specific_advantages(R, S + 2, G)
+        source_specific_advantages(R, S + 4, G)  # 4, 5: no row kind
     with pytest.raises(ValueError, match=r"\(B,\)"):
         joint_advantages(R, S[:3], G)
     with pytest.raises(ValueError, match="nan_policy"):

@@ -263,7 +263,7 @@ def test_spg_surrogate_validation():
     ids, attn, cm, source, adv = _batch()
     spg = SPGSurrogate(block_length=4, mask_id=9)
     with pytest.raises(ValueError, match="source"):
-        spg(TinyLogits(), ids, attn, 2, cm, torch.tensor([0, 3, 1]), adv)
+        spg(TinyLogits(), ids, attn, 2, cm, torch.tensor([0, 7, 1]), adv)
     with pytest.raises(ValueError, match="completion_mask"):
         spg(TinyLogits(), ids, attn, 3, cm, source, adv)
 

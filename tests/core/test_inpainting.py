@@ -1,11 +1,13 @@
-"""lit_rl.core.inpainting: IGPO's entropy filter over hint positions, against hand-computed masks."""
+"""lit_rl.core.inpainting: IGPO's trigger, hint placement and entropy filter, against hand-computed values."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 import torch
 
-from lit_rl.core.inpainting import keep_high_entropy_hints
+from lit_rl.core.inpainting import hint_canvas, hint_chunks, keep_high_entropy_hints, triggered_groups
 
 T, F = True, False
 
@@ -49,3 +51,60 @@ def test_ties_keep_the_earlier_position_and_ratio_one_keeps_every_hint():
     assert keep_high_entropy_hints(loss, hint, ent, 1.0).tolist() == [[T, T, T, T]]
     with pytest.raises(ValueError, match="keep_ratio"):
         keep_high_entropy_hints(loss, hint, ent, 0.0)
+
+
+def test_a_group_fires_only_when_it_has_on_policy_rows_and_none_reaches_the_threshold():
+    # groups: 0 all on-policy wrong (partial credit 0.75 < 1) -> fires; 1 has a correct on-policy row -> not;
+    # 2 has only a correct EXTERNAL row besides wrong on-policy rows -> fires (the pool's row does not count);
+    # 3 has no on-policy row -> not
+    rewards = torch.tensor([0.75, 0.0, 1.0, 0.5, 0.25, 0.5, 1.0, 1.0])
+    group = torch.tensor([0, 0, 1, 1, 2, 2, 2, 3])
+    on = torch.tensor([T, T, T, T, T, T, F, F])
+    assert triggered_groups(rewards, group, on, 1.0, 4).tolist() == [T, F, T, F]
+    # a lower threshold counts 0.75 as correct
+    assert triggered_groups(rewards, group, on, 0.75, 4).tolist() == [F, F, T, F]
+
+
+def test_chunks_are_consecutive_from_the_start_and_a_short_remainder_is_dropped():
+    class Fixed(random.Random):  # sizes 3, 2, 3, then 3 again but only 1 token is left (< chunk_min 2): dropped
+        def __init__(self, sizes):
+            super().__init__(0)
+            self.sizes = iter(sizes)
+
+        def randint(self, a, b):
+            return next(self.sizes)
+
+    assert hint_chunks(9, 2, 3, Fixed([3, 2, 3, 3])) == [(0, 3), (3, 5), (5, 8)]
+    # the last chunk is cut to what is left when that is at least chunk_min
+    assert hint_chunks(7, 2, 4, Fixed([4, 4])) == [(0, 4), (4, 7)]
+    assert hint_chunks(1, 2, 3, Fixed([])) == []
+    sizes = [b - a for a, b in hint_chunks(200, 5, 10, random.Random(1))]
+    assert min(sizes) >= 5 and max(sizes) <= 10 and sum(sizes) >= 200 - 4
+    with pytest.raises(ValueError, match="chunk_min"):
+        hint_chunks(9, 3, 2, random.Random(0))
+
+
+def test_the_canvas_shows_the_drawn_chunks_at_their_own_positions_and_always_the_last():
+    trace = [10, 11, 12, 13, 14, 15, 16, 17, 18]
+    chunks = [(0, 2), (2, 4), (4, 6), (6, 9)]  # n = 4
+
+    class Pick(random.Random):
+        def sample(self, population, k):
+            assert list(population) == [0, 1, 2] and k == 2  # int(4 * (1 - 0.4)) = 2 hidden, never the last
+            return [0, 2]
+
+    M = 99
+    canvas, hint = hint_canvas(trace, chunks, 0.4, 12, M, Pick(0))
+    assert canvas.tolist() == [M, M, 12, 13, M, M, 16, 17, 18, M, M, M]
+    assert hint.tolist() == [F, F, T, T, F, F, T, T, T, F, F, F]
+    # over random draws the last chunk is always shown and the hidden count is int(n (1 - shown))
+    for seed in range(20):
+        c, h = hint_canvas(trace, chunks, 0.2, 12, M, random.Random(seed))
+        assert h[6:9].all() and int(h.sum()) == 9 - sum(b - a for k, (a, b) in enumerate(chunks) if not h[a])
+        assert sum(not h[a] for a, _ in chunks) == int(4 * (1 - 0.2))
+        assert (c[h] == torch.tensor(trace)[h[:9]]).all() and (c[~h] == M).all()
+    # no chunks: all masked; a chunk past the width is not placed
+    c, h = hint_canvas(trace, [], 0.5, 5, M, random.Random(0))
+    assert (c == M).all() and not h.any()
+    c, h = hint_canvas(trace, [(0, 2), (2, 9)], 1.0, 5, M, random.Random(0))
+    assert h.tolist() == [T, T, F, F, F]

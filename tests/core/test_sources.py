@@ -16,17 +16,17 @@ from lit_rl.core import sources
 from lit_rl.core.advantages import source_specific_advantages
 from lit_rl.core.sources import KINDS, Source, known, rows_where
 
-ON, EXT, CONT = int(Source.ON_POLICY), int(Source.EXTERNAL), int(Source.CONTINUATION)
+ON, EXT, CONT, INP = int(Source.ON_POLICY), int(Source.EXTERNAL), int(Source.CONTINUATION), int(Source.INPAINTED)
 
 
 def test_the_table_by_hand():
-    src = torch.tensor([ON, EXT, CONT, EXT])
-    assert rows_where(src, centred=True).tolist() == [True, False, True, False]
-    assert rows_where(src, decoded=False).tolist() == [False, True, False, True]
-    assert rows_where(src, counts_as="on_policy").tolist() == [True, False, True, False]
-    assert known(torch.tensor([0, 1, 2, 3])).tolist() == [True, True, True, False]
-    assert [s.label for s in Source] == ["on_policy", "external", "continuation"]
-    kinds = r"0 \(on_policy\), 1 \(external\), 2 \(continuation\)"
+    src = torch.tensor([ON, EXT, CONT, EXT, INP])
+    assert rows_where(src, centred=True).tolist() == [True, False, True, False, True]
+    assert rows_where(src, decoded=False).tolist() == [False, True, False, True, False]
+    assert rows_where(src, counts_as="on_policy").tolist() == [True, False, True, False, True]
+    assert known(torch.tensor([0, 1, 2, 3, 4])).tolist() == [True, True, True, True, False]
+    assert [s.label for s in Source] == ["on_policy", "external", "continuation", "inpainted"]
+    kinds = r"0 \(on_policy\), 1 \(external\), 2 \(continuation\), 3 \(inpainted\)"
     with pytest.raises(ValueError, match=rf"row kind \({kinds}\), got \[7\]"):
         source_specific_advantages(torch.zeros(2), torch.tensor([0, 7]), torch.zeros(2, dtype=torch.long))
 
