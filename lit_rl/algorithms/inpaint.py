@@ -34,6 +34,7 @@ from lit_rl.batch import Inpainted, PromptBatch, RolloutBatch
 from lit_rl.core.inpainting import hint_canvas, hint_chunks, triggered_groups
 from lit_rl.core.sources import Source
 from lit_rl.errors import FieldError
+from lit_rl.tasks.rewards import completion_id_lists
 
 __all__ = ["InpaintReplace", "InpaintSettings", "InpaintStage", "replacement_pairs"]
 
@@ -54,8 +55,12 @@ class InpaintSettings:
         chunk_min, chunk_max: hint chunk lengths in tokens [5, 10 of L_gen 256].
         shown_min, shown_max: each row's share of chunks shown, r ~ U[shown_min, shown_max] [0.2, 0.6].
         reserve: positions at the end of the canvas never hinted (the trace is cut to ``L_gen - reserve``) [30].
+        append_eos: end the reference trace with the policy's EOS before it is cut and chunked, so a shown last
+            chunk also fixes where the row ends (IGPO's code hints text tokens only; ``false`` does the same).
         temperature: decoding temperature of the hinted rows (``null``: the first stage's) [1.2 both].
-        correct_threshold: reward at or above which a row is correct (``null``: the task's ``correct_reward``).
+        correct_threshold: verifier score at or above which a row is correct (``null``: the task's
+            ``correct_reward``). Correctness is the task's own verifier (``Task.reward``), as IGPO's correctness
+            reward: extra reward functions (a format reward) neither block the trigger nor make a row correct.
     """
 
     enabled: bool = True
@@ -68,6 +73,7 @@ class InpaintSettings:
     shown_min: float = 0.2
     shown_max: float = 0.6
     reserve: int = 30
+    append_eos: bool = True
     temperature: float | None = None
     correct_threshold: float | None = None
 
@@ -158,7 +164,10 @@ class InpaintStage(RolloutStage):
         threshold = _threshold(s, task)
         B_p = len(examples)
         on = rollouts.source == int(Source.ON_POLICY)  # (N,)
-        trig = triggered_groups(rollouts.rewards, rollouts.group, on, threshold, B_p)  # (B_p,)
+        group_list = rollouts.group.tolist()
+        verifier = torch.tensor([float(task.reward(rollouts.texts[i], examples[group_list[i]])) if on[i] else 0.0
+                                 for i in range(len(rollouts))])  # (N,) the task's own score, extra rewards left out
+        trig = triggered_groups(verifier, rollouts.group, on, threshold, B_p)  # (B_p,)
         L = int(engine.settings.gen_length)
         P = rollouts.prompt_len
         group_cpu = rollouts.group.cpu()
@@ -170,7 +179,8 @@ class InpaintStage(RolloutStage):
             if text is None:
                 no_ref[g] = True
                 continue
-            trace = list(policy.tokenizer(text, add_special_tokens=False)["input_ids"]) + [policy.eos_id]
+            trace = list(policy.tokenizer(text, add_special_tokens=False)["input_ids"])
+            trace += [policy.eos_id] if s.append_eos else []
             trace = trace[: max(L - s.reserve, 0)]
             mine = ((group_cpu == g) & on_cpu).nonzero().flatten()
             n_rows = s.rows_per_group or len(mine)
@@ -199,8 +209,11 @@ class InpaintStage(RolloutStage):
             lengths = policy.completion_lengths(comp)  # (M,)
             hint &= torch.arange(L, device=device)[None, :] < lengths[:, None]  # hints after the first EOS are moot
             texts = policy.decode_completions(comp)
-            rewards = torch.tensor(task.total_rewards(texts, [examples[g] for g in groups]).totals,
-                                   dtype=torch.float32, device=device)
+            scores = task.total_rewards(texts, [examples[g] for g in groups],
+                                        completion_ids=completion_id_lists(comp, lengths) if task.extra_reward_funcs
+                                        else None)  # as the first stage scores its rows
+            rewards = torch.tensor(scores.totals, dtype=torch.float32, device=device)
+            correct = torch.tensor(scores.per_func[f"{task.name}_reward"], device=device) >= threshold
             hit = (comp != policy.eos_id).all(-1)
             decoded = int((canvas == policy.mask_id).sum())
         else:
@@ -208,11 +221,12 @@ class InpaintStage(RolloutStage):
             hint = torch.zeros(0, L, dtype=torch.bool, device=device)
             lengths = torch.zeros(0, dtype=torch.long, device=device)
             rewards = torch.zeros(0, device=device)
+            correct = torch.zeros(0, dtype=torch.bool, device=device)
             texts, hit, decoded = [], torch.zeros(0, dtype=torch.bool, device=device), 0
         inp = Inpainted(
             row=rollouts.row.clone(), triggered=trig.to(device), no_reference=no_ref.to(device),
             group=torch.tensor(groups, dtype=torch.long, device=device), completion=comp, hint=hint, lengths=lengths,
-            rewards=rewards, correct=rewards >= threshold, texts=texts, hit_limit=hit, tokens_decoded=decoded,
+            rewards=rewards, correct=correct, texts=texts, hit_limit=hit, tokens_decoded=decoded,
             seconds=time.perf_counter() - t0,
         )
         batch.inpainted = inp

@@ -92,10 +92,19 @@ def test_settings_refuse_bad_values_by_name():
     assert InpaintReplace(InpaintSettings(enabled=False)).stage is None
 
 
-def _setup(rewards):
+def _grid(k: int, wrong_blanks: int = 0) -> str:
+    """Puzzle ``k``'s grid-trace completion with its first ``wrong_blanks`` blank cells wrong (Sudoku's reward is
+    the share of blanks right)."""
+    sol, puz = PUZZLES[k]
+    blanks = [i for i, c in enumerate(puz) if c == "0"][:wrong_blanks]
+    g = "".join(str(int(c) % 4 + 1) if i in blanks else c for i, c in enumerate(sol))
+    return f"<reasoning>{g}</reasoning>\n<answer>{g}</answer>"
+
+
+def _setup(texts, reward_funcs=None):
     torch.manual_seed(0)
     policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=128)
-    task = SudokuTask(system_prompt="", question_template="{puzzle}", num_train=10)
+    task = SudokuTask(system_prompt="", question_template="{puzzle}", num_train=10, reward_funcs=reward_funcs)
     examples = [Example(id=f"p{i}", question="", answer=sol, meta={"puzzle": puz}) for i, (sol, puz) in
                 enumerate(PUZZLES)]
     ids, mask = policy.encode_prompts([task.messages(e) for e in examples])
@@ -104,15 +113,16 @@ def _setup(rewards):
     ro = RolloutBatch(
         input_ids=torch.cat([ids, comp], 1), attention_mask=torch.cat([mask, torch.ones_like(comp)], 1),
         prompt_len=ids.shape[1], completion_mask=torch.zeros(4, 48, dtype=torch.bool), lengths=torch.ones(4),
-        rewards=torch.tensor(rewards), source=torch.zeros(4, dtype=torch.long), group=torch.tensor([0, 0, 1, 1]),
-        texts=[""] * 4, prompt_ids=["p0", "p0", "p1", "p1"], hit_limit=torch.zeros(4, dtype=torch.bool),
+        rewards=torch.zeros(4), source=torch.zeros(4, dtype=torch.long), group=torch.tensor([0, 0, 1, 1]),
+        texts=list(texts), prompt_ids=["p0", "p0", "p1", "p1"], hit_limit=torch.zeros(4, dtype=torch.bool),
     )
     batch = PromptBatch(examples=examples, step=5, task=task, generation=GEN)
     return policy, task, batch, ro
 
 
 def test_the_stage_decodes_hinted_rows_for_triggered_groups_only_and_keeps_every_hint():
-    policy, task, batch, ro = _setup([0.75, 0.5, 1.0, 0.0])  # group 0 all wrong (partial credit), group 1 not
+    # group 0: both rows partly right (partial credit < 1) -> fires; group 1 has a fully correct row -> does not
+    policy, task, batch, ro = _setup([_grid(0, 1), "", _grid(1), _grid(1, 3)])
     settings = InpaintSettings(chunk_min=2, chunk_max=4, reserve=6)
     engine = DiffusionContinuations(policy, GEN)
     InpaintStage(settings, seed=1).run(batch, ro, policy, engine)
@@ -141,17 +151,41 @@ def test_the_stage_decodes_hinted_rows_for_triggered_groups_only_and_keeps_every
 
 
 def test_a_fully_shown_trace_is_the_reference_and_scores_as_correct():
-    policy, task, batch, ro = _setup([0.0, 0.0, 0.0, 0.0])
+    policy, task, batch, ro = _setup([""] * 4)
     settings = InpaintSettings(chunk_min=2, chunk_max=4, reserve=6, shown_min=1.0, shown_max=1.0, rows_per_group=1)
     InpaintStage(settings, seed=0).run(batch, ro, policy, DiffusionContinuations(policy, GEN))
     assert batch.inpainted.rewards.tolist() == [1.0, 1.0] and batch.inpainted.correct.all()
+    assert (batch.inpainted.completion[batch.inpainted.hint] == policy.eos_id).sum() == 2  # the appended EOS
     out = InpaintReplace(settings).process(ro, batch)
     assert out.source.tolist() == [int(Source.INPAINTED), 0, int(Source.INPAINTED), 0]
     assert out.rewards.tolist() == [1.0, 0.0, 1.0, 0.0]
+    # append_eos false (IGPO's code): text tokens only are hinted
+    no_eos = InpaintSettings(chunk_min=2, chunk_max=4, reserve=6, shown_min=1.0, shown_max=1.0, append_eos=False)
+    InpaintStage(no_eos, seed=0).run(batch, ro, policy, DiffusionContinuations(policy, GEN))
+    assert batch.inpainted.hint.any() and not (batch.inpainted.completion[batch.inpainted.hint] == policy.eos_id).any()
+
+
+def test_correctness_is_the_verifiers_and_extra_rewards_see_the_hinted_rows_ids():
+    """A format reward of +1 on every row makes wrong rows' totals reach 1: they still trigger the stage, and a
+    wrong hinted row is still not correct; the reward function gets each hinted row's completion ids."""
+    seen = []
+
+    def always_one(completions, completion_ids=None, **kwargs):
+        seen.append(completion_ids)
+        return [1.0] * len(completions)
+
+    policy, task, batch, ro = _setup([_grid(0, 2)] * 2 + [_grid(1)] * 2, [always_one])
+    settings = InpaintSettings(chunk_min=2, chunk_max=4, reserve=6, shown_min=0.0, shown_max=0.0)  # last chunk only
+    InpaintStage(settings, seed=0).run(batch, ro, policy, DiffusionContinuations(policy, GEN))
+    inp = batch.inpainted
+    assert inp.triggered.tolist() == [T, F]  # group 0's totals are >= 1 but its verifier scores are not
+    assert (inp.rewards >= 1.0).all() and not inp.correct.any()  # a random tiny model does not solve the puzzle
+    ids = seen[-1]
+    assert [len(x) for x in ids] == inp.lengths.tolist() and ids[0] == inp.completion[0, : len(ids[0])].tolist()
 
 
 def test_without_a_reference_the_stage_says_so_once_and_leaves_the_groups(recwarn):
-    policy, task, batch, ro = _setup([0.0, 0.0, 0.0, 0.0])
+    policy, task, batch, ro = _setup([""] * 4)
     stage = InpaintStage(InpaintSettings(hint_source="pool", chunk_min=2, chunk_max=4, reserve=6), seed=0)
     engine = DiffusionContinuations(policy, GEN)
     stage.run(batch, ro, policy, engine)  # no pool rows in the batch
