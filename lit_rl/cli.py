@@ -43,7 +43,7 @@ def run_lightning_cli(args: list[str] | None = None, run: bool = True):
     from lit_rl.lightning_cli import build_cli
 
     extra = "\n".join(f"  {name:<10} {desc}" for name, (_, desc) in EXTRA_COMMANDS.items())
-    return build_cli(args, run, extra)
+    return build_cli(args, run, extra, tuple(EXTRA_COMMANDS))
 
 
 def snake_case_flags(argv: list[str]) -> list[str]:

@@ -6,6 +6,7 @@ Imported lazily by :mod:`lit_rl.cli` so ``score``/``rollouts`` do not pay for Li
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -37,7 +38,19 @@ class LitRLCLI(LightningCLI):
     """LightningCLI with a ``--threads`` option (torch CPU threads); a model that cannot be built raises
     lit_rl's own error (e.g. :class:`~lit_rl.models.remote_compat.RemoteCodeError`), not jsonargparse's wrapper.
     ``fit`` resumes through :mod:`lit_rl.resume` (which checkpoint, whether it fits, the same MLflow run) and
-    records the run in its checkpoints (:class:`callbacks.run_record.RunRecord`)."""
+    records the run in its checkpoints (:class:`callbacks.run_record.RunRecord`). Its usage line names
+    ``python -m lit_rl`` and every subcommand, the plain programs (``extra_commands``) included."""
+
+    def __init__(self, *args, extra_commands: tuple[str, ...] = (), **kwargs) -> None:
+        self.extra_commands = tuple(extra_commands)  # read while the parser is built, inside LightningCLI's __init__
+        super().__init__(*args, **kwargs)
+
+    def _add_subcommands(self, parser, **kwargs) -> None:
+        """Lightning's subcommands, then the usage line (set after them: argparse builds each subcommand's
+        ``prog`` from the main usage, which would otherwise be repeated in ``fit --help``)."""
+        super()._add_subcommands(parser, **kwargs)
+        names = ",".join((*self.subcommands(), *self.extra_commands))
+        parser.usage = f"python -m lit_rl [-h] [-c CONFIG] {{{names}}} ..."
 
     def _fit_components(self) -> dict[str, str]:
         """Every class the fit config chose under ``model`` and ``data`` (:func:`lit_rl.resume.components`)."""
@@ -283,10 +296,16 @@ def silence_benign_warnings() -> None:
             log.addFilter(_DropRecords(prefix))
 
 
-def build_cli(args: list[str] | None, run: bool, extra_commands_help: str) -> LitRLCLI:
+def build_cli(args: list[str] | None, run: bool, extra_commands_help: str,
+              extra_commands: tuple[str, ...] = ()) -> LitRLCLI:
     silence_benign_warnings()
     if "LIT_RL_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["LIT_RL_THREADS"]))
+    from jsonargparse import DefaultHelpFormatter
+
+    class Formatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+        """Keeps the description's lines (one subcommand per line)."""
+
     return LitRLCLI(
         LightningModule,
         LightningDataModule,
@@ -297,7 +316,10 @@ def build_cli(args: list[str] | None, run: bool, extra_commands_help: str) -> Li
         auto_configure_optimizers=False,
         save_config_callback=SaveConfigToRun,
         save_config_kwargs={"overwrite": True},
+        extra_commands=extra_commands,
         parser_kwargs={
+            "prog": "python -m lit_rl",
+            "formatter_class": Formatter,
             "description": "lit_rl: RL for language models with verifiable rewards (dLLM-ERILS, double-rollout GRPO).\n"
             "Other subcommands (python -m lit_rl <cmd> --help):\n" + extra_commands_help,
         },
