@@ -93,8 +93,3 @@ class GroupBaseline(Processor):
     def __repr__(self) -> str:
         std_of = "" if self.std_of == "group" else f", std_of={self.std_of!r}"
         return f"GroupBaseline(scale_std={self.scale_std}, leave_one_out={self.leave_one_out}, eps={self.eps}{std_of})"
-
-
-def describe(processors: Sequence[Any]) -> str:
-    """``A -> B -> C`` (for logs and errors)."""
-    return " -> ".join(type(p).__name__ for p in processors) or "(none)"

@@ -71,9 +71,3 @@ def disable_cpu_weight_packing(model: nn.Module) -> int:
 def packed_layers(model: nn.Module) -> list[str]:
     """Names of the ``Linear4bit`` layers whose weight is packed (should be empty during training)."""
     return [n for n, m in linear4bit_modules(model) if is_packed_for_cpu(m)]
-
-
-def quantized_fraction(model: nn.Module) -> float:
-    """Fraction of ``nn.Linear`` weights (by count of layers) that are 4-bit."""
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    return len(linear4bit_modules(model)) / max(len(linears), 1)
