@@ -25,7 +25,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from lit_rl.sweep import SweepConfig, run_sweep
-from test_sweep import POOL, _cfg
+from support.sweeps import POOL
+from support.sweeps import tiny_sweep as _cfg
 
 pytestmark = pytest.mark.postgres
 

@@ -35,7 +35,7 @@ DDP: use ``trainer.strategy: ddp_spawn`` in ``overrides`` (the trial's trainer t
 children and the sweep process keeps its Optuna/MLflow state; Lightning's ``ddp`` launcher would re-run
 the whole ``sweep`` command on every rank). The trainer, its callbacks and the pruning callback are pickled
 into the spawned ranks (the CLI classes live at module level in :mod:`lit_rl.lightning_cli` for that);
-``tests/test_sweep.py::test_ddp_spawn_trials_complete_and_prune_across_processes`` runs real 2-process gloo
+``tests/sweep/test_sweep.py::test_ddp_spawn_trials_complete_and_prune_across_processes`` runs real 2-process gloo
 trials, one completed and one pruned by the children's rank 0. Every rank needs at least one eval batch
 (``data.eval_size / data.eval_batch_size >= devices``).
 """

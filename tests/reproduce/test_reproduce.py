@@ -17,7 +17,7 @@ from lit_rl.reproduce import double_rollout
 from lit_rl.reproduce.dr_report import cumulative_tokens, latest_finished
 from lit_rl.reproduce.runner import Job, callbacks_of, run_jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_runner_skips_finished_jobs_and_reports_a_failure_with_its_log(tmp_path, monkeypatch):

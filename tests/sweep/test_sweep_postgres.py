@@ -1,4 +1,4 @@
-"""Sweep workers on one PostgreSQL study (issue #21 item 1): the SQLite scenarios of tests/test_sweep.py on a
+"""Sweep workers on one PostgreSQL study (issue #21 item 1): the SQLite scenarios of tests/sweep/test_sweep.py on a
 ``postgresql+psycopg://`` storage served by a throwaway server (tests/support/postgres.py), plus a server
 restart mid-sweep.
 
@@ -24,11 +24,12 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from support.sweep_worker import start_worker
-from test_sweep import _cfg, _runs
+from support.sweeps import sweep_runs as _runs
+from support.sweeps import tiny_sweep as _cfg
 
 pytestmark = pytest.mark.postgres
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TS = optuna.trial.TrialState
 G_EXT, LR = [1, 2, 3], [0.0001, 0.0002, 0.0003, 0.0004]  # the grid: 12 points
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -36,45 +36,11 @@ from lit_rl.sweep import (
 from lit_rl.sweep import main as sweep_main
 from lit_rl.sweep.runner import retry_callback_class
 
-ROOT = Path(__file__).resolve().parents[1]
-POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"
+from support.sweeps import POOL, ROOT  # noqa: E402
+from support.sweeps import sweep_runs as _runs  # noqa: E402
+from support.sweeps import tiny_sweep as _cfg  # noqa: E402
 TS = optuna.trial.TrialState
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def _cfg(tmp_path: Path, **kw) -> dict:
-    """A tiny sweep over tests/tiny_overlay.yaml (seconds per trial)."""
-    raw = {
-        "study_name": "tiny",
-        "base": [str(ROOT / "conf/erils.yaml"), str(ROOT / "tests/tiny_overlay.yaml")],
-        "overrides": {"data": {"init_args": {"pool_path": str(POOL)}}},
-        "space": {"data.init_args.g_ext": {"type": "categorical", "choices": [1, 2, 3]}},
-        "derived": {
-            "data.init_args.g_on": "4 - g_ext",
-            # g_ext 3 gets a learning rate the threshold pruner below stops at its first report
-            "model.init_args.optimizer.init_args.lr": "0.0002 if g_ext < 3 else 0.1",
-        },
-        "objective": {"metric": "val/sudoku/greedy/accuracy", "direction": "maximize"},
-        "sampler": {"name": "grid"},
-        "pruner": {"name": "threshold", "upper": 0.01},
-        "prune_monitor": "train/lr",
-        "storage": f"sqlite:///{tmp_path}/optuna.db",
-        "tracking_uri": f"sqlite:///{tmp_path}/mlflow.db",
-        "output_dir": str(tmp_path / "out"),
-        "heartbeat_interval": 1,
-        "grace_period": 15,  # generous: a loaded 2-core machine can delay a live worker's heartbeat by seconds
-    }
-    raw.update(kw)
-    return raw
-
-
-def _runs(tmp_path: Path, study: str):
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    exp = client.get_experiment_by_name("lit_rl-sweeps")
-    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`lit_rl.sweep` = '{study}'")
-    parents = [r for r in runs if r.data.tags.get("lit_rl.role") == "study"]
-    children = {int(r.data.tags["optuna.trial_number"]): r for r in runs if r.data.tags.get("lit_rl.role") == "trial"}
-    return parents, children
 
 
 # ------------------------------------------------------------------------------------------ pieces
@@ -377,7 +343,7 @@ def test_a_worker_whose_trials_all_fail_exits_1_and_says_so(tmp_path, monkeypatc
                derived={})
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(raw))
-    # the check against the base config refuses these choices before any trial (tests/test_sweep_validate.py);
+    # the check against the base config refuses these choices before any trial (tests/sweep/test_sweep_validate.py);
     # left out here so that the trials run and fail
     monkeypatch.setattr("lit_rl.sweep.check_against_base", lambda cfg: None)
     monkeypatch.setattr(sys, "argv", ["python -m lit_rl sweep", "--config", str(path)])

@@ -69,7 +69,7 @@ def test_report_groups_trials_by_g_ext_with_seed_spread_lengths_and_plot(tmp_pat
 
 def test_the_command_says_when_the_sweep_has_not_run(tmp_path, capsys, monkeypatch):
     sweep = tmp_path / "sweep.yaml"
-    base = Path(__file__).resolve().parents[1] / "conf/sweeps/erils_gext.yaml"
+    base = Path(__file__).resolve().parents[2] / "conf/sweeps/erils_gext.yaml"
     text = base.read_text().replace("sqlite:///runs/mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}").replace(
         "sqlite:///runs/sweeps/optuna.db", f"sqlite:///{tmp_path / 'optuna.db'}")
     sweep.write_text(text.replace("base: [conf/erils.yaml]", f"base: [{base.parents[1] / 'erils.yaml'}]"))

@@ -14,7 +14,7 @@ import yaml
 
 from lit_rl.sweep import SweepConfig, SweepConfigError, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _raw(tmp_path: Path) -> dict:

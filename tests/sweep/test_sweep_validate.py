@@ -17,7 +17,7 @@ import yaml
 
 from lit_rl.sweep import main as sweep_main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sweep(tmp: Path, **changes) -> dict:

@@ -15,7 +15,7 @@ import yaml
 
 from lit_rl.reproduce import erils
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(tmp_path, parse_training_config):
