@@ -11,7 +11,7 @@ command line, and prints:
   (``train/inpaint/trigger_rate``), rows replaced per batch and the hinted rows' correct share; the run time;
   each as mean ± sample std over the seeds;
 * the figure (``--out``): greedy accuracy against updates and against rollout tokens (seed mean, the seeds'
-  range shaded), and the trigger rate over training;
+  range shaded), the zero-advantage share and the rows replaced per batch over training (seed means);
 * a JSON line last.
 
     python scripts/inpainting_study.py --method d1 sqlite:///d1-s0.db ... --method igpo ... --pair igpo=d1 \\
@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"| {name} | {len(figs)} | " + " | ".join(cells) + " |")
         summary["methods"][name] = figs
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    axes = axes.flatten()
     color = {n: f"C{k}" for k, n in enumerate(n for n in methods if n not in pairs)}  # a variant: its base's colour
     color |= {v: color[b] for v, b in pairs.items()}
     for name, rows in methods.items():
@@ -163,16 +164,24 @@ def main(argv: list[str] | None = None) -> dict:
             n = min(len(c) for c in cs)
             xs = np.mean([[x for x, _ in c[:n]] for c in cs], 0)
             ys = np.array([[y for _, y in c[:n]] for c in cs])
-            ax.plot(xs, ys.mean(0), label=f"{name} ({len(cs)} seeds)", **style)
-            ax.fill_between(xs, ys.min(0), ys.max(0), color=style["color"], alpha=0.12)
-        trig = [r.series(TRIGGER) for r, _ in rows]
-        if all(trig):
-            n = min(len(t) for t in trig)
-            axes[2].plot([x for x, _ in trig[0][:n]], np.mean([[y for _, y in t[:n]] for t in trig], 0), label=name,
-                         **style)
+            ax.plot(xs / (1e6 if ax is axes[1] else 1), ys.mean(0), label=f"{name} ({len(cs)} seeds)", **style)
+            ax.fill_between(xs / (1e6 if ax is axes[1] else 1), ys.min(0), ys.max(0), color=style["color"], alpha=0.12)
+        for ax, key in ((axes[2], ZERO), (axes[3], REPLACED)):
+            series = [r.series(key) for r, _ in rows]
+            if not all(series):
+                continue
+            n = min(len(t) for t in series)
+            ys = np.mean([[y for _, y in t[:n]] for t in series], 0)
+            k = min(5, n)  # a 5-batch running mean: one batch's value is noisy
+            steps = [x for x, _ in series[0][:n]][k - 1:]
+            ax.plot(steps, np.convolve(ys, np.ones(k) / k, "valid"), label=name, **style)
     axes[0].set(title="greedy accuracy (256 puzzles)", xlabel="optimizer update", ylabel="accuracy")
-    axes[1].set(title="greedy accuracy vs rollout tokens", xlabel="rollout tokens decoded", ylabel="accuracy")
-    axes[2].set(title="inpainting trigger rate", xlabel="optimizer update", ylabel="groups all wrong")
+    axes[1].set(title="greedy accuracy vs rollout tokens", xlabel="rollout tokens decoded (millions)",
+                ylabel="accuracy")
+    axes[2].set(title="on-policy groups with zero advantages (5-batch mean)", xlabel="optimizer update",
+                ylabel="share of groups")
+    axes[3].set(title="rows replaced by inpainted rows (5-batch mean)", xlabel="optimizer update",
+                ylabel="rows per batch")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     atomic_savefig(fig, args.out)
