@@ -224,3 +224,15 @@ def test_igpo_config_trains_hinted_rows_through_the_cli(tmp_path):
     kept = {h.step: h.value for h in client.get_metric_history(run.info.run_id, "train/d1/hint_tokens_kept")}
     assert any(h.value > 0 for h in hints)
     assert all(kept[h.step] <= 0.2 * h.value + 1e-6 for h in hints if h.value > 0)
+
+
+def test_a_processor_without_a_seed_draws_from_the_modules():
+    from lit_rl.algorithms.advantages import SourceSpecific
+    from lit_rl.algorithms.erils import ERILSModule
+
+    policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=128)
+    own, given = InpaintReplace(), InpaintReplace(seed=3)
+    ERILSModule(policy, processors=[own, SourceSpecific()], seed=7)
+    ERILSModule(policy, processors=[given, SourceSpecific()], seed=7)
+    assert own.seed == 7 and own.stage.seed == 7  # seed_everything-style runs vary the module's seed only
+    assert given.seed == 3 and given.stage.seed == 3
