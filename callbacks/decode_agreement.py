@@ -1,8 +1,8 @@
 """How far a cached / threshold training decode is from the exact decoder, measured on the policy being trained.
 
 The d1 authors found Fast-dLLM's cache and parallel decoding "not very stable" inside online RL because the
-policy's confidence inflates during training (d1 issue 25). :class:`DecodeAgreement` measures it where it
-happens: when training starts and when it ends (and every ``every_n_steps`` updates if set), the first
+policy's confidence inflates during training (the d1 repository's issue 25). :class:`DecodeAgreement` measures it
+where it happens: when training starts and when it ends (and every ``every_n_steps`` updates if set), the first
 ``num_prompts`` training prompts are decoded twice with the same seed, once with the DataModule's training decode
 (``data.generation``: a cache and/or a threshold) and once with its exact counterpart (no cache, the fixed
 schedule of ``steps``), and it logs, at the update it ran:

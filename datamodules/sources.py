@@ -104,7 +104,7 @@ class DiffusionOnPolicy(RolloutSource):
     ``train/on_policy/forward_passes`` (model passes per rollout: the schedule's steps; with a threshold fewer
     where the model is sure, and more early in RL under ``threshold_floor: one``) and
     ``train/on_policy/confidence_mean`` (the revealed tokens' mean confidence when revealed: the quantity
-    whose inflation during RL makes threshold decoding reveal more per step, d1 issue 25).
+    whose inflation during RL makes threshold decoding reveal more per step, the d1 repository's issue 25).
 
     Args:
         num: rollouts per prompt (G_on).

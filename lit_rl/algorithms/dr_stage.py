@@ -47,7 +47,7 @@ class DoubleRolloutSettings:
         length_bonus_in_baseline: ``false`` (default): the bonus is added to the advantages of the rows it
             rewards, the baseline (and std) staying those of the revised rewards (``A = (r̂ + bonus − b)/σ``),
             so no row's advantage goes down and every row of S, a replaced row included, keeps ``A > 0``;
-            ``true``: the advantages are recomputed from the bonus-revised rewards (the rule before issue 34:
+            ``true``: the advantages are recomputed from the bonus-revised rewards (the earlier rule:
             the bonus raises the group's baseline, so a long row of S, e.g. a replacement continuation, can
             end with ``A <= 0`` and be pushed down).
         length_penalty: α of Arora & Zanette's penalty (``lit_rl.core.double_rollout.length_penalty_az``; 0: off;

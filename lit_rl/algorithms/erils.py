@@ -38,7 +38,7 @@ from lit_rl.models.policy import DiffusionPolicy
 from lit_rl.batch import PromptBatch, RolloutBatch
 from lit_rl.core.sources import metric_groups, rows_where
 
-__all__ = ["ERILSModule", "NonFiniteUpdateError", "source_metrics"]  # the error is re-exported for existing imports
+__all__ = ["ERILSModule", "NonFiniteUpdateError", "source_metrics"]
 
 
 

@@ -1,4 +1,4 @@
-"""Double-rollout continuations for a masked diffusion LM (issue #19: double rollout for the dLLM).
+"""Double-rollout continuations for a masked diffusion LM (double rollout for the dLLM).
 
 The second stage of double rollout (Qian et al. 2026, §2) samples ``N`` continuations of each rollout from
 its thinking trace cut at ρ. A causal LM continues a prefix token by token
