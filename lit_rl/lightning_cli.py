@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import torch
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
@@ -32,6 +33,11 @@ def user_facing_cause(err: BaseException) -> BaseException | None:
             return err
         err = err.__cause__ or err.__context__
     return None
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's formatter that keeps the description's lines (one subcommand per line). At module level: a
+    ``ddp_spawn`` run pickles the parser, and a class local to a function cannot be pickled."""
 
 
 class LitRLCLI(LightningCLI):
@@ -301,11 +307,6 @@ def build_cli(args: list[str] | None, run: bool, extra_commands_help: str,
     silence_benign_warnings()
     if "LIT_RL_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["LIT_RL_THREADS"]))
-    from jsonargparse import DefaultHelpFormatter
-
-    class Formatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
-        """Keeps the description's lines (one subcommand per line)."""
-
     return LitRLCLI(
         LightningModule,
         LightningDataModule,
@@ -319,7 +320,7 @@ def build_cli(args: list[str] | None, run: bool, extra_commands_help: str,
         extra_commands=extra_commands,
         parser_kwargs={
             "prog": "python -m lit_rl",
-            "formatter_class": Formatter,
+            "formatter_class": HelpFormatter,
             "description": "lit_rl: RL for language models with verifiable rewards (dLLM-ERILS, double-rollout GRPO).\n"
             "Other subcommands (python -m lit_rl <cmd> --help):\n" + extra_commands_help,
         },
