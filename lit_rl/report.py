@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.cli_args import LitArgumentParser
 from lit_rl.tracking import get_or_create_experiment
 
-__all__ = ["RunData", "ReportSpec", "build_report", "draw_pareto", "load_runs", "main", "pareto_front"]
+__all__ = ["RunData", "ReportSpec", "build_report", "draw_pareto", "load_runs", "main", "mean_std", "pareto_front",
+           "runs_with_wall"]
 
 DEFAULT_CURVES = ("val/sudoku/greedy/accuracy", "val/sudoku/det64/pass@1", "train/on_policy/reward_mean")
 SOURCE_STATS = ("reward_mean", "advantage_mean", "length_mean")
@@ -159,6 +161,31 @@ def load_runs(
 
 # ------------------------------------------------------------------------------------------ figures
 
+
+
+def runs_with_wall(tracking_uri: str, history_keys: Iterable[str], finished_only: bool = True
+                   ) -> list[tuple[RunData, float | None]]:
+    """The store's runs (:func:`load_runs`, finished ones only unless ``finished_only`` is false), each with its
+    wall seconds from MLflow's start and end times (``None`` while it runs): what the study scripts tabulate."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    out = []
+    for r in load_runs(tracking_uri, history_keys=history_keys):
+        if finished_only and r.status != "FINISHED":
+            continue
+        info = client.get_run(r.run_id).info
+        out.append((r, (info.end_time - info.start_time) / 1000 if info.end_time else None))
+    return out
+
+
+def mean_std(xs: Sequence[float], digits: int = 3) -> str:
+    """``mean ± sample std`` of the seeds' values (one value: itself; none: ``–``), for the study tables."""
+    if not xs:
+        return "–"
+    if len(xs) > 1:
+        return f"{statistics.mean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
+    return f"{xs[0]:.{digits}f}"
 
 def _plt():
     import matplotlib

@@ -25,20 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lit_rl.atomic import atomic_savefig  # noqa: E402
-from lit_rl.report import _plt, load_runs  # noqa: E402
+from lit_rl.report import _plt, runs_with_wall  # noqa: E402
+from lit_rl.report import mean_std as _ms  # noqa: E402
 
 GREEDY = "val/sudoku/greedy/accuracy"
 CONF, PASSES, GEN = "train/on_policy/confidence_mean", "train/on_policy/forward_passes", "time/generation_s"
 AGREE_TOK, AGREE_COMPL = "decode_agreement/token", "decode_agreement/completion"
 KEYS = [GREEDY, CONF, PASSES, GEN, AGREE_TOK, AGREE_COMPL]
 
-
-def _ms(xs: list[float], digits: int = 3) -> str:
-    if not xs:
-        return "–"
-    if len(xs) > 1:
-        return f"{statistics.mean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
-    return f"{xs[0]:.{digits}f}"
 
 
 def run_figures(run, wall_s: float | None) -> dict[str, float | None]:
@@ -64,19 +58,12 @@ def main(argv: list[str] | None = None) -> dict:
                     help="a decoder's name and the MLflow stores of its runs (one run per seed)")
     ap.add_argument("--out", default=str(ROOT / "docs/img/decode_study.png"))
     args = ap.parse_args(argv)
-    from mlflow.tracking import MlflowClient
-
     modes: dict[str, list] = {}
     for name, *uris in args.mode:
         if not uris:
             ap.error(f"--mode {name}: give at least one MLflow store")
         for uri in uris:
-            client = MlflowClient(uri)
-            for r in load_runs(uri, history_keys=KEYS):
-                if r.status != "FINISHED":
-                    continue
-                info = client.get_run(r.run_id).info
-                wall = (info.end_time - info.start_time) / 1000 if info.end_time else None
+            for r, wall in runs_with_wall(uri, KEYS):
                 modes.setdefault(name, []).append((r, run_figures(r, wall)))
     cols = [("final greedy", "final", 3), ("rollout generation s", "generation_s", 1),
             ("passes / rollout", "passes_mean", 1),

@@ -20,17 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lit_rl.atomic import atomic_savefig  # noqa: E402
-from lit_rl.report import _plt, load_runs  # noqa: E402
+from lit_rl.report import _plt, runs_with_wall  # noqa: E402
+from lit_rl.report import mean_std as _ms  # noqa: E402
 
 GREEDY = "val/sudoku/greedy/accuracy"
 METHODS = [("d1 one-step estimator (conf/erils_d1.yaml)", "erils-d1-sudoku-tiny"),
            ("coupled masks (conf/erils_d1_coupled.yaml)", "erils-d1-coupled-sudoku-tiny")]
-
-
-def _ms(xs: list[float], digits: int = 3) -> str:
-    if len(xs) > 1:
-        return f"{statistics.mean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
-    return f"{xs[0]:.{digits}f}"
 
 
 def main(argv=None) -> int:
@@ -38,14 +33,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tracking_uri", action="append", required=True)
     ap.add_argument("--out", default=str(ROOT / "docs/img/erils_d1_coupled.png"))
     args = ap.parse_args(argv)
-    from mlflow.tracking import MlflowClient
-
     runs, wall_s = [], {}
     for uri in args.tracking_uri:
-        client = MlflowClient(uri)
-        for r in load_runs(uri, history_keys=[GREEDY]):
-            info = client.get_run(r.run_id).info
-            wall_s[r.run_id] = (info.end_time - info.start_time) / 1000 if info.end_time else None
+        for r, wall in runs_with_wall(uri, [GREEDY], finished_only=False):
+            wall_s[r.run_id] = wall
             runs.append(r)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))

@@ -32,20 +32,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lit_rl.atomic import atomic_savefig  # noqa: E402
-from lit_rl.report import _plt, load_runs  # noqa: E402
+from lit_rl.report import _plt, runs_with_wall  # noqa: E402
+from lit_rl.report import mean_std as _ms  # noqa: E402
 
 GREEDY = "val/sudoku/greedy/accuracy"
 ZERO, TRIGGER = "train/on_policy/frac_reward_zero_std", "train/inpaint/trigger_rate"
 REPLACED, CORRECT, TOKENS = "train/inpaint/rows_replaced", "train/inpaint/correct_frac", "train/cost/tokens_inpaint"
 KEYS = [GREEDY, ZERO, TRIGGER, REPLACED, CORRECT, TOKENS]
 
-
-def _ms(xs: list[float], digits: int = 3) -> str:
-    if not xs:
-        return "–"
-    if len(xs) > 1:
-        return f"{statistics.mean(xs):.{digits}f} ± {statistics.stdev(xs):.{digits}f}"
-    return f"{xs[0]:.{digits}f}"
 
 
 def _mean(run, key: str) -> float | None:
@@ -109,19 +103,12 @@ def main(argv: list[str] | None = None) -> dict:
                     help="compare VARIANT at BASE's rollout-token budget (repeatable)")
     ap.add_argument("--out", default=str(ROOT / "docs/img/inpainting_study.png"))
     args = ap.parse_args(argv)
-    from mlflow.tracking import MlflowClient
-
     methods: dict[str, list] = {}
     for name, *uris in args.method:
         if not uris:
             ap.error(f"--method {name}: give at least one MLflow store")
         for uri in uris:
-            client = MlflowClient(uri)
-            for r in load_runs(uri, history_keys=KEYS):
-                if r.status != "FINISHED":
-                    continue
-                info = client.get_run(r.run_id).info
-                wall = (info.end_time - info.start_time) / 1000 if info.end_time else None
+            for r, wall in runs_with_wall(uri, KEYS):
                 methods.setdefault(name, []).append((r, run_figures(r, wall)))
     pairs = dict(p.split("=", 1) for p in args.pair)
     for variant, base in pairs.items():

@@ -164,9 +164,12 @@ class InpaintStage(RolloutStage):
         threshold = _threshold(s, task)
         B_p = len(examples)
         on = rollouts.source == int(Source.ON_POLICY)  # (N,)
-        group_list = rollouts.group.tolist()
-        verifier = torch.tensor([float(task.reward(rollouts.texts[i], examples[group_list[i]])) if on[i] else 0.0
-                                 for i in range(len(rollouts))])  # (N,) the task's own score, extra rewards left out
+        if task.extra_reward_funcs:  # the rows' rewards add extra functions: re-score the on-policy rows' verifier
+            group_list, on_list = rollouts.group.tolist(), on.tolist()
+            verifier = torch.tensor([float(task.reward(rollouts.texts[i], examples[group_list[i]])) if on_list[i]
+                                     else 0.0 for i in range(len(rollouts))])  # (N,) the task's own score
+        else:  # the rows' rewards are the verifier's: no second scoring pass
+            verifier = rollouts.rewards.float().cpu()  # (N,)
         trig = triggered_groups(verifier, rollouts.group, on, threshold, B_p)  # (B_p,)
         L = int(engine.settings.gen_length)
         P = rollouts.prompt_len

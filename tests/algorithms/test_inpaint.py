@@ -113,7 +113,8 @@ def _setup(texts, reward_funcs=None):
     ro = RolloutBatch(
         input_ids=torch.cat([ids, comp], 1), attention_mask=torch.cat([mask, torch.ones_like(comp)], 1),
         prompt_len=ids.shape[1], completion_mask=torch.zeros(4, 48, dtype=torch.bool), lengths=torch.ones(4),
-        rewards=torch.zeros(4), source=torch.zeros(4, dtype=torch.long), group=torch.tensor([0, 0, 1, 1]),
+        rewards=torch.tensor(task.total_rewards(list(texts), [examples[0]] * 2 + [examples[1]] * 2).totals),
+        source=torch.zeros(4, dtype=torch.long), group=torch.tensor([0, 0, 1, 1]),
         texts=list(texts), prompt_ids=["p0", "p0", "p1", "p1"], hit_limit=torch.zeros(4, dtype=torch.bool),
     )
     batch = PromptBatch(examples=examples, step=5, task=task, generation=GEN)
