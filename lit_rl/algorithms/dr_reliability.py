@@ -11,7 +11,8 @@ ignore the kept prefix (a cut too early).
 :func:`reliability_rows` extracts the per-row values from an :class:`~lit_rl.algorithms.double_rollout.Estimate`;
 :func:`reliability_table` bins them: by length (quantile bins over all rows) and by difficulty (pass-rate
 bins ``[0, 1/3)`` hard, ``[1/3, 2/3)`` medium, ``[2/3, 1]`` easy), each split into correct / incorrect
-rollouts: count and mean continuation accuracy.
+rollouts: count and mean continuation accuracy. :func:`crossed_table` crosses the two, the paper's protocol, with
+a minimum count per cell.
 """
 
 from __future__ import annotations
@@ -83,6 +84,45 @@ def reliability_table(rows: dict[str, Tensor], n_length_bins: int = 3) -> list[d
     return table
 
 
+def crossed_table(rows: dict[str, Tensor], n_length_bins: int = 3, min_count: int = 20) -> list[dict[str, Any]]:
+    """DR Fig. 1-2's protocol: difficulty bins crossed with length bins, each split into correct / incorrect
+    rollouts. ``rows`` as :func:`reliability_rows` returns them, where ``pass_rate`` should be the starting
+    model's pass rate over separate samples of the prompt (the paper's difficulty). Length bins are quantile
+    bins of all rows' lengths, the same edges in every difficulty. One dict per (difficulty, length bin,
+    correct/incorrect) with ``difficulty``, ``bin``, ``rollout``, ``n`` and ``cont_acc``: the mean continuation
+    accuracy, ``None`` where the cell has fewer than ``min_count`` rollouts (too few to read)."""
+    if min_count < 1:
+        raise ValueError(f"min_count must be >= 1, got {min_count}")
+    correct, cont_acc, length, pass_rate = rows["correct"], rows["cont_acc"], rows["length"], rows["pass_rate"]
+    bounds = [float("-inf"), *length_edges(length, n_length_bins), float("inf")]
+    out = []
+    for difficulty, d_lo, d_hi in DIFFICULTY_BINS:
+        in_d = (pass_rate >= d_lo) & (pass_rate < d_hi)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            label = f"<={hi:g}" if lo == float("-inf") else (f">{lo:g}" if hi == float("inf") else f"({lo:g},{hi:g}]")
+            for cell in _cell(correct, cont_acc, in_d & (length > lo) & (length <= hi), label, "length"):
+                if cell["n"] < min_count:
+                    cell["cont_acc"] = None
+                out.append({"difficulty": difficulty, **{k: v for k, v in cell.items() if k != "by"}})
+    return out
+
+
+def crossed_markdown(table: Sequence[dict[str, Any]], min_count: int) -> str:
+    """:func:`crossed_table` as Markdown: one line per difficulty and length bin."""
+    lines = ["| difficulty | length | cont. acc. after correct (n) | cont. acc. after incorrect (n) |",
+             "|---|---|---|---|"]
+    cells: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in table:
+        cells.setdefault((r["difficulty"], r["bin"]), {})[r["rollout"]] = r
+
+    def fmt(c: dict[str, Any]) -> str:
+        return f"- ({c['n']} < {min_count})" if c["cont_acc"] is None else f"{c['cont_acc']:.3f} ({c['n']})"
+
+    for (d, b), c in cells.items():
+        lines.append(f"| {d} | {b} | {fmt(c['correct'])} | {fmt(c['incorrect'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def table_markdown(table: Sequence[dict[str, Any]]) -> str:
     """The table as Markdown: one line per bin, continuation accuracy after correct / incorrect rollouts."""
     lines = ["| by | bin | cont. acc. after correct (n) | cont. acc. after incorrect (n) |", "|---|---|---|---|"]
@@ -98,4 +138,5 @@ def table_markdown(table: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["DIFFICULTY_BINS", "length_edges", "reliability_rows", "reliability_table", "table_markdown"]
+__all__ = ["DIFFICULTY_BINS", "crossed_markdown", "crossed_table", "length_edges", "reliability_rows",
+           "reliability_table", "table_markdown"]

@@ -6,7 +6,9 @@ Studies:
   default at equal budget, seeds and thread counts as bands, length-controlled vs uncontrolled external
   rollouts (:mod:`lit_rl.reproduce.erils`).
 * ``double-rollout``: DR vs GRPO vs GRPO-large on the chain-sum testbed with seeds, ρ / N sweeps, the
-  length bonus vs the Arora-Zanette penalty, the reliability table (:mod:`lit_rl.reproduce.double_rollout`).
+  length bonus vs the Arora-Zanette penalty, the reliability table (:mod:`lit_rl.reproduce.double_rollout`);
+  ``--testbed guess``: the same comparison where its premise holds (lucky guesses on the starting model), with
+  the ρ / N trends over every seed, the premise statistics and the reliability study in the paper's protocol.
 
 ``--quick`` runs every job for a few steps (a smoke test of the whole pipeline, minutes on 2 cores; its
 numbers mean nothing). Re-running the same command skips the jobs that finished (``done.json``).
@@ -29,10 +31,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m lit_rl reproduce", description=__doc__.split("\n\n")[0],
         epilog="example:\n  python -m lit_rl reproduce erils --workers 2\n"
                "  python -m lit_rl reproduce double-rollout --workers 2\n"
+               "  python -m lit_rl reproduce double-rollout --testbed guess\n"
                "  python -m lit_rl reproduce double-rollout --quick --out /tmp/dr_quick",
     )
     parser.add_argument("study", choices=["erils", "double-rollout"])
-    parser.add_argument("--out", default=None, help="output folder (default runs/reproduce/<study>[_quick])")
+    parser.add_argument("--testbed", default="chainsum", choices=["chainsum", "guess"],
+                        help="double-rollout: the plain chain sums, or the guessable-answer testbed (default chainsum)")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default runs/reproduce/<study>[_<testbed>][_quick])")
     parser.add_argument("--quick", action="store_true", help="a few steps per job: checks the pipeline, not the method")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="seeds of the main comparison (default 0 1 2; quick: 0)")
@@ -46,16 +52,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
+    if args.testbed != "chainsum" and args.study != "double-rollout":
+        parser.error(f"--testbed {args.testbed}: only the double-rollout study has testbeds")
 
     from lit_rl.reproduce import double_rollout, dr_report, erils, erils_report
     from lit_rl.reproduce.runner import jobs_to_run, run_jobs, seconds_of
 
     study, report = (erils, erils_report) if args.study == "erils" else (double_rollout, dr_report)
 
-    out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{'_quick' if args.quick else ''}")
+    testbed = "" if args.testbed == "chainsum" else f"_{args.testbed}"
+    out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{testbed}{'_quick' if args.quick else ''}")
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     threads = args.threads or max(1, 2 // args.workers)
-    plan = study.plan(out, seeds, args.quick, args.workers, threads)
+    extra = {"testbed": args.testbed} if args.study == "double-rollout" else {}
+    plan = study.plan(out, seeds, args.quick, args.workers, threads, **extra)
     evals = list(getattr(plan, "eval_jobs", []))
     if args.only:
         groups = {j.tags.get("group") for j in [*plan.jobs, *evals]}
@@ -84,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         failed = [r.name for r in results if not r.ok]
     times = {j.name: seconds_of(j.folder) for j in plan.jobs}
     try:
-        summary = report.build(out, seeds, {k: v for k, v in times.items() if v is not None}, quick=args.quick)
+        summary = report.build(out, seeds, {k: v for k, v in times.items() if v is not None}, quick=args.quick,
+                               **extra)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -13,6 +13,12 @@ The plan (``--quick`` shrinks every run to a few steps so that a test runs it en
    against generated rollout tokens (equal compute), the reliability table of the DR runs (DR Fig. 1-2),
    the ρ / N trends, and accuracy vs tokens (Pareto), from the run's own MLflow store.
 
+``--testbed guess`` runs the study on the testbed where DR's premise holds (``conf/double_rollout_guess.yaml``: the
+answer is the total's parity, and the warm start guesses after an inconclusive trace): the main comparison, then
+ρ in {0.25, 0.5, 0.75, 0.99} and N in {2, 8} as fit jobs with every seed (the trends with their spread), no length
+study; its report adds the premise statistics and the reliability study in the paper's protocol on the warm start
+(:mod:`lit_rl.reproduce.premise`) and the steps to reach GRPO's best accuracy.
+
 Every job is the documented ``python -m lit_rl fit`` / ``sweep`` command; finished jobs are skipped on a
 re-run (see :mod:`lit_rl.reproduce.runner`).
 """
@@ -28,7 +34,7 @@ import yaml
 from lit_rl.atomic import atomic_write_text
 from lit_rl.reproduce.runner import Job, callbacks_of, fit_job, init_stores as _init_stores
 
-__all__ = ["EXPERIMENT", "METRIC", "Plan", "init_stores", "plan"]
+__all__ = ["EXPERIMENT", "METRIC", "Plan", "TESTBEDS", "init_stores", "method_configs", "plan"]
 
 EXPERIMENT = "lit_rl-reproduce-double-rollout"
 # held-out accuracy of T-1 samples, mean over all 4 per problem (pass@1 scores only the first)
@@ -41,8 +47,12 @@ METHODS = {
     "grpo": [BASE, "conf/grpo_chainsum.yaml"],
     "grpo_large": [BASE, "conf/grpo_large_chainsum.yaml"],
 }
+#: testbed name -> overlays applied after BASE and before the method's own overlay
+TESTBEDS = {"chainsum": [], "guess": ["conf/double_rollout_guess.yaml"]}
 RHO_GRID = (0.5, 0.75, 0.99)  # plus the main run's 0.9
 N_GRID = (2, 8)  # plus GRPO (N 1) and the main run's 4
+GUESS_RHO = (0.25, 0.5, 0.75, 0.99)  # the guess testbed's ρ trend (values below 0.5 too), every seed
+GUESS_N = (2, 8)
 #: the length study runs on the VERBOSE teacher (restatements after half of the steps, so correct solutions
 #: differ in length; with the plain teacher a correct trace is one fixed string and length terms see z = 0)
 LENGTH_CLI = ["--data.init_args.generation.max_new_tokens=64", "--data.init_args.eval_generation.max_new_tokens=64"]
@@ -60,6 +70,7 @@ class Plan:
     out: Path
     quick: bool
     seeds: list[int]
+    testbed: str = "chainsum"
     #: no warm start is cached yet: run the first job alone, so that the others load its cache instead of
     #: each repeating the SFT (a guess from the cache folder: a stale entry only costs parallelism)
     first_alone: bool = True
@@ -117,11 +128,19 @@ def _edit_callbacks(
     return cbs
 
 
+def method_configs(method: str, testbed: str = "chainsum") -> list[str]:
+    """The config files of ``method`` on ``testbed``: BASE, the testbed's overlays, the method's overlay."""
+    if testbed not in TESTBEDS:
+        raise ValueError(f"unknown double-rollout testbed {testbed!r} (known: {', '.join(TESTBEDS)})")
+    base, *rest = METHODS[method]
+    return [base, *TESTBEDS[testbed], *rest]
+
+
 def _fit_job(
     name: str, method: str, seed: int, out: Path, threads: int, quick: bool, cache_dir: str,
-    extra: Sequence[str] = (), tags: dict[str, str] | None = None, verbose: bool = False,
+    extra: Sequence[str] = (), tags: dict[str, str] | None = None, verbose: bool = False, testbed: str = "chainsum",
 ) -> Job:
-    configs = METHODS[method]
+    configs = method_configs(method, testbed)
     cbs = _edit_callbacks(configs, out / "runs" / name, cache_dir, quick, verbose)
     tags = {"lit_rl.reproduce": "double-rollout", "lit_rl.job": name, "method": method, "seed": str(seed),
             **(tags or {})}
@@ -177,11 +196,30 @@ def init_stores(out: Path) -> None:
     _init_stores(out, EXPERIMENT)
 
 
+def _guess_plan(out: Path, seeds: Sequence[int], quick: bool, threads: int, cache: str) -> list[Job]:
+    """The guess testbed: the main comparison, then the ρ and N trends as fit jobs with every seed."""
+    tb = {"testbed": "guess"}
+    jobs = [_fit_job(f"{m}_s{s}", m, s, out, threads, quick, cache, tags={"group": "main", **tb}, testbed="guess")
+            for s in seeds for m in METHODS]
+    for key, values in (("rho", GUESS_RHO[:1] if quick else GUESS_RHO), ("n", GUESS_N[:1] if quick else GUESS_N)):
+        field = "rho" if key == "rho" else "num_continuations"
+        for v in values:
+            for s in seeds:
+                jobs.append(_fit_job(f"dr_{key}{v:g}_s{s}", "dr", s, out, threads, quick, cache,
+                                     [f"--model.init_args.double_rollout.{field}={v}"],
+                                     {"group": key, key: f"{v:g}", **tb}, testbed="guess"))
+    return jobs
+
+
 def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int,
-         cache_dir: str | None = None) -> Plan:
+         cache_dir: str | None = None, testbed: str = "chainsum") -> Plan:
     """Every job of the study, in the order they should start (the first one builds the warm-start cache)."""
     out = Path(out)
     cache = cache_dir or (str(out / "cache") if quick else "runs/cache")
+    if testbed != "chainsum":
+        method_configs("dr", testbed)  # a clear error for an unknown testbed
+        jobs = _guess_plan(out, seeds, quick, threads, cache)
+        return Plan(jobs, out, quick, list(seeds), testbed)  # the first job alone: its own warm start
     jobs: list[Job] = []
     for seed in seeds:
         for method in METHODS:
@@ -195,4 +233,4 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
         jobs.append(_fit_job(f"{name}_s{seeds[0]}", method, seeds[0], out, threads, quick, cache, extra,
                              {"group": "length"}, verbose=True))
     first_alone = not any(Path(cache).glob("ar_sft_chainsum_*.pt"))
-    return Plan(jobs, out, quick, list(seeds), first_alone)
+    return Plan(jobs, out, quick, list(seeds), testbed, first_alone)

@@ -196,7 +196,8 @@ def _trend_points(runs_by_job, trials, metric, key, main_value, main_job, extra=
     return sorted(pts)
 
 
-def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False) -> dict[str, Any]:
+def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False,
+          testbed: str = "chainsum") -> dict[str, Any]:
     """Write the report into ``out`` from ``out/mlflow.db``; returns the summary (also ``summary.json``)."""
     from lit_rl.reproduce.double_rollout import EXPERIMENT, GREEDY, METHODS, METRIC
 

@@ -14,6 +14,12 @@ answers unsupported by the trace (the scripted teacher of :func:`chainsum_comple
 those on purpose). Cutting at ρ of the trace (delimiter ``</reasoning>``) leaves the last steps and the
 answer to the continuations, whose mean reward measures how good the kept prefix is.
 
+**Guessable answers** (``answer_mod``): the answer is the total modulo ``answer_mod`` (``Sum: 3 5 2 4 mod 2``
+-> ``...10+4=14</reasoning>\n<answer>0</answer>``); the trace is the same running sum. With ``answer_mod: 2``
+a guess is right half the time, so correct answers after a wrong or unfinished trace (lucky guesses, the
+outcome noise double rollout removes) are common. The teacher's ``guess_rate`` stops the trace early and
+guesses, the paper's "guess based on an inconclusive chain of thought".
+
 Training and evaluation sets are generated from ``seed`` (the same on every machine); no training problem is
 an evaluation problem. :func:`trace_correct` checks a trace step by step (the premise statistics: correct
 answers whose trace is wrong).
@@ -88,6 +94,8 @@ class ChainSumTask(Task):
         num_eval: evaluation prompts.
         min_terms, max_terms: range of ``k`` (inclusive), drawn uniformly per prompt.
         max_digit: the numbers are drawn from 1..max_digit.
+        answer_mod: the answer is the total modulo this (``None``: the total itself); the prompt ends with
+            ``mod <answer_mod>``.
         seed: generator seed.
         **kwargs: prompt/reward options of :class:`~lit_rl.tasks.base.Task`.
     """
@@ -99,7 +107,7 @@ class ChainSumTask(Task):
 
     @staticmethod
     def check_args(num_train: int = 2000, num_eval: int = 256, min_terms: int = 3, max_terms: int = 6,
-                   max_digit: int = 9) -> None:
+                   max_digit: int = 9, answer_mod: int | None = None) -> None:
         """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`); the
         prompt options' are :meth:`Task.check_args`."""
         if not 1 <= max_digit <= 9:
@@ -108,18 +116,20 @@ class ChainSumTask(Task):
             field = "min_terms" if not 2 <= min_terms <= max_terms else "max_terms"
             raise FieldError(field, f"min_terms = {min_terms}, max_terms = {max_terms}: need 2 <= min_terms <= "
                              "max_terms <= 16")
+        if answer_mod is not None and not 2 <= answer_mod <= 1000:
+            raise FieldError("answer_mod", f"must be null or in 2..1000, got {answer_mod}")
         for name, v in (("num_train", num_train), ("num_eval", num_eval)):
             if v < 0:
                 raise FieldError(name, f"must be >= 0, got {v}")
 
     def __init__(
         self, num_train: int = 2000, num_eval: int = 256, min_terms: int = 3, max_terms: int = 6, max_digit: int = 9,
-        seed: int = 0, **kwargs: Any,
+        seed: int = 0, answer_mod: int | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         ChainSumTask.check_args(num_train=num_train, num_eval=num_eval, min_terms=min_terms, max_terms=max_terms,
-                                max_digit=max_digit)
-        self.max_digit = max_digit
+                                max_digit=max_digit, answer_mod=answer_mod)
+        self.max_digit, self.answer_mod = max_digit, answer_mod
         self.num_train, self.num_eval, self.seed = num_train, num_eval, seed
         self.min_terms, self.max_terms = min_terms, max_terms
         self._cache: dict[str, list[Example]] = {}
@@ -131,8 +141,12 @@ class ChainSumTask(Task):
 
     def _from_numbers(self, id: str, numbers: list[int]) -> Example:
         text = " ".join(map(str, numbers))
-        return Example(id=id, question=self.format_question(numbers=text), answer=sum(numbers),
-                       meta={"numbers": list(numbers), "terms": len(numbers)})
+        meta: dict[str, Any] = {"numbers": list(numbers), "terms": len(numbers)}
+        question, answer = self.format_question(numbers=text), sum(numbers)
+        if self.answer_mod is not None:
+            question, answer = f"{question} mod {self.answer_mod}", answer % self.answer_mod
+            meta["answer_mod"] = self.answer_mod
+        return Example(id=id, question=question, answer=answer, meta=meta)
 
     def train_examples(self) -> list[Example]:
         """``num_train`` problems, none of which is an evaluation problem (same numbers in the same order):
@@ -168,8 +182,10 @@ class ChainSumTask(Task):
             total = int(ground_truth)
         except (TypeError, ValueError):
             raise ValueError(f"ground_truth {ground_truth!r} is not an integer") from None
-        if total != sum(numbers):
-            raise ValueError(f"ground_truth {total} is not the sum of {numbers}")
+        want = sum(numbers) if self.answer_mod is None else sum(numbers) % self.answer_mod
+        if total != want:
+            of = "the sum" if self.answer_mod is None else f"the sum mod {self.answer_mod}"
+            raise ValueError(f"ground_truth {total} is not {of} of {numbers}")
         return self._from_numbers(rid, numbers)
 
     def reward(self, completion: str, example: Example) -> float:
@@ -186,7 +202,8 @@ class ChainSumTask(Task):
         return None if got is None else str(got)
 
 
-def chainsum_completion(example: Example, rng: random.Random, error_rate: float = 0.0, restate: float = 0.0) -> str:
+def chainsum_completion(example: Example, rng: random.Random, error_rate: float = 0.0, restate: float = 0.0,
+                        guess_rate: float = 0.0) -> str:
     """The scripted teacher: the running-sum trace and the total.
 
     With probability ``error_rate`` one random step's result is off by 1 or 2; the later steps continue
@@ -196,10 +213,19 @@ def chainsum_completion(example: Example, rng: random.Random, error_rate: float 
     With ``restate > 0`` each step is followed, with that probability, by a redundant restatement of the
     running sum (``8+2=10 =10``): correct solutions of one problem then differ in length (1-4 extra tokens
     per restatement), so length terms (DR's bonus, the Arora-Zanette penalty) have something to trade.
+
+    On a task with ``answer_mod`` (``example.meta["answer_mod"]``) every answer is taken modulo it, and with
+    ``guess_rate > 0`` a trace (after any slip) is, with that probability, stopped after a uniform number of
+    its steps, fewer than all (an inconclusive trace, possibly empty), and the answer is a uniform guess in
+    ``0..answer_mod-1``. Random draws are only added when ``guess_rate > 0``, so the other teachers' streams
+    are unchanged.
     """
     numbers = list(example.meta["numbers"])
     steps = running_sums(numbers)
     answer = sum(numbers)
+    mod = example.meta.get("answer_mod")
+    if guess_rate and mod is None:
+        raise ValueError("chainsum_completion: guess_rate needs a task with answer_mod (a guessable answer)")
     if steps and rng.random() < error_rate:
         bad = rng.randrange(len(steps))
         acc, out = numbers[0], []
@@ -210,6 +236,11 @@ def chainsum_completion(example: Example, rng: random.Random, error_rate: float 
         steps = out
         if rng.random() < 0.5:
             answer = acc
+    if mod is not None:
+        answer %= mod
+    if guess_rate and steps and rng.random() < guess_rate:
+        steps = steps[: rng.randrange(len(steps))]
+        answer = rng.randrange(mod)
     parts = []
     for a, b, c in steps:
         parts.append(f"{a}+{b}={c}")
@@ -218,10 +249,20 @@ def chainsum_completion(example: Example, rng: random.Random, error_rate: float 
     return f"<reasoning>{' '.join(parts)}</reasoning>\n<answer>{answer}</answer>"
 
 
+def chainsum_guessing_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
+    """The teacher that guesses: :func:`chainsum_completion` with ``guess_rate`` :data:`GUESS_RATE` (needs a task
+    with ``answer_mod``)."""
+    return chainsum_completion(example, rng, error_rate=error_rate, guess_rate=GUESS_RATE)
+
+
+#: the guessing teacher's share of inconclusive traces with a guessed answer
+GUESS_RATE = 0.4
+
+
 def chainsum_verbose_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
     """The teacher with restatements after half of the steps (:func:`chainsum_completion`, ``restate=0.5``)."""
     return chainsum_completion(example, rng, error_rate=error_rate, restate=0.5)
 
 
 __all__ = ["ChainSumTask", "chainsum_completion", "parse_int_answer", "running_sums", "trace_correct",
-           "chainsum_verbose_completion"]
+           "chainsum_verbose_completion", "chainsum_guessing_completion", "GUESS_RATE"]

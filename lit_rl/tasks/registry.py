@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from lit_rl.tasks.base import Example, Task
-from lit_rl.tasks.chainsum import ChainSumTask, chainsum_completion, chainsum_verbose_completion
+from lit_rl.tasks.chainsum import (ChainSumTask, chainsum_completion, chainsum_guessing_completion,
+                                   chainsum_verbose_completion)
 from lit_rl.tasks.countdown import CountdownTask
 from lit_rl.tasks.math_task import MathTask
 from lit_rl.tasks.prompt_task import PromptTask
@@ -99,7 +100,8 @@ register_task(TaskEntry("sudoku", SudokuTask, {
 register_task(TaskEntry("countdown", CountdownTask, {"search": countdown_completion}, verbose=verbose_trace))
 register_task(TaskEntry("math500", MathTask), "math")
 register_task(TaskEntry("chainsum", ChainSumTask,
-                        {"running": chainsum_completion, "verbose": chainsum_verbose_completion}))
+                        {"running": chainsum_completion, "verbose": chainsum_verbose_completion,
+                         "guessing": chainsum_guessing_completion}))
 register_task(TaskEntry("prompts", PromptTask))
 
 
