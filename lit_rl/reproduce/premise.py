@@ -1,0 +1,162 @@
+"""Double rollout's premise on a chain-sum policy, measured before any RL (and on checkpoints after it).
+
+Two measurements of one policy:
+
+1. **Lucky guesses and slips** (:func:`premise`): T-1 samples on held-out problems, counted in the four cases
+   trace right / wrong x answer right / wrong (:func:`lit_rl.tasks.chainsum.trace_correct`). A *lucky guess* is
+   a rewarded sample whose trace is wrong; its share is given of the rewarded samples, with the counts. A
+   *slip* is a right trace with a wrong answer, given as a share of all samples and of the unrewarded ones.
+2. **The reliability study in DR Fig. 1-2's protocol** (:func:`reliability`), on the same policy:
+   - difficulty = the policy's pass rate over K samples per prompt, drawn apart from the studied rollouts
+     (another seed);
+   - G rollouts per prompt; each is cut at ρ of its thinking trace and N continuations are sampled from the
+     cut; a rollout's continuation accuracy is their mean reward;
+   - length (tertiles of the rollouts' completion lengths) crossed with difficulty (hard < 1/3 <= medium < 2/3
+     <= easy), correct and incorrect rollouts apart
+     (:func:`lit_rl.algorithms.dr_reliability.crossed_table`);
+   - both ways: **without** the continuation budget (each continuation may use the rest of the generation
+     limit; the paper's study applies no budget) and **with** the training budget ceil((1-ρ)·T) + buffer.
+
+``scripts/dr_premise.py`` is the command line; ``reproduce double-rollout --testbed guess`` runs it on the warm start.
+"""
+
+from __future__ import annotations
+
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from lit_rl.algorithms.dr_reliability import crossed_markdown, crossed_table
+from lit_rl.core.double_rollout import continuation_budget, cut_index, split_thinking
+from lit_rl.generation.ar import HFBackend
+from lit_rl.models.ar import TinyCausalLM
+from lit_rl.tasks import ChainSumTask
+from lit_rl.tasks.base import Example
+from lit_rl.tasks.chainsum import parse_int_answer, trace_correct
+
+MAX_NEW_TOKENS = 48  # the testbed's generation limit (conf/double_rollout_chainsum.yaml)
+MAX_PROMPT_LEN = 32
+
+
+def _sample(policy, task: ChainSumTask, examples, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    ids, mask = policy.encode_prompts([task.messages(e) for e in examples], MAX_PROMPT_LEN)
+    comp = HFBackend(policy).generate(ids, mask, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, n=n, seed=seed)
+    return ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), policy.decode_completions(comp)
+
+
+def count_cases(texts: Sequence[str], examples: Sequence[Example], samples: int) -> dict[str, Any]:
+    """The four cases' counts of ``texts`` (``samples`` consecutive completions per example) and the lucky-guess
+    and slip shares with their denominators. Pure: no model."""
+    counts = {"trace_ok_answer_ok": 0, "trace_ok_answer_wrong": 0, "trace_wrong_answer_ok": 0,
+              "trace_wrong_answer_wrong": 0}
+    for k, text in enumerate(texts):
+        ex = examples[k // samples]
+        t_ok = trace_correct(text, ex.meta["numbers"])
+        a_ok = parse_int_answer(text) == int(ex.answer)
+        counts[f"trace_{'ok' if t_ok else 'wrong'}_answer_{'ok' if a_ok else 'wrong'}"] += 1
+    n = len(texts)
+    rewarded = counts["trace_ok_answer_ok"] + counts["trace_wrong_answer_ok"]
+    return {
+        "samples": n, "counts": counts, "accuracy": rewarded / n,
+        "trace_accuracy": (counts["trace_ok_answer_ok"] + counts["trace_ok_answer_wrong"]) / n,
+        "supported_accuracy": counts["trace_ok_answer_ok"] / n,
+        "rewarded": rewarded,
+        "lucky_share_of_rewarded": counts["trace_wrong_answer_ok"] / rewarded if rewarded else 0.0,
+        "slip_share_of_all": counts["trace_ok_answer_wrong"] / n,
+        "slip_share_of_unrewarded": counts["trace_ok_answer_wrong"] / (n - rewarded) if n > rewarded else 0.0,
+    }
+
+
+def premise(policy, task: ChainSumTask, examples: Sequence[Example], samples: int, seed: int) -> dict[str, Any]:
+    """:func:`count_cases` of ``samples`` T-1 completions per example."""
+    _, _, texts = _sample(policy, task, examples, samples, seed)
+    return count_cases(texts, examples, samples)
+
+
+def reliability(policy, task: ChainSumTask, examples, K: int, G: int, N: int, rho: float, buffer: int,
+                seed: int) -> dict[str, dict[str, torch.Tensor]]:
+    """Per studied rollout: correctness, continuation accuracy (without and with the budget), length, and the
+    prompt's K-sample pass rate. Returns ``{"no_budget": rows, "budget": rows}`` for :func:`crossed_table`."""
+    _, _, diff_texts = _sample(policy, task, examples, K, seed + 1)
+    pass_rate = torch.tensor([sum(task.reward(diff_texts[p * K + j], ex) for j in range(K)) / K
+                              for p, ex in enumerate(examples)])  # (P,)
+    ids, mask = policy.encode_prompts([task.messages(e) for e in examples], MAX_PROMPT_LEN)  # (P, S)
+    comp = HFBackend(policy).generate(ids, mask, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, n=G, seed=seed + 2)
+    texts = policy.decode_completions(comp)
+    lengths = policy.completion_lengths(comp)  # (P*G,) with the EOS
+    delim, eos = policy.think_end_ids(), policy.eos_id
+    prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+    kept, prefixes, budgets = [], [], {"no_budget": [], "budget": []}
+    for r in range(len(texts)):
+        body = comp[r, : int(lengths[r])].tolist()
+        body = body[:-1] if body and body[-1] == eos else body
+        T = split_thinking(body, delim, "whole")
+        cut = cut_index(T, rho)
+        kept.append(body[:cut])
+        prefixes.append(prompts[r // G] + body[:cut])
+        budgets["no_budget"].append(max(1, MAX_NEW_TOKENS - cut))
+        budgets["budget"].append(max(1, min(continuation_budget(T, rho, buffer), MAX_NEW_TOKENS - cut)))
+    correct = torch.tensor([task.reward(t, examples[r // G]) > 0 for r, t in enumerate(texts)])
+    out = {}
+    for mode, b in budgets.items():
+        cont = HFBackend(policy).continue_from(prefixes, N, b, temperature=1.0, seed=seed + 3)  # (R*N, W)
+        rewards = []
+        for j in range(cont.shape[0]):
+            r = j // N
+            toks = cont[j, : b[r]].tolist()
+            if eos in toks:
+                toks = toks[: toks.index(eos)]
+            text = policy.tokenizer.decode(kept[r] + toks, skip_special_tokens=True)
+            rewards.append(task.reward(text, examples[r // G]))
+        acc = torch.tensor(rewards).view(-1, N).mean(1)  # (R,)
+        out[mode] = {"correct": correct, "cont_acc": acc, "length": lengths.long(),
+                     "pass_rate": pass_rate.repeat_interleave(G)}
+    return out
+
+
+def measure(path: str | Path, task_args: dict[str, Any], problems: int = 256, samples: int = 4, seed: int = 1234,
+            study: bool = True, K: int = 16, G: int = 8, N: int = 8, rho: float = 0.9, buffer: int = 16,
+            min_count: int = 20) -> dict[str, Any]:
+    """Both measurements of the testbed's policy (``TinyCausalLM`` at the testbed's sizes) loaded from ``path``:
+    ``premise`` (:func:`premise`) and, with ``study``, ``reliability``: ``{"no_budget" | "budget": table}``
+    (:func:`~lit_rl.algorithms.dr_reliability.crossed_table` rows) and ``rollouts`` (how many were studied)."""
+    task = ChainSumTask(num_train=2000, num_eval=256, **task_args)
+    examples = task.eval_examples()[:problems]
+    policy = TinyCausalLM(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512, max_positions=256)
+    policy.load_init_checkpoint(str(path))
+    policy.eval()
+    out: dict[str, Any] = {"policy": str(path), "problems": len(examples), "samples_per_problem": samples,
+                           "premise": premise(policy, task, examples, samples, seed)}
+    if study:
+        rows = reliability(policy, task, examples, K, G, N, rho, buffer, seed)
+        out["reliability"] = {mode: crossed_table(r, 3, min_count) for mode, r in rows.items()}
+        out["study"] = {"K": K, "G": G, "N": N, "rho": rho, "buffer": buffer, "min_count": min_count,
+                        "rollouts": len(rows["budget"]["correct"])}
+    return out
+
+
+def describe(result: dict[str, Any]) -> str:
+    """:func:`measure`'s result as Markdown: the premise table with its denominators, then the reliability tables."""
+    r, c = result["premise"], result["premise"]["counts"]
+    n, rewarded = r["samples"], r["rewarded"]
+    md = [f"{n:,} samples at T 1 ({result['problems']} held-out problems x {result['samples_per_problem']}):", "",
+          "| measure | count | share |", "|---|---|---|",
+          f"| rewarded samples | {rewarded:,} of {n:,} | accuracy {r['accuracy']:.3f} |",
+          f"| lucky guesses: rewarded with a wrong trace | {c['trace_wrong_answer_ok']:,} of {rewarded:,} rewarded | "
+          f"{r['lucky_share_of_rewarded']:.1%} |",
+          f"| slips: right trace, wrong answer | {c['trace_ok_answer_wrong']:,} of {n:,} | "
+          f"{r['slip_share_of_all']:.1%} of all, {r['slip_share_of_unrewarded']:.1%} of the {n - rewarded:,} "
+          "unrewarded |",
+          f"| right traces | {c['trace_ok_answer_ok'] + c['trace_ok_answer_wrong']:,} of {n:,} | "
+          f"{r['trace_accuracy']:.3f} |", ""]
+    study = result.get("study")
+    for mode, table in (result.get("reliability") or {}).items():
+        how = ("no continuation budget (the rest of the 48-token limit)" if mode == "no_budget"
+               else f"the training budget ceil((1-ρ)·T) + {study['buffer']}")
+        md += [f"Continuation accuracy from ρ {study['rho']:g} of the trace, {study['N']} continuations, {how}; "
+               f"{study['rollouts']:,} rollouts ({study['G']} per problem); difficulty from {study['K']} separate "
+               f"samples per problem; a cell needs {study['min_count']} rollouts:", "",
+               crossed_markdown(table, study["min_count"]).rstrip(), ""]
+    return "\n".join(md) + "\n"
