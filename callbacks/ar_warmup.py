@@ -138,6 +138,7 @@ class ScriptedSFTWarmup(L.Callback):
                        f"final loss {self.final_loss:.3f}")
         if cache is not None and trainer.is_global_zero:
             atomic_torch_save(policy.model.state_dict(), cache)  # HF names: loadable as init_checkpoint
+            rank_zero_info(f"AR SFT warm-up: saved the warm start to {cache}")
         self.ran = True
 
 

@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("policies", nargs="+", help="state dicts (warm start cache) or Lightning checkpoints")
     p.add_argument("--task", default="{}", help="ChainSumTask arguments as JSON (num_train/num_eval fixed)")
+    p.add_argument("--policy", default=None, help="TinyCausalLM arguments as JSON (default: the testbed's sizes)")
     p.add_argument("--samples", type=int, default=4, help="samples per problem for the premise counts (T 1)")
     p.add_argument("--problems", type=int, default=256, help="held-out problems (the task's eval set)")
     p.add_argument("--seed", type=int, default=1234)
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     for path in args.policies:
         r = measure(path, json.loads(args.task), args.problems, args.samples, args.seed, args.reliability,
-                    args.difficulty_samples, args.rollouts, args.continuations, args.rho, args.buffer, args.min_count)
+                    args.difficulty_samples, args.rollouts, args.continuations, args.rho, args.buffer, args.min_count,
+                    json.loads(args.policy) if args.policy else None)
         print(f"{path}\n\n{describe(r)}")
         results[path] = r
     print(json.dumps(results))

@@ -139,3 +139,25 @@ def test_training_config_passes_the_preflight(path, parse_training_config, monke
     base = parse_training_config.base(path)
     argv = ["fit"] + (["--config", base] if base else []) + ["--config", str(path.relative_to(ROOT))]
     assert preflight(argv, data=False) is not None
+
+
+@pytest.mark.parametrize("method", [[], ["conf/grpo_chainsum.yaml"], ["conf/grpo_large_chainsum.yaml"]])
+def test_guess_testbed_overlay_changes_only_the_task_warm_start_and_eval_cadence(method, parse_training_config,
+                                                                                 monkeypatch):
+    from lit_rl.config.preflight import preflight
+
+    monkeypatch.chdir(ROOT)
+    argv = ["--config", "conf/double_rollout_chainsum.yaml", "--config", "conf/double_rollout_guess.yaml"]
+    argv += [a for m in method for a in ("--config", m)]
+    cfg = parse_training_config.argv(argv)
+    plain = parse_training_config.argv(["--config", "conf/double_rollout_chainsum.yaml",
+                                        *[a for m in method for a in ("--config", m)]])
+    assert cfg.data.init_args.task.init_args.answer_mod == 2 and plain.data.init_args.task.init_args.answer_mod is None
+    cbs = {c.class_path.rsplit(".", 1)[-1]: c.init_args for c in cfg.trainer.callbacks}
+    assert cbs["ScriptedSFTWarmup"].trace == "guessing" and cbs["ScriptedSFTWarmup"].steps == 1500
+    assert cbs["PassAtKEvaluation"].every_n_steps % cfg.model.init_args.updates_per_batch == 0
+    assert cbs["PassAtKEvaluation"].every_n_steps <= 5  # steps to best: evaluated at least every 5 updates
+    assert cfg.model.init_args.double_rollout == plain.model.init_args.double_rollout
+    assert cfg.model.init_args.loss == plain.model.init_args.loss
+    assert cfg.data.init_args.num_generations == plain.data.init_args.num_generations
+    assert preflight(["fit", *argv], data=False) is not None

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.report import RunData, _plt, draw_pareto, load_runs
+from lit_rl.reproduce import dr_guess
 
 __all__ = ["build", "cumulative_tokens", "latest_finished", "reliability_rows_of"]
 
@@ -215,12 +216,17 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     methods = list(METHODS)
     summary: dict[str, Any] = {"metric": METRIC, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [],
                                "times_s": times}
-    md = ["# Double rollout on the chain-sum testbed"
+    guess = testbed == "guess"
+    title = "the guess testbed (guessable answers, lucky guesses)" if guess else "the chain-sum testbed"
+    md = [f"# Double rollout on {title}"
           f"{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", ""]
     md += [f"Held-out accuracy = `{METRIC}`: mean correctness of 4 samples at T 1 on 128 held-out problems; "
            f"greedy = `{GREEDY}` on 256. Seeds: {', '.join(map(str, seeds))}."
            + (" Every run is a few steps (`--quick`: a smoke run of the pipeline, not the study's budget)."
               if quick else ""), ""]
+
+    if guess:
+        md += dr_guess.premise_section(out, jobs, quick, summary)
 
     # 1. main comparison
     md += ["## DR vs GRPO vs GRPO-large (equal RL steps)", "",
@@ -252,12 +258,23 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                "generated, and not counted). \"At GRPO's token budget\": the last evaluation before the run had "
                "generated as many rollout tokens as GRPO's whole run.", "", "![curves](curves.png)", ""]
 
+    if guess:
+        md += dr_guess.progress_sections(out, jobs, _method_curves(jobs, METRIC, methods, seeds), seeds, quick,
+                                         summary)
+
     # 2. reliability
     table, rel_rows = _reliability(jobs, seeds)
     summary["reliability"] = rel_rows
     md += ["## Reliability of the continuations (DR Fig. 1-2), pooled over the DR runs", "",
            "Continuation accuracy from the first ρ of correct vs incorrect rollouts, by original length and by "
            "the prompt's pass rate in its group.", "", table, ""]
+    if guess:
+        md[-4] += (" **A departure from the paper's protocol:** pooled over the whole of training (not the starting "
+                   "model), difficulty is the group's pass rate (not separate samples), length and difficulty are "
+                   "not crossed, and the continuations have the training budget. The paper's protocol is above, "
+                   "under the premise.")
+        md += dr_guess.trend_sections(out, jobs, METRIC, seeds, summary)
+        return _finish(out, md, summary, times)
 
     # 3. trends
     md += ["## ρ and N (DR Tables 2-3 in miniature; one seed, final held-out accuracy)", ""]
@@ -310,6 +327,10 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                "| run | eval tokens | accuracy | on the front |", "|---|---|---|---|"]
         md += [f"| {nm} | {_f(a, 1)} | {_f(b)} | {'yes' if i in front else ''} |" for i, (nm, a, b) in enumerate(pts)]
         md += ["", "![pareto](pareto.png)", ""]
+    return _finish(out, md, summary, times)
+
+
+def _finish(out: Path, md: list[str], summary: dict[str, Any], times: dict[str, float]) -> dict[str, Any]:
     total = sum(v for v in times.values() if v)
     md += [f"Total job time: {total / 60:.1f} min (sum over jobs; several run at once)."]
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")

@@ -38,6 +38,8 @@ from lit_rl.tasks.chainsum import parse_int_answer, trace_correct
 
 MAX_NEW_TOKENS = 48  # the testbed's generation limit (conf/double_rollout_chainsum.yaml)
 MAX_PROMPT_LEN = 32
+#: the testbed's policy (conf/double_rollout_chainsum.yaml)
+TESTBED_POLICY = {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "intermediate_size": 512, "max_positions": 256}
 
 
 def _sample(policy, task: ChainSumTask, examples, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
@@ -118,13 +120,14 @@ def reliability(policy, task: ChainSumTask, examples, K: int, G: int, N: int, rh
 
 def measure(path: str | Path, task_args: dict[str, Any], problems: int = 256, samples: int = 4, seed: int = 1234,
             study: bool = True, K: int = 16, G: int = 8, N: int = 8, rho: float = 0.9, buffer: int = 16,
-            min_count: int = 20) -> dict[str, Any]:
-    """Both measurements of the testbed's policy (``TinyCausalLM`` at the testbed's sizes) loaded from ``path``:
+            min_count: int = 20, policy_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Both measurements of the testbed's policy (``TinyCausalLM``, at the testbed's sizes unless ``policy_args``
+    says otherwise) loaded from ``path``:
     ``premise`` (:func:`premise`) and, with ``study``, ``reliability``: ``{"no_budget" | "budget": table}``
     (:func:`~lit_rl.algorithms.dr_reliability.crossed_table` rows) and ``rollouts`` (how many were studied)."""
     task = ChainSumTask(num_train=2000, num_eval=256, **task_args)
     examples = task.eval_examples()[:problems]
-    policy = TinyCausalLM(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512, max_positions=256)
+    policy = TinyCausalLM(**(policy_args or TESTBED_POLICY))
     policy.load_init_checkpoint(str(path))
     policy.eval()
     out: dict[str, Any] = {"policy": str(path), "problems": len(examples), "samples_per_problem": samples,

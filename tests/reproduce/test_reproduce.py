@@ -92,6 +92,29 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
     assert sweep["objective"]["metric"] == double_rollout.METRIC
 
 
+def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(tmp_path):
+    plan = double_rollout.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1,
+                               cache_dir=str(tmp_path / "c"), testbed="guess")
+    names = [j.name for j in plan.jobs]
+    assert plan.testbed == "guess" and plan.first_alone
+    assert names[:6] == ["dr_s0", "grpo_s0", "grpo_large_s0", "dr_s1", "grpo_s1", "grpo_large_s1"]
+    trends = {(j.tags["group"], j.tags.get("rho") or j.tags.get("n"), j.tags["seed"]) for j in plan.jobs[6:]}
+    assert trends == {(g, v, s) for g, vs in (("rho", ("0.25", "0.5", "0.75", "0.99")), ("n", ("2", "8")))
+                      for v in vs for s in ("0", "1")}
+    assert len(names) == 6 + 6 * 2 and all(j.argv[0] == "fit" for j in plan.jobs)  # no sweeps, no length runs
+    by = {j.name: j for j in plan.jobs}
+    assert "--model.init_args.double_rollout.rho=0.25" in by["dr_rho0.25_s1"].argv
+    assert "--model.init_args.double_rollout.num_continuations=8" in by["dr_n8_s0"].argv
+    configs = [a for a in by["grpo_large_s1"].argv if a.startswith("conf/")]
+    assert configs == ["conf/double_rollout_chainsum.yaml", "conf/double_rollout_guess.yaml",
+                       "conf/grpo_large_chainsum.yaml"]
+    warm = next(c for c in yaml.safe_load((by["dr_s0"].folder / "overlay.yaml").read_text())["trainer"]["callbacks"]
+                if c["class_path"].endswith("ScriptedSFTWarmup"))
+    assert warm["init_args"]["trace"] == "guessing"
+    with pytest.raises(ValueError, match="unknown double-rollout testbed 'nope'"):
+        double_rollout.plan(tmp_path, seeds=[0], quick=False, workers=1, threads=1, testbed="nope")
+
+
 def _run(name, status, tags, history):
     return RunData(run_id=name, name=name, label=name, status=status, tags=tags, params={}, final={}, history=history)
 

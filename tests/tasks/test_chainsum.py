@@ -9,7 +9,9 @@ import pytest
 from lit_rl.rollouts.scripted import SCRIPTED_POLICIES, TRACE_STYLES
 from lit_rl.tasks import ChainSumTask, get_task
 from lit_rl.tasks.chainsum import (
+    GUESS_RATE,
     chainsum_completion,
+    chainsum_guessing_completion,
     chainsum_verbose_completion,
     parse_int_answer,
     running_sums,
@@ -132,3 +134,56 @@ def test_verbose_teacher_restates_sums_so_correct_solutions_differ_in_length():
     assert trace_correct("<reasoning>3+5=8 =8 8+2=10</reasoning>", [3, 5, 2])
     assert not trace_correct("<reasoning>3+5=8 =9 8+2=10</reasoning>", [3, 5, 2])
     assert not trace_correct("<reasoning>=8 3+5=8 8+2=10</reasoning>", [3, 5, 2])
+
+
+def test_answer_mod_asks_for_the_total_mod_m_and_keeps_the_problems():
+    plain, mod = ChainSumTask(num_train=5, num_eval=3), ChainSumTask(num_train=5, num_eval=3, answer_mod=2)
+    for a, b in zip(plain.eval_examples(), mod.eval_examples()):
+        assert b.meta["numbers"] == a.meta["numbers"] and b.answer == a.answer % 2
+        assert b.question == a.question + " mod 2" and b.meta["answer_mod"] == 2
+    ex = mod.example_from_record("Sum: 4 4 1 mod 2", 1)  # 9 mod 2
+    assert ex.answer == 1 and ex.meta["numbers"] == [4, 4, 1]
+    with pytest.raises(ValueError, match="not the sum mod 2"):
+        mod.example_from_record("Sum: 4 4 1 mod 2", 9)
+    e = mod.example_from_record("Sum: 3 5 2 4 mod 2", 0)
+    assert mod.reward("<reasoning>3+5=8 8+2=10 10+4=14</reasoning>\n<answer>0</answer>", e) == 1.0
+    assert mod.reward("<reasoning>3+5=8 8+2=10 10+4=14</reasoning>\n<answer>14</answer>", e) == 0.0
+    assert chainsum_completion(e, random.Random(0)) == "<reasoning>3+5=8 8+2=10 10+4=14</reasoning>\n<answer>0</answer>"
+    with pytest.raises(ValueError, match="answer_mod: must be null or in 2..1000, got 1"):
+        ChainSumTask(answer_mod=1)
+
+
+def test_plain_teachers_draw_the_same_stream_as_before_the_guessing_option():
+    # the committed chain-sum curves depend on the teacher's text: guess_rate 0 must not add a draw
+    e = ChainSumTask(num_train=1, num_eval=1).example_from_record("Sum: 3 5 2 4", 14)
+    before = [  # the teacher's output before the option existed (lit_rl at 2aa5323), and its next draw
+        "<reasoning>3+5=10 10+2=12 12+4=16</reasoning>\n<answer>14</answer>",
+        "<reasoning>3+5=8 8+2=10 10+4=12</reasoning>\n<answer>12</answer>",
+        "<reasoning>3+5=8 8+2=10 10+4=13</reasoning>\n<answer>13</answer>",
+        "<reasoning>3+5=7 7+2=9 9+4=13</reasoning>\n<answer>13</answer>",
+        "<reasoning>3+5=8 8+2=10 10+4=12</reasoning>\n<answer>14</answer>",
+        "<reasoning>3+5=8 8+2=10 10+4=14</reasoning>\n<answer>14</answer>",
+    ]
+    rng = random.Random(7)
+    assert [chainsum_completion(e, rng, 0.5, guess_rate=0.0) for _ in range(6)] == before
+    assert rng.random() == 0.5829969044604073
+    with pytest.raises(ValueError, match="guess_rate needs a task with answer_mod"):
+        chainsum_completion(e, random.Random(0), guess_rate=0.5)
+
+
+def test_guessing_teacher_stops_early_and_guesses_the_parity():
+    task = ChainSumTask(num_train=400, num_eval=1, answer_mod=2)
+    rng = random.Random(0)
+    texts = [chainsum_completion(e, rng, 0.0, guess_rate=1.0) for e in task.train_examples()]
+    for t, e in zip(texts, task.train_examples()):
+        steps = t.split("<reasoning>")[1].split("</reasoning>")[0].split()
+        assert len(steps) < e.meta["terms"] - 1  # every trace is inconclusive
+        assert not trace_correct(t, e.meta["numbers"]) and parse_int_answer(t) in (0, 1)
+    hits = sum(task.reward(t, e) for t, e in zip(texts, task.train_examples())) / len(texts)
+    assert 0.42 < hits < 0.58  # a guess is right half the time
+    rng = random.Random(0)
+    mixed = [chainsum_guessing_completion(e, rng) for e in task.train_examples()]
+    inconclusive = sum(len(t.split("</reasoning>")[0].split()) < e.meta["terms"] - 1
+                       for t, e in zip(mixed, task.train_examples())) / len(mixed)
+    assert abs(inconclusive - GUESS_RATE) < 0.07
+    assert "guessing" in TRACE_STYLES["chainsum"]
