@@ -19,7 +19,8 @@ from typing import Any, Sequence
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.report import RunData, _plt
 
-__all__ = ["TASK", "premise_cached", "steps_to_reach", "trend_rows", "warm_start_of"]
+__all__ = ["TASK", "premise_cached", "premise_section", "progress_sections", "steps_to_reach", "trend_rows",
+           "trend_sections", "warm_start_of"]
 
 #: the guess testbed's task (conf/double_rollout_chainsum.yaml + conf/double_rollout_guess.yaml)
 TASK = {"min_terms": 3, "max_terms": 5, "max_digit": 5, "answer_mod": 2}

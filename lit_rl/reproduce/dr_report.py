@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.report import RunData, _plt, draw_pareto, load_runs
-from lit_rl.reproduce import dr_guess
+from lit_rl.reproduce.dr_guess import premise_section, progress_sections, trend_sections
 
 __all__ = ["build", "cumulative_tokens", "latest_finished", "reliability_rows_of"]
 
@@ -226,7 +226,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
               if quick else ""), ""]
 
     if guess:
-        md += dr_guess.premise_section(out, jobs, quick, summary)
+        md += premise_section(out, jobs, quick, summary)
 
     # 1. main comparison
     md += ["## DR vs GRPO vs GRPO-large (equal RL steps)", "",
@@ -259,7 +259,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                "generated as many rollout tokens as GRPO's whole run.", "", "![curves](curves.png)", ""]
 
     if guess:
-        md += dr_guess.progress_sections(out, jobs, _method_curves(jobs, METRIC, methods, seeds), seeds, quick,
+        md += progress_sections(out, jobs, _method_curves(jobs, METRIC, methods, seeds), seeds, quick,
                                          summary)
 
     # 2. reliability
@@ -273,7 +273,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                    "model), difficulty is the group's pass rate (not separate samples), length and difficulty are "
                    "not crossed, and the continuations have the training budget. The paper's protocol is above, "
                    "under the premise.")
-        md += dr_guess.trend_sections(out, jobs, METRIC, seeds, summary)
+        md += trend_sections(out, jobs, METRIC, seeds, summary)
         return _finish(out, md, summary, times)
 
     # 3. trends

@@ -42,8 +42,8 @@ def test_script_measures_a_real_policy_with_the_study_both_ways(tmp_path, capsys
     path = tmp_path / "warm.pt"
     torch.save(policy.model.state_dict(), path)
     script = load_script("scripts", "dr_premise")
-    args = [str(path), "--policy", json.dumps(SMALL), "--task", '{"answer_mod": 2, "min_terms": 3, "max_terms": 4}', "--problems", "6",
-            "--samples", "2", "--reliability", "--difficulty-samples", "3", "--rollouts", "2",
+    args = [str(path), "--policy", json.dumps(SMALL), "--task", '{"answer_mod": 2, "min_terms": 3, "max_terms": 4}',
+            "--problems", "6", "--samples", "2", "--reliability", "--difficulty-samples", "3", "--rollouts", "2",
             "--continuations", "2", "--min-count", "1"]
     assert script.main(args) == 0
     out = capsys.readouterr().out
