@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import random
 import time
 from pathlib import Path
 
@@ -89,6 +90,11 @@ class ScriptedSFTWarmup(L.Callback):
             f"{hashlib.sha256(chr(10).join(e.question for e in self._examples(dm)).encode()).hexdigest()[:16]}"
         )
         text += f"|{self.trace}" if self.trace is not None else ""
+        # the teacher itself (its code and constants, e.g. chainsum.GUESS_RATE): what it writes for a few problems
+        rng = random.Random(f"lit_rl/warmup-teacher/{self.seed}")
+        make = self.teacher(dm.task.name)
+        text += "|" + hashlib.sha256("\n".join(_teacher(make, self.error_rate, e, rng)
+                                               for e in self._examples(dm)[:16]).encode()).hexdigest()[:16]
         key = hashlib.sha256(text.encode()).hexdigest()[:16]
         return Path(self.cache_dir) / f"ar_sft_{dm.task.name}_{key}.pt"
 

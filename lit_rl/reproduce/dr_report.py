@@ -259,20 +259,25 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                "generated as many rollout tokens as GRPO's whole run.", "", "![curves](curves.png)", ""]
 
     if guess:
-        md += progress_sections(out, jobs, _method_curves(jobs, METRIC, methods, seeds), seeds, quick,
-                                         summary)
+        def tokens_at(method: str, step: int) -> float:
+            rs = [jobs[f"{method}_s{s}"] for s in seeds if f"{method}_s{s}" in jobs]
+            return statistics.fmean(_at(cumulative_tokens(r, prompts_per_batch),
+                                        _cost_key(r, step, updates_per_batch)) or 0.0 for r in rs)
+
+        md += progress_sections(out, jobs, _method_curves(jobs, METRIC, methods, seeds), seeds, quick, summary,
+                                tokens_at)
 
     # 2. reliability
     table, rel_rows = _reliability(jobs, seeds)
     summary["reliability"] = rel_rows
+    departure = (" **A departure from the paper's protocol:** pooled over the whole of training (not the starting "
+                 "model), difficulty is the group's pass rate (not separate samples), length and difficulty are "
+                 "not crossed, and the continuations have the training budget. The paper's protocol is above, "
+                 "under the premise.") if guess else ""
     md += ["## Reliability of the continuations (DR Fig. 1-2), pooled over the DR runs", "",
            "Continuation accuracy from the first ρ of correct vs incorrect rollouts, by original length and by "
-           "the prompt's pass rate in its group.", "", table, ""]
+           "the prompt's pass rate in its group." + departure, "", table, ""]
     if guess:
-        md[-4] += (" **A departure from the paper's protocol:** pooled over the whole of training (not the starting "
-                   "model), difficulty is the group's pass rate (not separate samples), length and difficulty are "
-                   "not crossed, and the continuations have the training budget. The paper's protocol is above, "
-                   "under the premise.")
         md += trend_sections(out, jobs, METRIC, seeds, summary)
         return _finish(out, md, summary, times)
 

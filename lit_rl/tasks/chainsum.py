@@ -77,6 +77,12 @@ def trace_correct(completion: str, numbers: list[int]) -> bool:
     return True
 
 
+def trace_steps(completion: str) -> list[str]:
+    """The steps of the completion's ``<reasoning>`` trace (restatements ``=c`` left out); ``[]`` without a trace."""
+    m = _TRACE.search(completion if isinstance(completion, str) else "")
+    return [t for t in m.group(1).split() if not t.startswith("=")] if m else []
+
+
 def running_sums(numbers: list[int]) -> list[tuple[int, int, int]]:
     """The trace's steps ``(partial, next, partial + next)`` for ``numbers`` (``k - 1`` steps)."""
     steps, acc = [], numbers[0]
@@ -265,4 +271,4 @@ def chainsum_verbose_completion(example: Example, rng: random.Random, error_rate
 
 
 __all__ = ["ChainSumTask", "chainsum_completion", "parse_int_answer", "running_sums", "trace_correct",
-           "chainsum_verbose_completion", "chainsum_guessing_completion", "GUESS_RATE"]
+           "chainsum_verbose_completion", "chainsum_guessing_completion", "GUESS_RATE", "trace_steps"]
