@@ -15,8 +15,9 @@ The plan (``--quick`` shrinks every run to a few steps so that a test runs it en
 
 ``--testbed guess`` runs the study on the testbed where DR's premise holds (``conf/double_rollout_guess.yaml``: the
 answer is the total's parity, and the warm start guesses after an inconclusive trace): the main comparison, then
-ρ in {0.25, 0.5, 0.75, 0.99} and N in {2, 8} as fit jobs with every seed (the trends with their spread), no length
-study; its report adds the premise statistics and the reliability study in the paper's protocol on the warm start
+ρ in {0.25, 0.5, 0.75, 0.99} and N in {2, 8} as fit jobs with every seed (the trends with their spread), then DR and
+GRPO with NeMo-RL's advantages (std-normalised, leave-one-out: the paper's baseline), no length study. Its report
+adds the premise statistics and the reliability study in the paper's protocol on the warm start
 (:mod:`lit_rl.reproduce.premise`) and the steps to reach GRPO's best accuracy.
 
 Every job is the documented ``python -m lit_rl fit`` / ``sweep`` command; finished jobs are skipped on a
@@ -53,6 +54,12 @@ RHO_GRID = (0.5, 0.75, 0.99)  # plus the main run's 0.9
 N_GRID = (2, 8)  # plus GRPO (N 1) and the main run's 4
 GUESS_RHO = (0.25, 0.5, 0.75, 0.99)  # the guess testbed's ρ trend (values below 0.5 too), every seed
 GUESS_N = (2, 8)
+#: NeMo-RL's GRPO advantages (the paper's baseline implementation: std-normalised, leave-one-out; docs/double_rollout.md
+#: "The GRPO baseline"), as CLI overrides; the testbed's default is Dr. GRPO (mean-centred, no std division)
+NEMO_RL = ["--model.init_args.loss.scale_std=true", "--model.init_args.loss.leave_one_out=true",
+           "--model.init_args.loss.std_of=baseline", "--model.init_args.loss.std_eps=1e-6"]
+#: the guess testbed's extra methods: name -> (method, CLI overrides), every seed
+GUESS_EXTRA = {"dr_nemo": ("dr", NEMO_RL), "grpo_nemo": ("grpo", NEMO_RL)}
 #: the length study runs on the VERBOSE teacher (restatements after half of the steps, so correct solutions
 #: differ in length; with the plain teacher a correct trace is one fixed string and length terms see z = 0)
 LENGTH_CLI = ["--data.init_args.generation.max_new_tokens=64", "--data.init_args.eval_generation.max_new_tokens=64"]
@@ -208,6 +215,10 @@ def _guess_plan(out: Path, seeds: Sequence[int], quick: bool, threads: int, cach
                 jobs.append(_fit_job(f"dr_{key}{v:g}_s{s}", "dr", s, out, threads, quick, cache,
                                      [f"--model.init_args.double_rollout.{field}={v}"],
                                      {"group": key, key: f"{v:g}", **tb}, testbed="guess"))
+    for name, (method, extra) in GUESS_EXTRA.items():  # after the others: the study's first 27 jobs keep their order
+        for s in seeds:
+            jobs.append(_fit_job(f"{name}_s{s}", method, s, out, threads, quick, cache, extra,
+                                 {"group": "nemo", **tb}, testbed="guess"))
     return jobs
 
 

@@ -22,7 +22,8 @@ from lit_rl.reproduce.dr_guess import premise_section, progress_sections, trend_
 
 __all__ = ["build", "cumulative_tokens", "latest_finished", "reliability_rows_of"]
 
-LABELS = {"dr": "double rollout", "grpo": "GRPO", "grpo_large": "GRPO-large"}
+LABELS = {"dr": "double rollout", "grpo": "GRPO", "grpo_large": "GRPO-large",
+          "dr_nemo": "double rollout, NeMo-RL advantages", "grpo_nemo": "GRPO, NeMo-RL advantages"}
 
 
 def latest_finished(runs: Sequence[RunData], key: str) -> dict[str, RunData]:
@@ -214,6 +215,10 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     trials = {st: [r for r in all_runs if r.tags.get("lit_rl.sweep") == f"reproduce-{st}" and r.status == "FINISHED"]
               for st in ("rho", "n")}
     methods = list(METHODS)
+    if testbed == "guess":
+        from lit_rl.reproduce.double_rollout import GUESS_EXTRA
+
+        methods += list(GUESS_EXTRA)
     summary: dict[str, Any] = {"metric": METRIC, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [],
                                "times_s": times}
     guess = testbed == "guess"

@@ -98,10 +98,15 @@ def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(
     names = [j.name for j in plan.jobs]
     assert plan.testbed == "guess" and plan.first_alone
     assert names[:6] == ["dr_s0", "grpo_s0", "grpo_large_s0", "dr_s1", "grpo_s1", "grpo_large_s1"]
-    trends = {(j.tags["group"], j.tags.get("rho") or j.tags.get("n"), j.tags["seed"]) for j in plan.jobs[6:]}
+    trends = {(j.tags["group"], j.tags.get("rho") or j.tags.get("n"), j.tags["seed"]) for j in plan.jobs[6:-4]}
     assert trends == {(g, v, s) for g, vs in (("rho", ("0.25", "0.5", "0.75", "0.99")), ("n", ("2", "8")))
                       for v in vs for s in ("0", "1")}
-    assert len(names) == 6 + 6 * 2 and all(j.argv[0] == "fit" for j in plan.jobs)  # no sweeps, no length runs
+    assert len(names) == 6 + 6 * 2 + 2 * 2 and all(j.argv[0] == "fit" for j in plan.jobs)  # no sweeps or length runs
+    assert names[-4:] == ["dr_nemo_s0", "dr_nemo_s1", "grpo_nemo_s0", "grpo_nemo_s1"]
+    nemo = {j.name: j for j in plan.jobs[-4:]}
+    assert all(a in nemo["grpo_nemo_s1"].argv for a in double_rollout.NEMO_RL)
+    assert "conf/grpo_chainsum.yaml" in nemo["grpo_nemo_s1"].argv and "conf/grpo_chainsum.yaml" not in nemo[
+        "dr_nemo_s0"].argv
     by = {j.name: j for j in plan.jobs}
     assert "--model.init_args.double_rollout.rho=0.25" in by["dr_rho0.25_s1"].argv
     assert "--model.init_args.double_rollout.num_continuations=8" in by["dr_n8_s0"].argv
