@@ -153,6 +153,18 @@ def progress_sections(out: Path, jobs: dict[str, RunData], curves: dict[str, lis
                       f"{best_step} | {seeds_cell} |")
             r.update(own_best=best, own_best_step=best_step)
         md += ["", "Per seed: the first update where that seed's curve reaches the target (\"-\": never).", ""]
+        start = statistics.fmean(grpo[0][1])
+        levels = [(f, start + f * (target - start)) for f in (0.5, 0.75, 0.9)]
+        md += ["Where each mean curve gets part of the way from the start to GRPO's best (the early-training view of "
+               "the same claim):", "", "| method | " + " | ".join(f"{f:.0%} ({lv:.3f})" for f, lv in levels) + " |",
+               "|---|" + "---|" * len(levels)]
+        part = {}
+        for m in curves:
+            steps = [steps_to_reach({m: curves[m]}, lv)[m]["mean_curve"] for _, lv in levels]
+            part[m] = steps
+            md.append(f"| {m} | " + " | ".join("-" if st is None else f"update {st}" for st in steps) + " |")
+        summary["steps_to_fraction_of_grpo_best"] = {"levels": levels, **part}
+        md.append("")
     rows = []
     for m in curves:
         per = []

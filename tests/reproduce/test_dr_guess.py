@@ -56,3 +56,17 @@ def test_premise_section_measures_the_warm_start_a_job_log_names_and_caches_it(t
     dr_guess.premise_section(tmp_path, {"grpo_s0": None}, True, {})  # cached: the file is not rewritten
     assert (tmp_path / "premise.json").read_text() == before
     assert dr_guess.premise_section(tmp_path / "none", {}, True, {})[-2] == "(no job log names its warm start yet)"
+
+
+def test_progress_sections_report_steps_tokens_and_own_best(tmp_path):
+    curves = {"grpo": [(0, [0.5, 0.5]), (4, [0.7, 0.8]), (8, [0.9, 0.7])],
+              "dr": [(0, [0.5, 0.5]), (4, [0.8, 0.9]), (8, [0.7, 0.7])]}
+    summary: dict = {}
+    md = "\n".join(dr_guess.progress_sections(tmp_path, {}, curves, [0, 1], True, summary,
+                                              tokens_at=lambda m, step: 1000.0 * step * (2 if m == "dr" else 1)))
+    # target 0.8 (GRPO at update 8); DR's mean 0.85 at update 4, 8k tokens (2k per update); DR's own best 0.85 at 4
+    assert "| dr | update 4 | 8k | 0.850 | 4 | s0: 4, s1: 4 |" in md
+    assert "| grpo | update 8 | 8k | 0.800 | 8 | s0: 8, s1: 4 |" in md
+    # start 0.5: 50% of the way = 0.65, 75% = 0.725, 90% = 0.77
+    assert "| dr | update 4 | update 4 | update 4 |" in md and "| grpo | update 4 | update 4 | update 8 |" in md
+    assert summary["steps_to_grpo_best"]["dr"]["own_best_step"] == 4
