@@ -33,13 +33,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lit_rl.reproduce.premise import describe, measure  # noqa: E402
+from lit_rl.reproduce.premise import TESTBED_TASK, describe, measure  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("policies", nargs="+", help="state dicts (warm start cache) or Lightning checkpoints")
-    p.add_argument("--task", default="{}", help="ChainSumTask arguments as JSON (num_train/num_eval fixed)")
+    p.add_argument("--task", default=json.dumps(TESTBED_TASK),
+                   help="ChainSumTask arguments as JSON (default: the chain-sum testbed's; num_train/num_eval fixed)")
     p.add_argument("--policy", default=None, help="TinyCausalLM arguments as JSON (default: the testbed's sizes)")
     p.add_argument("--samples", type=int, default=4, help="samples per problem for the premise counts (T 1)")
     p.add_argument("--problems", type=int, default=256, help="held-out problems (the task's eval set)")

@@ -18,12 +18,13 @@ from typing import Any, Callable, Sequence
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.report import RunData, _plt
+from lit_rl.reproduce.premise import TESTBED_TASK
 
 __all__ = ["TASK", "premise_cached", "premise_section", "progress_sections", "steps_to_reach", "trend_rows",
            "trend_sections", "warm_start_of"]
 
 #: the guess testbed's task (conf/double_rollout_chainsum.yaml + conf/double_rollout_guess.yaml)
-TASK = {"min_terms": 3, "max_terms": 5, "max_digit": 5, "answer_mod": 2}
+TASK = {**TESTBED_TASK, "answer_mod": 2}
 _CACHED = re.compile(r"(?:loaded cached weights|saved the warm start to) (\S+\.pt)")
 
 

@@ -38,6 +38,8 @@ from lit_rl.tasks.chainsum import parse_int_answer, trace_correct, trace_steps
 
 MAX_NEW_TOKENS = 48  # the testbed's generation limit (conf/double_rollout_chainsum.yaml)
 MAX_PROMPT_LEN = 32
+#: the chain-sum testbed's task (conf/double_rollout_chainsum.yaml; the guess testbed adds ``answer_mod: 2``)
+TESTBED_TASK = {"min_terms": 3, "max_terms": 5, "max_digit": 5}
 #: the testbed's policy (conf/double_rollout_chainsum.yaml)
 TESTBED_POLICY = {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "intermediate_size": 512, "max_positions": 256}
 
