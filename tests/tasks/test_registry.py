@@ -17,6 +17,8 @@ def test_every_scripted_trace_is_right_by_its_own_verifier(name):
     task = get_task(name, num_train=5)
     ex = task.train_examples()[0]
     for style, write in task_entry(name).traces.items():
+        if (name, style) == ("chainsum", "guessing"):  # wrong on purpose, on a parity task (test_chainsum.py)
+            continue
         assert (task.reward(write(ex, random.Random(0), 0.0), ex)
                 == pytest.approx(task.max_reward if name != "countdown" else 1.0)), style
 
