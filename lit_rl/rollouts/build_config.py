@@ -21,7 +21,7 @@ __all__ = ["BuildConfig", "BuildConfigError", "build_task", "load_build_config",
 
 CONFIG_KEYS = (
     "task", "out", "n", "seed", "limit", "g_ext", "max_usable_tokens", "length_tokenizer", "prompts_per_wave",
-    "sampling", "length_control", "backend", "mlflow",
+    "sampling", "length_control", "backend", "mlflow", "external_lm",
 )
 _ENV = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}")
 #: header keys that must match when a build resumes (everything that changes the generated records)
@@ -55,6 +55,8 @@ class BuildConfig:
         sampling: temperature, max tokens, top-p.
         length_control: length-control mode and texts.
         mlflow: ``{"tracking_uri": "sqlite:///...", "experiment_name": ..., "run_name": ...}`` or ``None``.
+        external_lm: how ``rollouts train-lm`` trains the backend's model (``teacher`` and the fields of
+            :class:`~lit_rl.rollouts.external_lm.ExternalLMSettings`); the pool build itself ignores it.
         source: the config file (for messages).
     """
 
@@ -71,6 +73,7 @@ class BuildConfig:
     sampling: Sampling = field(default_factory=Sampling)
     length_control: LengthControl = field(default_factory=LengthControl)
     mlflow: dict[str, Any] | None = None
+    external_lm: dict[str, Any] | None = None
     source: str = "<config>"
 
     def __post_init__(self) -> None:
@@ -189,8 +192,18 @@ def load_build_config(path: str | Path, overrides: dict[str, Any] | None = None)
         sampling=sampling,
         length_control=length_control,
         mlflow=mlflow_cfg,
+        external_lm=_external_lm_block(cfg.get("external_lm"), path),
         source=str(path),
     )
+
+
+def _external_lm_block(block: Any, path: Path) -> dict[str, Any] | None:
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise BuildConfigError(f"{path}: external_lm: expected a mapping (teacher, steps, ...), "
+                               f"got {type(block).__name__}")
+    return dict(block)
 
 
 def build_task(spec: dict[str, Any], where: str = "task") -> Task:

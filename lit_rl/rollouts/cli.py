@@ -3,6 +3,10 @@
 * ``rollouts build --config conf/external/<task>.yaml [--out POOL] [--limit N] [--overwrite]
   [--no_progress] [--no_stats] [--mlflow_uri URI|none]`` builds (or resumes) a pool with a real external policy,
   length control, filtering and usable-first ordering (:mod:`lit_rl.rollouts.build`), then writes its statistics.
+* ``rollouts train-lm --config conf/external/<task>.yaml`` trains the config's external model into its
+  ``backend.model`` directory from the config's ``external_lm`` block: a small Llama with its own byte-level
+  BPE tokenizer, taught by a scripted teacher to follow the length instruction
+  (:mod:`lit_rl.rollouts.external_lm`; the miniature Countdown pool, ``conf/external/countdown_tiny.yaml``).
 * ``rollouts stats POOL [--g_ext 2] [--max_tokens 500] [--mlflow_uri sqlite:///runs/mlflow.db]
   [--experiment NAME] [--json] [--no_write]`` prints ERILS Tables IV and V (and the generation wall time
   of Table XII) for any pool, writes them next to the pool as ``<stem>.stats.md`` and
@@ -412,6 +416,9 @@ def main(argv: list[str]) -> int:
     b.add_argument("--no_stats", action="store_true", help="skip the statistics at the end")
     b.add_argument("--mlflow_uri", default=None,
                    help="log the statistics here instead of the config's mlflow.tracking_uri ('none': do not log)")
+    tl = sub.add_parser("train-lm", help="train the build config's external model (its external_lm block) into "
+                                         "backend.model: a small causal LM with its own BPE tokenizer")
+    tl.add_argument("--config", required=True, help="build config YAML with an external_lm block")
     s = sub.add_parser("scripted", help="write a pool from the scripted solver (one shot)")
     s.add_argument("--task", required=True)
     s.add_argument("--out", required=True)
@@ -460,6 +467,12 @@ def main(argv: list[str]) -> int:
                                          run_name=ml.get("run_name"))
                 print(stats_markdown(stats))
                 print("wrote " + ", ".join(str(p) for p in files.values()), file=sys.stderr)
+        elif args.cmd == "train-lm":
+            from lit_rl.rollouts.build import load_build_config
+            from lit_rl.rollouts.external_lm import train_from_config
+
+            summary = train_from_config(load_build_config(args.config), log=lambda m: print(m, file=sys.stderr))
+            print(json.dumps({k: v for k, v in summary.items() if k != "settings"}))
         elif args.cmd == "scripted":
             from lit_rl.tasks.registry import REGISTRY
 

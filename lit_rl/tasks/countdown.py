@@ -32,15 +32,20 @@ Python list, ``[30, 100, 93]``) and ``{target}``.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import random
 import re
-from fractions import Fraction
 from typing import Any, Sequence
 
 from lit_rl.errors import FieldError
 from lit_rl.tasks.arith import safe_eval, uses_exactly
+from lit_rl.tasks.countdown_problems import (  # noqa: F401  (solve: the task's public solver)
+    NUMBER_RANGE,
+    TARGET_RANGE,
+    TOLERANCE,
+    generate_problem,
+    solve,
+)
 from lit_rl.tasks.base import DATA_DIR, EvalScore, Example, Task, read_jsonl, record_fields, short_repr
 from lit_rl.tasks.parsing import first_answer_block, last_answer_block, last_boxed, reference_boxed
 
@@ -71,86 +76,6 @@ CTD_EVAL_SYSTEM_PROMPT = (
 COUNTDOWN_EVAL_TEMPLATE = "Numbers: {numbers}\nTarget: {target}"
 
 CD3_TEST_JSONL = DATA_DIR / "d1" / "dataset" / "countdown_cd3_test.jsonl"
-NUMBER_RANGE = (1, 100)
-TARGET_RANGE = (1, 100)
-TOLERANCE = 1e-5
-
-# -- solver / generator -------------------------------------------------------------------------------------
-
-_OPS = ("+", "-", "*", "/")
-
-
-def _apply(op: str, a: Fraction, b: Fraction) -> Fraction | None:
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    return None if b == 0 else a / b
-
-
-def _strip_outer(expr: str) -> str:
-    return expr[1:-1] if expr.startswith("(") and expr.endswith(")") else expr
-
-
-def solve(numbers: Sequence[int], target: int | float) -> str | None:
-    """An expression using every number exactly once with ``+ - * /`` that equals ``target``, or ``None``.
-
-    Exhaustive search over orders, operators and bracketings with exact fractions (fine for up to ~5
-    numbers). The returned text passes the task's own verifier.
-
-    >>> solve([30, 100, 93], 23)
-    '93 + (30 - 100)'
-    >>> solve([1, 1, 1], 100) is None
-    True
-    """
-    items = [(Fraction(int(n)), str(int(n))) for n in numbers]
-    if not items:
-        return None
-    goal = Fraction(target).limit_denominator(10**9) if isinstance(target, float) else Fraction(int(target))
-    found = _search(tuple(items), goal)
-    if found is None:
-        return None
-    expr = _strip_outer(found)
-    value = safe_eval(expr)
-    return expr if value is not None and abs(value - float(goal)) < TOLERANCE else None
-
-
-def _search(items: tuple[tuple[Fraction, str], ...], goal: Fraction) -> str | None:
-    if len(items) == 1:
-        return items[0][1] if items[0][0] == goal else None
-    for i, j in itertools.permutations(range(len(items)), 2):
-        (a, ea), (b, eb) = items[i], items[j]
-        rest = tuple(items[k] for k in range(len(items)) if k not in (i, j))
-        for op in _OPS:
-            if op in "+*" and i > j:  # commutative: the other order is tried already
-                continue
-            v = _apply(op, a, b)
-            if v is None:
-                continue
-            found = _search(rest + ((v, f"({ea} {op} {eb})"),), goal)
-            if found is not None:
-                return found
-    return None
-
-
-def generate_problem(rng: random.Random) -> tuple[list[int], int]:
-    """One solvable 3-number problem (distribution in the module docstring)."""
-    lo, hi = NUMBER_RANGE
-    while True:
-        numbers = [rng.randint(lo, hi) for _ in range(3)]
-        a, b, c = (Fraction(n) for n in rng.sample(numbers, 3))
-        op1, op2 = rng.choice(_OPS), rng.choice(_OPS)
-        if rng.random() < 0.5:
-            inner = _apply(op1, a, b)
-            value = None if inner is None else _apply(op2, inner, c)
-        else:
-            inner = _apply(op2, b, c)
-            value = None if inner is None else _apply(op1, a, inner)
-        if value is not None and value.denominator == 1 and TARGET_RANGE[0] <= value <= TARGET_RANGE[1]:
-            return numbers, int(value)
-
 
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]{1,15}\s*")
 #: numbers and targets are kept below this magnitude (exact as floats, so the 1e-5 comparison means something)
@@ -192,6 +117,24 @@ def read_cd3_test(path: str = str(CD3_TEST_JSONL)) -> tuple[tuple[tuple[int, ...
             raise ValueError(f"{where}: field 'output' must be an integer such as \"23\", "
                              f"got {short_repr(rec['output'])}")
         rows.append((tuple(numbers), target))
+    return tuple(rows)
+
+
+@functools.lru_cache(maxsize=4)
+def _generated_test(seed: int, size: int, number_range: tuple[int, int],
+                    target_range: tuple[int, int]) -> tuple[tuple[tuple[int, ...], int], ...]:
+    """``size`` generated test problems, distinct as (numbers multiset, target), each from its own RNG."""
+    rows: list[tuple[tuple[int, ...], int]] = []
+    seen: set[tuple[tuple[int, ...], int]] = set()
+    i = 0
+    while len(rows) < size and i < 100 * size:
+        numbers, target = generate_problem(random.Random(f"lit_rl/countdown/{seed}/test/{i}"), number_range,
+                                           target_range)
+        i += 1
+        key = (tuple(sorted(numbers)), target)
+        if key not in seen:
+            seen.add(key)
+            rows.append((tuple(numbers), target))
     return tuple(rows)
 
 
@@ -275,6 +218,11 @@ class CountdownTask(Task):
     Args:
         num_train: number of generated training problems.
         seed: generator seed.
+        number_range: ``[lo, hi]`` of the given numbers (reference ``[1, 100]``).
+        target_range: ``[lo, hi]`` of the targets (reference ``[1, 100]``).
+        test_size: ``None`` (default): d1's ``countdown_cd3_test.jsonl``; an int: that many generated test
+            problems (ids ``countdown-test-<i>``, RNG ``(seed, "test", i)``, same ranges), for miniature
+            ranges that d1's file does not cover. Training problems equal to a test problem are skipped either way.
         wrong_numbers_reward: reward when the answer's numbers are not the given multiset (reference 0.1).
         wrong_result_reward: reward when the numbers are right but the expression is not evaluable or
             misses the target (reference 0.1).
@@ -288,11 +236,21 @@ class CountdownTask(Task):
     JOINERS = {"d1_train": "\n", "d1_eval": "\n\n"}
 
     @staticmethod
-    def check_args(num_train: int = 10000) -> None:
+    def check_args(num_train: int = 10000, number_range: Sequence[int] = NUMBER_RANGE,
+                   target_range: Sequence[int] = TARGET_RANGE, test_size: int | None = None) -> None:
         """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`); the
         prompt options' are :meth:`Task.check_args`."""
         if num_train < 0:
             raise FieldError("num_train", f"must be >= 0, got {num_train}")
+        for key, rng in (("number_range", number_range), ("target_range", target_range)):
+            if (not isinstance(rng, (list, tuple)) or len(rng) != 2 or not all(as_int(x) is not None for x in rng)
+                    or int(rng[0]) > int(rng[1])):
+                raise FieldError(key, f"must be [lo, hi] with integers lo <= hi, got {short_repr(rng)}")
+        if int(number_range[0]) < 1:
+            raise FieldError("number_range", f"numbers must be >= 1, got {short_repr(number_range)}")
+        if test_size is not None and (as_int(test_size) is None or test_size < 1):
+            raise FieldError("test_size",
+                             f"must be null (d1's test file) or an integer >= 1, got {short_repr(test_size)}")
 
     def __init__(
         self,
@@ -300,11 +258,18 @@ class CountdownTask(Task):
         seed: int = 0,
         wrong_numbers_reward: float = 0.1,
         wrong_result_reward: float = 0.1,
+        number_range: Sequence[int] = NUMBER_RANGE,
+        target_range: Sequence[int] = TARGET_RANGE,
+        test_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        CountdownTask.check_args(num_train=num_train)
+        CountdownTask.check_args(num_train=num_train, number_range=number_range, target_range=target_range,
+                                 test_size=test_size)
         self.num_train, self.seed = num_train, seed
+        self.number_range = (int(number_range[0]), int(number_range[1]))
+        self.target_range = (int(target_range[0]), int(target_range[1]))
+        self.test_size = test_size
         self.wrong_numbers_reward, self.wrong_result_reward = float(wrong_numbers_reward), float(wrong_result_reward)
         self._train: list[Example] | None = None
         self._eval: list[Example] | None = None
@@ -321,11 +286,22 @@ class CountdownTask(Task):
     def train_problem(self, i: int) -> tuple[list[int], int]:
         """``(numbers, target)`` of training problem ``i`` (independent of ``num_train``)."""
         rng = random.Random(f"lit_rl/countdown/{self.seed}/{i}")
-        test = _test_keys()
+        test = self._test_keys()
         while True:
-            numbers, target = generate_problem(rng)
+            numbers, target = generate_problem(rng, self.number_range, self.target_range)
             if (tuple(sorted(numbers)), target) not in test:
                 return numbers, target
+
+    def test_problems(self) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """``(numbers, target)`` of the test split: d1's file, or ``test_size`` generated problems."""
+        if self.test_size is None:
+            return read_cd3_test()
+        return _generated_test(self.seed, self.test_size, self.number_range, self.target_range)
+
+    def _test_keys(self) -> frozenset[tuple[tuple[int, ...], int]]:
+        if self.test_size is None:
+            return _test_keys()
+        return frozenset((tuple(sorted(n)), t) for n, t in self.test_problems())
 
     def train_examples(self) -> list[Example]:
         if self._train is None:
@@ -334,7 +310,7 @@ class CountdownTask(Task):
 
     def eval_examples(self) -> list[Example]:
         if self._eval is None:
-            self._eval = [self._example(f"countdown-test-{i}", n, t) for i, (n, t) in enumerate(read_cd3_test())]
+            self._eval = [self._example(f"countdown-test-{i}", n, t) for i, (n, t) in enumerate(self.test_problems())]
         return self._eval
 
     def example_from_record(self, question: str, ground_truth: Any, index: int = 0, **extra: Any) -> Example:

@@ -146,6 +146,29 @@ def countdown_completion(example: Example, rng: random.Random, error_rate: float
     return f"<reasoning>{', '.join(trace)}</reasoning>\n<answer>{expr}</answer>"
 
 
+def countdown_trials_completion(example: Example, rng: random.Random, tries: tuple[int, int] = (2, 8)) -> str:
+    """A trial-and-error Countdown trace over three numbers: ``k ~ U{tries}`` wrong expressions, then one that
+    hits the target, each written in two steps (``"3*4=12;12-5=7"``), tries separated by ``", "``, then the
+    hitting expression as the answer (:func:`~lit_rl.tasks.countdown_problems.three_number_expressions`).
+
+    The teacher of the miniature Countdown's external causal LM (``lit_rl.rollouts.external_lm``): a model
+    trained on it learns to write tries and to stop at one it believes hits the target, so its samples are
+    varied and sometimes wrong. Without a hitting expression (never for generated problems) the last try is
+    answered anyway.
+    """
+    from lit_rl.tasks.countdown_problems import three_number_expressions
+
+    numbers, target = example.answer
+    rows = [r for r in three_number_expressions([int(n) for n in numbers]) if r[2] is not None]
+    hits = [r for r in rows if r[2] == target]
+    misses = [r for r in rows if r[2] != target]
+    k = rng.randint(*tries)
+    chosen = [misses[rng.randrange(len(misses))] for _ in range(k)] if misses else []
+    final = hits[rng.randrange(len(hits))] if hits else (chosen.pop() if chosen else rows[0])
+    trace = ", ".join(r[1] for r in chosen + [final])
+    return f"<reasoning>{trace}</reasoning>\n<answer>{final[0]}</answer>"
+
+
 # -- the scripted external policy's verbose first stage (lit_rl.rollouts.backends.ScriptedBackend) --------
 def last_answer(text: str) -> str | None:
     found = re.findall(r"<answer>(.*?)</answer>", text, flags=re.S)

@@ -1,0 +1,82 @@
+"""Countdown's expression enumeration, miniature ranges and generated test split, and the trials teacher."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import pytest
+
+from lit_rl.errors import FieldError
+from lit_rl.tasks import CountdownTask
+from lit_rl.tasks.arith import safe_eval
+from lit_rl.tasks.countdown_problems import three_number_expressions
+from lit_rl.tasks.scripted import countdown_trials_completion
+
+MINI = dict(number_range=[1, 9], target_range=[1, 30], test_size=64, system_prompt="",
+            question_template="{numbers}>{target}")
+
+
+def test_expressions_are_192_with_two_step_traces_computed_by_hand():
+    rows = three_number_expressions([3, 4, 5])
+    assert len(rows) == 192  # 6 orders x 16 operator pairs x 2 bracketings
+    assert rows[0] == ("3+4+5", "3+4=7;7+5=12", Fraction(12))
+    assert ("3-(4-5)", "4-5=-1;3--1=4", Fraction(4)) in rows  # the brackets stay where they change the value
+    assert ("(3+4)*5", "3+4=7;7*5=35", Fraction(35)) in rows
+    assert ("3/(4*5)", "4*5=20;3/20=3/20", Fraction(3, 20)) in rows
+    assert ("3+4*5", "4*5=20;3+20=23", Fraction(23)) in rows  # no brackets where precedence does it
+
+
+@pytest.mark.parametrize("numbers", [[3, 4, 5], [7, 2, 9], [6, 6, 2], [1, 8, 1], [9, 3, 3]])
+def test_every_expression_evaluates_to_its_value_and_uses_the_numbers(numbers):
+    for expr, trace, value in three_number_expressions(numbers):
+        if value is None:
+            assert trace == ""
+            continue
+        assert safe_eval(expr) == pytest.approx(float(value)), expr
+        assert sorted(int(x) for x in expr.replace("(", " ").replace(")", " ").replace("+", " ").replace(
+            "-", " ").replace("*", " ").replace("/", " ").split()) == sorted(numbers)
+
+
+def test_default_countdown_problems_are_unchanged():
+    t = CountdownTask(num_train=3)  # pinned from the code before the ranges became settings
+    assert [t.train_problem(i) for i in range(3)] == [([78, 45, 78], 45), ([45, 70, 9], 75), ([76, 17, 1], 93)]
+    assert len(t.eval_examples()) == 256 and t.eval_examples()[0].meta == {"numbers": [30, 100, 93], "target": 23}
+
+
+def test_miniature_ranges_and_generated_test_split():
+    t = CountdownTask(num_train=500, **MINI)
+    test = t.eval_examples()
+    assert len(test) == 64 and test[0].id == "countdown-test-0"
+    keys = {(tuple(sorted(e.meta["numbers"])), e.meta["target"]) for e in test}
+    assert len(keys) == 64  # distinct problems
+    for e in t.train_examples() + test:
+        assert all(1 <= n <= 9 for n in e.meta["numbers"]) and 1 <= e.meta["target"] <= 30
+        assert e.question == f"{e.meta['numbers']}>{e.meta['target']}"
+    assert not keys & {(tuple(sorted(e.meta["numbers"])), e.meta["target"]) for e in t.train_examples()}
+    assert CountdownTask(num_train=5, **MINI).eval_examples() == test  # the same split every time
+    assert CountdownTask(num_train=5, seed=1, **MINI).eval_examples() != test
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"number_range": [5, 1]}, "number_range"), ({"number_range": [0, 9]}, "number_range"),
+    ({"target_range": [1]}, "target_range"), ({"target_range": ["a", 3]}, "target_range"),
+    ({"test_size": 0}, "test_size"),
+])
+def test_bad_ranges_name_the_field(kwargs, field):
+    with pytest.raises(FieldError, match=field):
+        CountdownTask(num_train=1, **kwargs)
+
+
+def test_trials_teacher_writes_k_wrong_tries_then_a_hit():
+    t = CountdownTask(num_train=50, **MINI)
+    rng = random.Random(0)
+    for e in t.train_examples():
+        for lo, hi in ((0, 0), (1, 4)):
+            text = countdown_trials_completion(e, rng, (lo, hi))
+            assert t.reward(text, e) == 1.0  # the answer hits: generated problems are solvable
+            trace = text.split("<reasoning>")[1].split("</reasoning>")[0]
+            tries = trace.split(", ")
+            assert lo + 1 <= len(tries) <= hi + 1
+            assert tries[-1].endswith(f"={e.meta['target']}")
+            assert all(not x.endswith(f"={e.meta['target']}") for x in tries[:-1])  # the wrong ones miss
