@@ -5,6 +5,8 @@ stronger AR model (the paper samples Qwen3-30B-A3B-Instruct; the embedded demos 
 checkpoint (``backend: {type: hf, model: <dir>}``, or vLLM's engine):
 
 1. **Its own tokenizer.** A byte-level BPE (``tokenizers``) trained on the teacher's prompts and completions,
+   with digits split one by one (as Llama's and Qwen's pre-tokenizers do: a number reads the same in the prompt
+   and in the trace, which the model needs to notice that a try hits the target),
    so completion lengths in the external tokenizer differ from the dLLM's character tokens (as Qwen3's
    differ from LLaDA's). Special tokens ``[PAD] [EOS] [BOS]``; the chat template writes each message on its
    own line, as the character tokenizer's does.
@@ -93,7 +95,9 @@ def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.pre_tokenizer = pre_tokenizers.Sequence([  # digits one by one, as Llama's and Qwen's tokenizers split them
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())

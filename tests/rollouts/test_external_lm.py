@@ -116,3 +116,20 @@ def test_train_lm_config_errors_name_the_field(tmp_path, extra, message):
 def test_build_config_rejects_a_non_mapping_external_lm(tmp_path):
     with pytest.raises(ValueError, match="external_lm: expected a mapping"):
         load_build_config(_config(tmp_path, external_lm=[1, 2]))
+
+
+def test_eval_script_counts_steps_by_hand_and_reports_both_modes(tmp_path, capsys):
+    from support.scripts import load_script
+
+    script = load_script("scripts", "external_lm_eval")
+    assert script.step_arithmetic("<reasoning>3*4=12;12-5=7, 2+2=5, 9/2=9/2;9/2-1=7/2</reasoning>") == (4, 5)
+    assert script.percentiles([5, 1, 3, 2, 4]) == {"p50": 3.0, "p90": 5.0, "p95": 5.0, "p99": 5.0}
+    path = _config(tmp_path)
+    external_lm.train_from_config(load_build_config(path))
+    assert script.main(["--config", str(path), "--samples", "2", "--limit", "3"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["problems"] == 3
+    for mode in ("none", "instruction"):
+        r = res[mode]
+        assert 0 <= r["accuracy"] <= r["any_correct_of_samples"] <= 1 and 1 <= r["distinct_per_prompt"] <= 2
+        assert r["ext_tokens_mean"] > 0 and r["char_tokens"]["p50"] >= 0
