@@ -7,6 +7,8 @@
   ``backend.model`` directory from the config's ``external_lm`` block: a small Llama with its own byte-level
   BPE tokenizer, taught by a scripted teacher to follow the length instruction
   (:mod:`lit_rl.rollouts.external_lm`; the miniature Countdown pool, ``conf/external/countdown_tiny.yaml``).
+* ``rollouts filter POOL --out POOL2[.gz] [--min_reward R]`` copies a pool, leaving records under ``R``
+  unusable (:mod:`lit_rl.rollouts.pool_filter`).
 * ``rollouts stats POOL [--g_ext 2] [--max_tokens 500] [--mlflow_uri sqlite:///runs/mlflow.db]
   [--experiment NAME] [--json] [--no_write]`` prints ERILS Tables IV and V (and the generation wall time
   of Table XII) for any pool, writes them next to the pool as ``<stem>.stats.md`` and
@@ -419,6 +421,11 @@ def main(argv: list[str]) -> int:
     tl = sub.add_parser("train-lm", help="train the build config's external model (its external_lm block) into "
                                          "backend.model: a small causal LM with its own BPE tokenizer")
     tl.add_argument("--config", required=True, help="build config YAML with an external_lm block")
+    fl = sub.add_parser("filter", help="copy a pool (gzipped for a .gz name), leaving records under --min_reward "
+                                       "unusable (e.g. the correct rows only, for an SFT capacity check)")
+    fl.add_argument("pool")
+    fl.add_argument("--out", required=True)
+    fl.add_argument("--min_reward", type=float, default=None, help="records under this reward become unusable")
     s = sub.add_parser("scripted", help="write a pool from the scripted solver (one shot)")
     s.add_argument("--task", required=True)
     s.add_argument("--out", required=True)
@@ -473,6 +480,10 @@ def main(argv: list[str]) -> int:
 
             summary = train_from_config(load_build_config(args.config), log=lambda m: print(m, file=sys.stderr))
             print(json.dumps({k: v for k, v in summary.items() if k != "settings"}))
+        elif args.cmd == "filter":
+            from lit_rl.rollouts.pool_filter import filter_pool
+
+            print(json.dumps({"pool": args.out, **filter_pool(args.pool, args.out, args.min_reward)}))
         elif args.cmd == "scripted":
             from lit_rl.tasks.registry import REGISTRY
 
