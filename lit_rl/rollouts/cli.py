@@ -7,8 +7,8 @@
   ``backend.model`` directory from the config's ``external_lm`` block: a small Llama with its own byte-level
   BPE tokenizer, taught by a scripted teacher to follow the length instruction
   (:mod:`lit_rl.rollouts.external_lm`; the miniature Countdown pool, ``conf/external/countdown_tiny.yaml``).
-* ``rollouts filter POOL --out POOL2[.gz] [--min_reward R]`` copies a pool, leaving records under ``R``
-  unusable (:mod:`lit_rl.rollouts.pool_filter`).
+* ``rollouts filter POOL --out POOL2[.gz] [--min_reward R] [--max_tokens T]`` copies a pool, leaving records
+  under ``R`` (or over ``T`` tokens) unusable (:mod:`lit_rl.rollouts.pool_filter`).
 * ``rollouts stats POOL [--g_ext 2] [--max_tokens 500] [--mlflow_uri sqlite:///runs/mlflow.db]
   [--experiment NAME] [--json] [--no_write]`` prints ERILS Tables IV and V (and the generation wall time
   of Table XII) for any pool, writes them next to the pool as ``<stem>.stats.md`` and
@@ -426,6 +426,7 @@ def main(argv: list[str]) -> int:
     fl.add_argument("pool")
     fl.add_argument("--out", required=True)
     fl.add_argument("--min_reward", type=float, default=None, help="records under this reward become unusable")
+    fl.add_argument("--max_tokens", type=int, default=None, help="records longer than this become unusable")
     s = sub.add_parser("scripted", help="write a pool from the scripted solver (one shot)")
     s.add_argument("--task", required=True)
     s.add_argument("--out", required=True)
@@ -483,7 +484,7 @@ def main(argv: list[str]) -> int:
         elif args.cmd == "filter":
             from lit_rl.rollouts.pool_filter import filter_pool
 
-            print(json.dumps({"pool": args.out, **filter_pool(args.pool, args.out, args.min_reward)}))
+            print(json.dumps({"pool": args.out, **filter_pool(args.pool, args.out, args.min_reward, args.max_tokens)}))
         elif args.cmd == "scripted":
             from lit_rl.tasks.registry import REGISTRY
 

@@ -1,5 +1,6 @@
-"""``rollouts filter``: a copy of a pool (gzipped when the name ends in ``.gz``) with only the records of at least a
-reward usable, for checks such as "can the dLLM learn the task from the pool's correct rows?" (SFT capacity).
+"""``rollouts filter``: a copy of a pool (gzipped when the name ends in ``.gz``) with only the records of at least
+a reward (and at most ``max_tokens`` long) usable, for checks such as "can the dLLM learn the task from the
+pool's correct rows?" (SFT capacity).
 
 Records under ``min_reward`` are marked unusable and each prompt's records are put usable-first again
 (:func:`~lit_rl.rollouts.pool.reorder_usable_first`'s rule: the order is kept within each part); records that were
@@ -17,7 +18,8 @@ from lit_rl.rollouts.pool import iter_pool, write_pool_atomic
 __all__ = ["filter_pool"]
 
 
-def filter_pool(src: str | Path, dst: str | Path, min_reward: float | None = None) -> dict[str, Any]:
+def filter_pool(src: str | Path, dst: str | Path, min_reward: float | None = None,
+                max_tokens: int | None = None) -> dict[str, Any]:
     """Write ``dst`` from ``src``; returns counts: records, usable before and after, prompts with a usable record."""
     if Path(dst).resolve() == Path(src).resolve():
         raise ValueError(f"--out: {dst} is the source pool; write the filtered copy elsewhere")
@@ -31,13 +33,14 @@ def filter_pool(src: str | Path, dst: str | Path, min_reward: float | None = Non
         recs.sort(key=lambda r: r.index)
         before += sum(r.usable for r in recs)
         for r in recs:
-            r.usable = r.usable and (min_reward is None or r.reward >= min_reward)
+            r.usable = (r.usable and (min_reward is None or r.reward >= min_reward)
+                        and (max_tokens is None or r.num_tokens <= max_tokens))
         ordered = [r for r in recs if r.usable] + [r for r in recs if not r.usable]
         for i, r in enumerate(ordered):
             r.index = i
         after += sum(r.usable for r in ordered)
         out.extend(ordered)
-    header = {**header, "filtered_from": str(src), "min_reward": min_reward}
+    header = {**header, "filtered_from": str(src), "min_reward": min_reward, "filter_max_tokens": max_tokens}
     write_pool_atomic(dst, header, out)
     return {"records": len(out), "usable_before": before, "usable_after": after,
             "prompts_with_usable": sum(any(r.usable for r in recs) for recs in by_prompt.values()),

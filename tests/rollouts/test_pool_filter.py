@@ -31,6 +31,7 @@ def test_filter_keeps_the_rewarded_usable_records_first(tmp_path):
                                                                                   ("c", 2, False)]
     assert list(load_pool(tmp_path / "correct.jsonl.gz", 1)) == ["p0"]  # p1 has no correct record left
     assert filter_pool(src, tmp_path / "copy.jsonl")["usable_after"] == 4  # no min_reward: a plain copy
+    assert filter_pool(src, tmp_path / "short.jsonl", max_tokens=5)["usable_after"] == 3  # "b" (6 tokens) leaves
 
 
 def test_filter_cli_and_refusing_to_overwrite_the_source(tmp_path, capsys):
