@@ -361,3 +361,34 @@ def test_server_killed_mid_build_then_a_rerun_rides_over_the_restart_to_the_unin
     assert info["sessions"][1]["retry_reasons"].get("connection", 0) > 0
     assert sum(s["prompts_generated"] for s in info["sessions"]) == KILL_PROMPTS
     assert info["status"] == "complete" and info["prompts_done"] == KILL_PROMPTS
+
+
+# --------------------------------------------------------------------------------------------------------
+# the external model trained here (rollouts train-lm), served by the offline engine
+# --------------------------------------------------------------------------------------------------------
+def test_an_external_lm_trained_here_builds_a_countdown_pool_on_the_offline_engine(tmp_path):
+    """``train_external_lm``'s folder (own BPE tokenizer and chat template, a Llama with head_dim 32, the CPU
+    attention's minimum) loads in vLLM as any checkpoint, and the pool counts lengths in its tokenizer."""
+    from lit_rl.rollouts.external_lm import ExternalLMSettings, train_external_lm
+    from lit_rl.tasks import CountdownTask
+    from lit_rl.tasks.scripted import countdown_trials_completion
+
+    task_args = {"num_train": 40, "number_range": [1, 9], "target_range": [1, 30], "test_size": 8,
+                 "system_prompt": "", "question_template": "{numbers}>{target}"}
+    model_dir = tmp_path / "lm"
+    control = LengthControl(mode="instruction", instruction="Be brief.")
+    train_external_lm(CountdownTask(**task_args), countdown_trials_completion, model_dir,
+                      ExternalLMSettings(vocab_size=300, hidden_size=64, num_layers=1, num_heads=2,
+                                         intermediate_size=128, max_positions=256, steps=3, batch_size=4), control)
+    spec = {"type": "vllm", "model": str(model_dir), "max_model_len": 256, "dtype": "float32",
+            "engine_kwargs": dict(ENGINE)}
+    cfg = load_build_config(write_config(tmp_path / "cd.yaml", model_dir, backend=spec, length_tokenizer="auto",
+                                         task={"class_path": "lit_rl.tasks.CountdownTask", "init_args": task_args},
+                                         limit=3, sampling={"max_tokens": 24},
+                                         length_control={"mode": "instruction", "instruction": "Be brief."}))
+    res = build_pool(cfg, progress=False)
+    header, records = read_pool(res.pool)
+    assert res.prompts_done == 3 and len(records) == 3 * N
+    assert header["tokenizer"] == str(model_dir) and header["length_unit"] == "tokens"
+    assert [r.num_tokens for r in records] == recount(model_dir, [r.completion for r in records])
+    assert all(r.meta["completion_tokens"] <= 24 for r in records)
