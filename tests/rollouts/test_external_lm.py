@@ -33,7 +33,8 @@ def test_bpe_tokenizer_is_deterministic_and_shorter_than_characters():
     char = build_char_tokenizer()
     n_bpe = sum(len(a(t, add_special_tokens=False)["input_ids"]) for t in texts)
     n_char = sum(len(char(t, add_special_tokens=False)["input_ids"]) for t in texts)
-    assert n_bpe < 0.8 * n_char  # merges: another unit than the dLLM's characters
+    assert n_bpe < 0.95 * n_char  # merges: another unit than the dLLM's characters (whose tags are atomic)
+    assert len(a("15", add_special_tokens=False)["input_ids"]) == 2  # digits one by one, as Llama's and Qwen's
     assert a.decode(a(texts[0], add_special_tokens=False)["input_ids"]) == texts[0]  # byte-level: lossless
 
 
