@@ -27,21 +27,46 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-_STEP = re.compile(r"(-?\d+(?:/\d+)?)([+\-*/])(-?\d+(?:/\d+)?)=(-?\d+(?:/\d+)?)")
+_STEP = re.compile(r"([-\d/+*]+)=(-?\d+(?:/\d+)?)")
+_NUM = re.compile(r"-?\d+(?:/\d+)?")
+
+
+def _readings(lhs: str) -> list[Fraction]:
+    """Every value of ``a op b`` in ``lhs`` over the ways to split it into two numbers (a fraction operand is
+    written without brackets by the teacher: ``7/1/2`` is 7 / (1/2) when the inner step gave 1/2)."""
+    out = []
+    for k, op in enumerate(lhs):
+        if k == 0 or op not in "+-*/" or lhs[k - 1] in "+-*/":
+            continue
+        a, b = lhs[:k], lhs[k + 1:]
+        if _NUM.fullmatch(a) and _NUM.fullmatch(b):
+            try:
+                x, y = Fraction(a), Fraction(b)
+            except (ValueError, ZeroDivisionError):
+                continue
+            if op != "/" or y != 0:
+                out.append({"+": x + y, "-": x - y, "*": x * y, "/": x / y if y else x}[op])
+    return out
 
 
 def step_arithmetic(text: str) -> tuple[int, int]:
-    """``(steps written right, steps written)`` over the ``a op b=c`` steps of a reasoning trace."""
+    """``(steps written right, steps written)`` over the ``a op b=c`` steps of a reasoning trace; a step is
+    right when some reading of its unbracketed operands gives ``c``."""
     ok = total = 0
     trace = text.split("<reasoning>")[-1].split("</reasoning>")[0]
-    for m in _STEP.finditer(trace):
+    for part in re.split(r"[;, ]+", trace):
+        m = _STEP.fullmatch(part)
+        if not m:
+            continue
+        readings = _readings(m[1])
+        if not readings:
+            continue
         try:
-            a, b, c = Fraction(m[1]), Fraction(m[3]), Fraction(m[4])
+            c = Fraction(m[2])
         except (ValueError, ZeroDivisionError):
             continue
-        value = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None}[m[2]]
         total += 1
-        ok += int(value == c)
+        ok += int(c in readings)
     return ok, total
 
 

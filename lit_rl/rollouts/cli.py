@@ -421,6 +421,7 @@ def main(argv: list[str]) -> int:
     tl = sub.add_parser("train-lm", help="train the build config's external model (its external_lm block) into "
                                          "backend.model: a small causal LM with its own BPE tokenizer")
     tl.add_argument("--config", required=True, help="build config YAML with an external_lm block")
+    tl.add_argument("--overwrite", action="store_true", help="replace an existing backend.model folder")
     fl = sub.add_parser("filter", help="copy a pool (gzipped for a .gz name), leaving records under --min_reward "
                                        "unusable (e.g. the correct rows only, for an SFT capacity check)")
     fl.add_argument("pool")
@@ -479,7 +480,8 @@ def main(argv: list[str]) -> int:
             from lit_rl.rollouts.build import load_build_config
             from lit_rl.rollouts.external_lm import train_from_config
 
-            summary = train_from_config(load_build_config(args.config), log=lambda m: print(m, file=sys.stderr))
+            summary = train_from_config(load_build_config(args.config), log=lambda m: print(m, file=sys.stderr),
+                                        overwrite=args.overwrite)
             print(json.dumps({k: v for k, v in summary.items() if k != "settings"}))
         elif args.cmd == "filter":
             from lit_rl.rollouts.pool_filter import filter_pool
@@ -503,7 +505,7 @@ def main(argv: list[str]) -> int:
                 print(stats_markdown(stats))
             if files:
                 print("wrote " + ", ".join(str(p) for p in files.values()), file=sys.stderr)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

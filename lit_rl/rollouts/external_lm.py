@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -109,11 +110,13 @@ def train_bpe_tokenizer(texts: Sequence[str], vocab_size: int) -> Any:
 
 
 def _with_instruction(task: Task, example: Example, control: LengthControl) -> Example:
-    """``example`` whose messages are the builder's ``P_task || P_len`` (one user message, as tiny prompts are)."""
-    messages = control.first_stage_messages(task, example)
-    if len(messages) != 1:
-        raise ValueError("external LM training needs a task prompt of one user message (system_prompt: \"\")")
-    return dataclasses.replace(example, question=messages[0]["content"])
+    """``example`` whose ``task.messages`` are the builder's ``P_task || P_len`` (the instruction is appended to the
+    question, which ends the last message whatever the task's system prompt and role)."""
+    briefed = dataclasses.replace(example, question=example.question.rstrip() + "\n\n" + control.length_instruction())
+    if task.messages(briefed) != control.first_stage_messages(task, example):
+        raise ValueError(f"external LM training: the task's prompt for {example.id!r} does not end with its question, "
+                         "so the length instruction cannot be placed where the pool builder puts it")
+    return briefed
 
 
 def train_external_lm(
@@ -123,13 +126,14 @@ def train_external_lm(
     settings: ExternalLMSettings = ExternalLMSettings(),
     control: LengthControl | None = None,
     log: Callable[[str], None] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Train the tokenizer and the LM on ``task.train_examples()`` and save both to ``out``.
 
     ``teacher(example, rng, tries)`` writes a completion with ``tries = [lo, hi]`` wrong tries; prompts with
     the instruction of ``control`` (``mode: instruction``) get ``settings.brief_tries``. Returns the summary
     that is also written to ``<out>/external_lm.json``. The directory is written in full or not at all
-    (a temporary sibling, renamed at the end).
+    (a temporary sibling, renamed at the end); an existing ``out`` is replaced only with ``overwrite``.
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -153,7 +157,11 @@ def train_external_lm(
                          num_key_value_heads=settings.num_heads, max_position_embeddings=settings.max_positions,
                          pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                          tie_word_embeddings=True)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists: pass overwrite=True (rollouts train-lm --overwrite) to replace it")
     tmp = out.with_name(out.name + ".partial")
+    if tmp.exists():  # a killed earlier run
+        shutil.rmtree(tmp)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         LlamaForCausalLM(config).save_pretrained(tmp)
@@ -177,11 +185,15 @@ def train_external_lm(
                "parameters": sum(p.numel() for p in policy.model.parameters()),
                "instruction": control.length_instruction(), "task": task.name, "num_train": len(examples)}
     atomic_write_text(tmp / "external_lm.json", json.dumps(summary, indent=1) + "\n")
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    tmp.rename(out)
+    if out.exists():  # moved aside first: a crash leaves the old model or the new one, never neither
+        old = out.with_name(out.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(out)
     return summary
 
 
@@ -206,7 +218,7 @@ def _teacher(name: str) -> Callable[[Example, random.Random, tuple[int, int]], s
 TEACHERS = {"countdown_trials": "lit_rl.tasks.scripted.countdown_trials_completion"}
 
 
-def train_from_config(cfg: Any, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def train_from_config(cfg: Any, log: Callable[[str], None] | None = None, overwrite: bool = False) -> dict[str, Any]:
     """``rollouts train-lm``: train the model that ``cfg`` (a :class:`~lit_rl.rollouts.build_config.BuildConfig`)
     samples, into ``backend.model``, from its ``external_lm`` block, task and length control."""
     from lit_rl.rollouts.build_config import build_task
@@ -219,9 +231,14 @@ def train_from_config(cfg: Any, log: Callable[[str], None] | None = None) -> dic
         raise ValueError(f"{where}: backend: train-lm writes backend.model of an 'hf' or 'vllm' backend, "
                          f"got {backend.get('type')!r} with model {backend.get('model')!r}")
     block = dict(cfg.external_lm)
-    teacher = _teacher(str(block.pop("teacher", "countdown_trials")))
+    try:
+        teacher = _teacher(str(block.pop("teacher", "countdown_trials")))
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     for key in ("long_tries", "brief_tries"):
         if key in block:
+            if not isinstance(block[key], (list, tuple)):
+                raise ValueError(f"{where}: external_lm.{key}: must be [lo, hi], got {block[key]!r}")
             block[key] = tuple(block[key])
     try:
         settings = ExternalLMSettings(**block)
@@ -232,4 +249,4 @@ def train_from_config(cfg: Any, log: Callable[[str], None] | None = None) -> dic
     control = cfg.length_control if cfg.length_control.mode == "instruction" else LengthControl(
         mode="instruction", instruction=cfg.length_control.instruction,
         target_total_tokens=cfg.length_control.target_total_tokens)
-    return train_external_lm(build_task(cfg.task_spec), teacher, backend["model"], settings, control, log)
+    return train_external_lm(build_task(cfg.task_spec), teacher, backend["model"], settings, control, log, overwrite)

@@ -5,7 +5,8 @@ pool's correct rows?" (SFT capacity).
 Records under ``min_reward`` are marked unusable and each prompt's records are put usable-first again
 (:func:`~lit_rl.rollouts.pool.reorder_usable_first`'s rule: the order is kept within each part); records that were
 unusable already (over the length limit) stay unusable. The header records the filter (``filtered_from``,
-``min_reward``), and the file is written atomically.
+``min_reward``, ``filter_max_tokens``; ``max_usable_tokens`` becomes the smaller limit), and the file is written
+atomically.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def filter_pool(src: str | Path, dst: str | Path, min_reward: float | None = Non
         after += sum(r.usable for r in ordered)
         out.extend(ordered)
     header = {**header, "filtered_from": str(src), "min_reward": min_reward, "filter_max_tokens": max_tokens}
+    if max_tokens is not None:  # the statistics count "over the limit" against the header's limit
+        header["max_usable_tokens"] = min(int(header.get("max_usable_tokens", max_tokens)), max_tokens)
     write_pool_atomic(dst, header, out)
     return {"records": len(out), "usable_before": before, "usable_after": after,
             "prompts_with_usable": sum(any(r.usable for r in recs) for recs in by_prompt.values()),

@@ -128,13 +128,19 @@ def _generated_test(seed: int, size: int, number_range: tuple[int, int],
     seen: set[tuple[tuple[int, ...], int]] = set()
     i = 0
     while len(rows) < size and i < 100 * size:
-        numbers, target = generate_problem(random.Random(f"lit_rl/countdown/{seed}/test/{i}"), number_range,
-                                           target_range)
+        try:
+            numbers, target = generate_problem(random.Random(f"lit_rl/countdown/{seed}/test/{i}"), number_range,
+                                               target_range)
+        except ValueError as e:
+            raise FieldError("target_range", str(e)) from None
         i += 1
         key = (tuple(sorted(numbers)), target)
         if key not in seen:
             seen.add(key)
             rows.append((tuple(numbers), target))
+    if len(rows) < size:
+        raise FieldError("test_size", f"only {len(rows)} distinct problems found in {i} draws (number_range "
+                                      f"{list(number_range)}, target_range {list(target_range)}); ask for fewer")
     return tuple(rows)
 
 
@@ -248,7 +254,7 @@ class CountdownTask(Task):
                 raise FieldError(key, f"must be [lo, hi] with integers lo <= hi, got {short_repr(rng)}")
         if int(number_range[0]) < 1:
             raise FieldError("number_range", f"numbers must be >= 1, got {short_repr(number_range)}")
-        if test_size is not None and (as_int(test_size) is None or test_size < 1):
+        if test_size is not None and (as_int(test_size) is None or as_int(test_size) < 1):
             raise FieldError("test_size",
                              f"must be null (d1's test file) or an integer >= 1, got {short_repr(test_size)}")
 
@@ -269,7 +275,8 @@ class CountdownTask(Task):
         self.num_train, self.seed = num_train, seed
         self.number_range = (int(number_range[0]), int(number_range[1]))
         self.target_range = (int(target_range[0]), int(target_range[1]))
-        self.test_size = test_size
+        self.test_size = None if test_size is None else as_int(test_size)
+        self._keys: frozenset[tuple[tuple[int, ...], int]] | None = None
         self.wrong_numbers_reward, self.wrong_result_reward = float(wrong_numbers_reward), float(wrong_result_reward)
         self._train: list[Example] | None = None
         self._eval: list[Example] | None = None
@@ -287,10 +294,16 @@ class CountdownTask(Task):
         """``(numbers, target)`` of training problem ``i`` (independent of ``num_train``)."""
         rng = random.Random(f"lit_rl/countdown/{self.seed}/{i}")
         test = self._test_keys()
-        while True:
-            numbers, target = generate_problem(rng, self.number_range, self.target_range)
+        for _ in range(10_000):
+            try:
+                numbers, target = generate_problem(rng, self.number_range, self.target_range)
+            except ValueError as e:
+                raise FieldError("target_range", str(e)) from None
             if (tuple(sorted(numbers)), target) not in test:
                 return numbers, target
+        raise FieldError("test_size", f"the {len(test)} test problems leave no other problem in these ranges "
+                                      f"(number_range {list(self.number_range)}, "
+                                      f"target_range {list(self.target_range)})")
 
     def test_problems(self) -> tuple[tuple[tuple[int, ...], int], ...]:
         """``(numbers, target)`` of the test split: d1's file, or ``test_size`` generated problems."""
@@ -301,7 +314,9 @@ class CountdownTask(Task):
     def _test_keys(self) -> frozenset[tuple[tuple[int, ...], int]]:
         if self.test_size is None:
             return _test_keys()
-        return frozenset((tuple(sorted(n)), t) for n, t in self.test_problems())
+        if self._keys is None:
+            self._keys = frozenset((tuple(sorted(n)), t) for n, t in self.test_problems())
+        return self._keys
 
     def train_examples(self) -> list[Example]:
         if self._train is None:

@@ -79,11 +79,12 @@ def _search(items: tuple[tuple[Fraction, str], ...], goal: Fraction) -> str | No
 
 
 def generate_problem(rng: random.Random, number_range: tuple[int, int] = NUMBER_RANGE,
-                     target_range: tuple[int, int] = TARGET_RANGE) -> tuple[list[int], int]:
+                     target_range: tuple[int, int] = TARGET_RANGE, max_draws: int = 100_000) -> tuple[list[int], int]:
     """One solvable 3-number problem: three integers uniform in ``number_range`` (repeats allowed), then a
-    random expression over them whose exact value is an integer in ``target_range`` becomes the target."""
+    random expression over them whose exact value is an integer in ``target_range`` becomes the target.
+    ``ValueError`` when ``max_draws`` draws give none (ranges that no expression connects)."""
     lo, hi = number_range
-    while True:
+    for _ in range(max_draws):
         numbers = [rng.randint(lo, hi) for _ in range(3)]
         a, b, c = (Fraction(n) for n in rng.sample(numbers, 3))
         op1, op2 = rng.choice(_OPS), rng.choice(_OPS)
@@ -95,6 +96,8 @@ def generate_problem(rng: random.Random, number_range: tuple[int, int] = NUMBER_
             value = None if inner is None else _apply(op1, a, inner)
         if value is not None and value.denominator == 1 and target_range[0] <= value <= target_range[1]:
             return numbers, int(value)
+    raise ValueError(f"no expression of numbers in {list(number_range)} hit a target in {list(target_range)} "
+                     f"in {max_draws} draws")
 
 
 def three_number_expressions(numbers: Sequence[int]) -> list[tuple[str, str, Fraction | None]]:

@@ -299,7 +299,7 @@ def test_every_external_config_parses(name, monkeypatch):
     monkeypatch.setenv("LIT_RL_MATH_TRAIN", "/data/math_train.jsonl")
     cfg = load_build_config(ROOT / "conf/external" / name)
     assert cfg.n >= cfg.g_ext
-    if name == "countdown_tiny.yaml":  # the miniature: limits scaled to the dLLM's L_gen 48 (docs/erils_countdown.md)
+    if name == "countdown_tiny.yaml":  # the miniature: the limit scaled to the dLLM's L_gen 64 (erils_countdown.md)
         assert cfg.max_usable_tokens < 500 and cfg.length_control.target_total_tokens == 48
         assert cfg.external_lm["teacher"] == "countdown_trials" and cfg.backend_spec["type"] == "hf"
     else:

@@ -38,25 +38,43 @@ def test_bpe_tokenizer_is_deterministic_and_shorter_than_characters():
     assert a.decode(a(texts[0], add_special_tokens=False)["input_ids"]) == texts[0]  # byte-level: lossless
 
 
-def test_instruction_prompts_are_the_builders_and_get_brief_traces(tmp_path, monkeypatch):
-    task = CountdownTask(**TASK)
+@pytest.mark.parametrize("prompt", [
+    {"system_prompt": "", "question_template": "{numbers}>{target}"},
+    {},  # d1's system prompt joined to the question in one user message (CountdownTask's default)
+    {"system_role": True},  # the system prompt as its own message
+])
+def test_instruction_prompts_are_the_builders_and_get_brief_traces(tmp_path, monkeypatch, prompt):
+    base = {k: v for k, v in TASK.items() if k not in ("system_prompt", "question_template")}
+    task = CountdownTask(**base, **prompt)
     control = LengthControl(mode="instruction", instruction="Be brief.")
-    seen: list[tuple[str, str]] = []
+    seen: list[tuple[list, str]] = []
 
     def spy_sft(policy, task_, examples, make_text, **kw):
         r = random.Random(0)
-        seen.extend((e.question, make_text(e, r)) for e in examples)
+        seen.extend((task_.messages(e), make_text(e, r)) for e in examples)  # what the SFT tokenises
         return 0.0
 
     monkeypatch.setattr("lit_rl.algorithms.ar_sft.scripted_sft", spy_sft)
     train_external_lm(task, countdown_trials_completion, tmp_path / "lm", ExternalLMSettings(**TINY), control)
-    builder = {control.first_stage_messages(task, e)[0]["content"] for e in task.train_examples()}
-    briefed = [(q, t) for q, t in seen if q.endswith("\n\nBe brief.")]
+    builder = [control.first_stage_messages(task, e) for e in task.train_examples()]
+    plain = [task.messages(e) for e in task.train_examples()]
+    briefed = [(m, t) for m, t in seen if m in builder]
     assert briefed and len(briefed) < len(seen)  # both kinds (instruction_share 0.5)
-    assert {q for q, _ in briefed} <= builder
-    for q, text in seen:
+    assert all(m in builder or m in plain for m, _ in seen)
+    for m, text in seen:
         tries = text.split("<reasoning>")[1].split("</reasoning>")[0].split(", ")
-        assert len(tries) <= 2 if q in builder else len(tries) >= 3  # brief (0-1 wrong) vs long (2-8 wrong)
+        assert len(tries) <= 2 if m in builder else len(tries) >= 3  # brief (0-1 wrong) vs long (2-8 wrong)
+
+
+def test_train_lm_refuses_to_replace_a_model_without_overwrite(tmp_path):
+    task = CountdownTask(**TASK)
+    (tmp_path / "lm").mkdir()
+    (tmp_path / "lm.partial").mkdir()  # left by a killed run: cleared, not reused
+    with pytest.raises(FileExistsError, match="overwrite"):
+        train_external_lm(task, countdown_trials_completion, tmp_path / "lm", ExternalLMSettings(**TINY))
+    train_external_lm(task, countdown_trials_completion, tmp_path / "lm", ExternalLMSettings(**TINY), overwrite=True)
+    assert (tmp_path / "lm" / "model.safetensors").is_file()
+    assert not (tmp_path / "lm.partial").exists() and not (tmp_path / "lm.old").exists()
 
 
 def test_trained_model_directory_loads_in_the_hf_pool_backend(tmp_path):
@@ -103,9 +121,10 @@ def test_train_lm_then_build_from_one_config(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     ({"external_lm": None}, "external_lm: missing"),
     ({"backend": {"type": "scripted", "task": "countdown"}}, "backend: train-lm writes backend.model"),
-    ({"external_lm": {"teacher": "no_such"}}, "external_lm.teacher='no_such'"),
+    ({"external_lm": {"teacher": "no_such"}}, "build.yaml: external_lm.teacher='no_such'"),
     ({"external_lm": {"stepz": 3}}, "external_lm: .*stepz"),
     ({"external_lm": {"brief_tries": [3, 1]}}, "external_lm.brief_tries"),
+    ({"external_lm": {"long_tries": 3}}, "build.yaml: external_lm.long_tries: must be"),
 ])
 def test_train_lm_config_errors_name_the_field(tmp_path, extra, message):
     cfg = load_build_config(_config(tmp_path, **extra))
@@ -124,6 +143,7 @@ def test_eval_script_counts_steps_by_hand_and_reports_both_modes(tmp_path, capsy
 
     script = load_script("scripts", "external_lm_eval")
     assert script.step_arithmetic("<reasoning>3*4=12;12-5=7, 2+2=5, 9/2=9/2;9/2-1=7/2</reasoning>") == (4, 5)
+    assert script.step_arithmetic("<reasoning>1/2=1/2;7/1/2=14, 9--6=15, 5/-3=-5/3, 4*3=13</reasoning>") == (4, 5)
     assert script.percentiles([5, 1, 3, 2, 4]) == {"p50": 3.0, "p90": 5.0, "p95": 5.0, "p99": 5.0}
     path = _config(tmp_path)
     external_lm.train_from_config(load_build_config(path))

@@ -80,3 +80,12 @@ def test_trials_teacher_writes_k_wrong_tries_then_a_hit():
             assert lo + 1 <= len(tries) <= hi + 1
             assert tries[-1].endswith(f"={e.meta['target']}")
             assert all(not x.endswith(f"={e.meta['target']}") for x in tries[:-1])  # the wrong ones miss
+
+
+def test_ranges_that_cannot_fill_the_splits_fail_with_the_field_instead_of_hanging():
+    with pytest.raises(FieldError, match="test_size: only 12 distinct problems"):
+        CountdownTask(num_train=3, number_range=[1, 2], target_range=[1, 3], test_size=100).eval_examples()
+    with pytest.raises(FieldError, match="target_range: no expression"):
+        CountdownTask(num_train=3, number_range=[1, 2], target_range=[500, 600], test_size=10).train_examples()
+    assert len(CountdownTask(num_train=3, test_size="5", **{k: v for k, v in MINI.items() if k != "test_size"})
+               .eval_examples()) == 5
