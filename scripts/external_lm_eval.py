@@ -45,7 +45,7 @@ def _readings(lhs: str) -> list[Fraction]:
             except (ValueError, ZeroDivisionError):
                 continue
             if op != "/" or y != 0:
-                out.append({"+": x + y, "-": x - y, "*": x * y, "/": x / y if y else x}[op])
+                out.append({"+": x + y, "-": x - y, "*": x * y}[op] if op != "/" else x / y)
     return out
 
 

@@ -199,15 +199,10 @@ def train_external_lm(
 
 def _teacher(name: str) -> Callable[[Example, random.Random, tuple[int, int]], str]:
     """``external_lm.teacher``: a name of :data:`TEACHERS` or a dotted path to a function."""
-    if name in TEACHERS:
-        import importlib
+    import importlib
 
-        module, _, attr = TEACHERS[name].rpartition(".")
-        return getattr(importlib.import_module(module), attr)
-    module, _, attr = name.rpartition(".")
+    module, _, attr = TEACHERS.get(name, name).rpartition(".")
     try:
-        import importlib
-
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError, ValueError):
         raise ValueError(f"external_lm.teacher={name!r}: not one of {sorted(TEACHERS)} and not an importable "

@@ -265,6 +265,11 @@ def reorder_usable_first(records: list[PoolRecord], max_tokens: int = MAX_USABLE
     """
     for r in records:
         r.usable = r.num_tokens <= max_tokens
+    return usable_first(records)
+
+
+def usable_first(records: list[PoolRecord]) -> list[PoolRecord]:
+    """``records`` with the usable ones first (order kept within each part), ``index`` renumbered from 0."""
     ordered = [r for r in records if r.usable] + [r for r in records if not r.usable]
     for i, r in enumerate(ordered):
         r.index = i

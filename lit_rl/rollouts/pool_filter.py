@@ -3,7 +3,7 @@ a reward (and at most ``max_tokens`` long) usable, for checks such as "can the d
 pool's correct rows?" (SFT capacity).
 
 Records under ``min_reward`` are marked unusable and each prompt's records are put usable-first again
-(:func:`~lit_rl.rollouts.pool.reorder_usable_first`'s rule: the order is kept within each part); records that were
+(:func:`~lit_rl.rollouts.pool.usable_first`: the order is kept within each part); records that were
 unusable already (over the length limit) stay unusable. The header records the filter (``filtered_from``,
 ``min_reward``, ``filter_max_tokens``; ``max_usable_tokens`` becomes the smaller limit), and the file is written
 atomically.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lit_rl.rollouts.pool import iter_pool, write_pool_atomic
+from lit_rl.rollouts.pool import iter_pool, usable_first, write_pool_atomic
 
 __all__ = ["filter_pool"]
 
@@ -36,9 +36,7 @@ def filter_pool(src: str | Path, dst: str | Path, min_reward: float | None = Non
         for r in recs:
             r.usable = (r.usable and (min_reward is None or r.reward >= min_reward)
                         and (max_tokens is None or r.num_tokens <= max_tokens))
-        ordered = [r for r in recs if r.usable] + [r for r in recs if not r.usable]
-        for i, r in enumerate(ordered):
-            r.index = i
+        ordered = usable_first(recs)
         after += sum(r.usable for r in ordered)
         out.extend(ordered)
     header = {**header, "filtered_from": str(src), "min_reward": min_reward, "filter_max_tokens": max_tokens}
