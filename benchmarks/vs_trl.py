@@ -24,6 +24,9 @@ The table is printed, then one JSON line with every figure.
     python benchmarks/vs_trl.py                       # 3 seeds x 60 updates per side (~10 min on 2 CPU cores)
     python benchmarks/vs_trl.py --quick               # 1 seed, 2 updates, a 10-step warm start (the test)
     python benchmarks/vs_trl.py --sides lit --lit-override model.init_args.loss.old_logprobs=separate_pass
+
+The ``lit_full`` side is lit_rl's GRPO with ``loss.trim_padding: false`` (the loss passes over the whole
+generation budget, as before that option): the before / after of the fix, from one run on one machine.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ for _p in (ROOT, ROOT / "benchmarks"):  # lit_rl from this checkout; the sides m
 #: ~0.014 from evaluation noise alone (training noise adds to it): 0.04 is about 2.5 such SEs.
 ACCURACY_TOLERANCE = 0.04
 SPEED_GOAL = 1.5  # lit_rl's per-step wall time at least 1.5x faster than TRL's
-SIDES = {"trl": "TRL GRPOTrainer", "lit": "lit_rl GRPO (HF)", "lit_dr": "lit_rl double rollout"}
+SIDES = {"trl": "TRL GRPOTrainer", "lit": "lit_rl GRPO (HF)", "lit_full": "lit_rl GRPO, full width",
+         "lit_dr": "lit_rl double rollout"}
 PHASES = ("wall_s", "gen_s", "score_s", "update_s")
 
 
@@ -116,6 +120,9 @@ def print_table(result: dict) -> None:
         print(f"lit_rl GRPO per step: {v['speedup']:.2f}x TRL (goal {SPEED_GOAL}x: "
               f"{'met' if v['meets_speed_goal'] else 'not met'}); held-out accuracy lit_rl - TRL = "
               f"{v['accuracy_diff']:+.3f} (tolerance {ACCURACY_TOLERANCE}: {equal})")
+        if "trim_speedup" in v:
+            print(f"the fix (loss.trim_padding): full width {v['full_width_speedup_vs_trl']:.2f}x TRL -> trimmed "
+                  f"{v['speedup']:.2f}x TRL ({v['trim_speedup']:.2f}x faster per step)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -175,6 +182,9 @@ def main(argv: list[str] | None = None) -> dict:
         verdict = {"speedup": speed, "meets_speed_goal": speed >= SPEED_GOAL, "accuracy_diff": diff,
                    "equal_accuracy": abs(diff) <= ACCURACY_TOLERANCE}
         verdict["goal_met"] = verdict["meets_speed_goal"] and verdict["equal_accuracy"]
+        if "lit_full" in agg:  # the fix's before / after, from this one run
+            verdict["trim_speedup"] = agg["lit_full"]["wall_s"]["mean"] / agg["lit"]["wall_s"]["mean"]
+            verdict["full_width_speedup_vs_trl"] = agg["trl"]["wall_s"]["mean"] / agg["lit_full"]["wall_s"]["mean"]
     import torch
     import transformers
     import trl

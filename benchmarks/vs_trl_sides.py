@@ -322,7 +322,8 @@ def child_main(side: str, steps: int, seed: int, warm: str, out_dir: str, eval_p
     if side == "trl":
         res = run_trl(steps, seed, Path(warm), out)
     else:
-        res = run_lit(steps, seed, Path(warm), out, double_rollout=side == "lit_dr", overrides=overrides)
+        full = ["model.init_args.loss.trim_padding=false"] if side == "lit_full" else []
+        res = run_lit(steps, seed, Path(warm), out, double_rollout=side == "lit_dr", overrides=full + overrides)
     model = res.pop("model")
     res["heldout_accuracy"] = heldout_accuracy(model, eval_problems, eval_samples, seed)
     res.pop("changed_settings", None)

@@ -228,6 +228,23 @@ class RolloutBatch:
                 out[f.name] = v
         return RolloutBatch(**out)
 
+    def trim_completion(self, width: int) -> "RolloutBatch":
+        """The batch with only the first ``width`` completion columns, ``(N, P + width)``: for a causal policy,
+        whose logits at a position never read a later one, the columns after the last scored token are dead
+        weight in a loss pass (generation stops when every row has ended, but rows are EOS-filled to the full
+        budget). ``gen_width`` is clipped to ``width``; ``width`` at least 1 and at most ``L``."""
+        L = self.input_ids.shape[1] - self.prompt_len
+        if not 1 <= width <= L:
+            raise ValueError(f"trim_completion: width must be in [1, {L}], got {width}")
+        if width == L:
+            return self
+        cut = self.prompt_len + width
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out |= {"input_ids": self.input_ids[:, :cut], "attention_mask": self.attention_mask[:, :cut],
+                "completion_mask": self.completion_mask[:, :width], "hint_mask": self.hint_mask[:, :width],
+                "gen_width": self.gen_width.clamp(max=width), "kept_prefix": self.kept_prefix.clamp(max=width)}
+        return RolloutBatch(**out)
+
     def scatter(self, where: torch.Tensor, rows: "RolloutBatch") -> "RolloutBatch":
         """A copy of the batch whose rows at ``where (N,)`` (bool, True on ``len(rows)`` rows) are replaced by
         ``rows`` in order: the inverse of :meth:`select` for a sub-batch a processor rewrote. The widths

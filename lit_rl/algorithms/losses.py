@@ -138,6 +138,11 @@ class GRPOLossSettings:
             default; PPO's rollout-time log-probs). The two give the same numbers when the policy has no active
             dropout (the embedded models have none; LoRA's ``lora_dropout`` is one): a policy with dropout
             has a train-mode π_old under ``"first_update"``. ``train/entropy`` comes from the same logits.
+        trim_padding: run the loss passes over the completion columns up to the last token any kept row
+            scores, not the full generation budget (rows are EOS-filled to ``max_new_tokens``; TRL's
+            ``GRPOTrainer`` likewise pads completions only to the batch's longest). Exact for a causal policy,
+            whose logits at a position never read a later token, up to float rounding of the shorter
+            matmuls; ``false``: the full width (the behaviour before this option).
     """
 
     eps_low: float = 0.2
@@ -152,6 +157,7 @@ class GRPOLossSettings:
     std_of: str = "group"
     skip_zero_advantage: bool = True
     old_logprobs: str = "first_update"
+    trim_padding: bool = True
 
     def __post_init__(self) -> None:
         if self.std_of not in STD_OF:
@@ -235,6 +241,9 @@ class ClippedPGLoss(Loss):
         metrics = {"train/uninformative_batches": float(self.uninformative_batches),
                    "train/rows_trained": keep.float().sum()}
         ro, adv, mask = ro.select(keep), adv[keep], mask[keep]  # (B',...)
+        if s.trim_padding and bool(mask.any()):  # causal: columns after the last scored token change nothing
+            width = int(mask.any(0).nonzero().max()) + 1
+            ro, mask = ro.trim_completion(width), mask[:, :width]  # (B', P + w), (B', w)
         separate = s.old_logprobs == "separate_pass"
         old_logp, ref_logp, entropy = self._fixed_logprobs(ro, ctx, with_old=separate)
         if separate:

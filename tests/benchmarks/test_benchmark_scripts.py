@@ -161,7 +161,7 @@ def test_step_profile_reads_the_final_numbers_from_the_fit_line():
 
 
 def test_vs_trl_quick_runs_both_sides_and_prints_a_json_line_last(tmp_path):
-    """lit_rl GRPO, TRL's GRPOTrainer and lit_rl double rollout, 2 updates each from a 10-step warm start, in
+    """lit_rl GRPO (trimmed and full-width loss), TRL's GRPOTrainer and lit_rl double rollout, 2 updates each from a 10-step warm start, in
     fresh processes (the script's own subprocesses); checks the figures are there and sane, not their size."""
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/vs_trl.py"), "--quick", "--cache-dir", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -171,7 +171,7 @@ def test_vs_trl_quick_runs_both_sides_and_prints_a_json_line_last(tmp_path):
     summary = json.loads(out[-1])
     assert summary["mode"] == "quick" and summary["steps"] == 2 and summary["seeds"] == [0]
     assert any(line.startswith("TRL GRPOTrainer") for line in out)
-    assert set(summary["sides"]) == {"trl", "lit", "lit_dr"}
+    assert set(summary["sides"]) == {"trl", "lit", "lit_full", "lit_dr"}
     for name, side in summary["sides"].items():
         for key in ("wall_s", "gen_s", "rollout_tokens_per_s", "peak_rss_mb", "first_step_s"):
             assert side[key]["mean"] > 0, (name, key)
@@ -191,6 +191,10 @@ def test_vs_trl_quick_runs_both_sides_and_prints_a_json_line_last(tmp_path):
                                                / summary["sides"]["lit"]["wall_s"]["mean"])
     assert verdict["equal_accuracy"] == (abs(verdict["accuracy_diff"]) <= summary["accuracy_tolerance"][
         "abs_diff_of_seed_means"])
+    # the fix's before / after from the same run: the full-width loss side against the default (trimmed) one
+    assert verdict["trim_speedup"] == pytest.approx(summary["sides"]["lit_full"]["wall_s"]["mean"]
+                                                    / summary["sides"]["lit"]["wall_s"]["mean"])
+    assert any(line.startswith("the fix (loss.trim_padding)") for line in out)
 
 
 def test_eval_decoders_quick_compares_every_decoder_on_the_same_puzzles(capsys):

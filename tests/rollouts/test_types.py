@@ -43,3 +43,18 @@ def test_scatter_refuses_a_width_or_count_mismatch():
     wide = _batch(L=4).select(where)
     with pytest.raises(ValueError, match="width"):
         ro.scatter(where, wide)
+
+
+def test_trim_completion_keeps_the_first_columns_and_every_row_field():
+    ro = _batch(L=3).with_advantages(torch.tensor([1.0, -1.0, 0.5, 0.0]))
+    ro.kept_prefix = torch.tensor([3, 0, 1, 2])
+    out = ro.trim_completion(2)
+    assert out.input_ids.shape == (4, 4) and out.completion_ids.shape == (4, 2)
+    assert torch.equal(out.input_ids, ro.input_ids[:, :4]) and torch.equal(out.attention_mask, ro.attention_mask[:, :4])
+    assert torch.equal(out.completion_mask, ro.completion_mask[:, :2]) and out.hint_mask.shape == (4, 2)
+    assert out.gen_width.tolist() == [2, 2, 2, 2] and out.kept_prefix.tolist() == [2, 0, 1, 2]
+    assert out.advantages.tolist() == [1.0, -1.0, 0.5, 0.0] and out.texts == ro.texts and out.prompt_len == 2
+    assert ro.trim_completion(3) is ro  # the full width: nothing to cut
+    for bad in (0, 4):
+        with pytest.raises(ValueError, match=r"width must be in \[1, 3\]"):
+            ro.trim_completion(bad)
