@@ -161,8 +161,9 @@ def test_step_profile_reads_the_final_numbers_from_the_fit_line():
 
 
 def test_vs_trl_quick_runs_both_sides_and_prints_a_json_line_last(tmp_path):
-    """lit_rl GRPO (trimmed and full-width loss), TRL's GRPOTrainer and lit_rl double rollout, 2 updates each from a 10-step warm start, in
-    fresh processes (the script's own subprocesses); checks the figures are there and sane, not their size."""
+    """lit_rl GRPO (trimmed and full-width loss), TRL's GRPOTrainer and lit_rl double rollout, 2 updates each
+    from a 10-step warm start, in fresh processes (the script's own subprocesses); checks the figures are there
+    and sane, not their size."""
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/vs_trl.py"), "--quick", "--cache-dir", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
