@@ -6,9 +6,9 @@ givens with random digits in the blanks (:func:`lit_rl.tasks.registry.format_war
 accuracy after it stays near chance and everything above comes from RL. Varying trace lengths keep the
 completion length free to move.
 
-The warmed-up weights are cached under ``cache_dir`` keyed by a hash of the initial weights and every
-warm-up setting, so repeated runs skip it (except under FSDP2 sharding: :func:`_weights_digest`). It runs
-only on a fresh fit (never when resuming from a checkpoint) and only changes the policy before the first
+The warmed-up weights are cached under ``cache_dir`` keyed by a hash of the initial weights, the training prompts
+and answers, and every warm-up setting, so repeated runs skip it (except under FSDP2 sharding:
+:func:`_weights_digest`). It runs only on a fresh fit (never when resuming from a checkpoint) and only changes the policy before the first
 rollout.
 """
 
@@ -76,18 +76,28 @@ class FormatWarmup(L.Callback):
         self.trace = trace
         self.ran = False
 
+    def cache_path(self, policy: torch.nn.Module, dm) -> Path | None:
+        """Where the warmed-up weights of ``policy`` on ``dm``'s task are cached (``None``: not cached). The key
+        covers the starting weights, every warm-up setting and the training data (prompts and answers, which
+        the warm-up texts are drawn from): a task with other ranges, templates or problems under the same name
+        never loads another task's warmed-up weights."""
+        digest = _weights_digest(policy)
+        if not (self.cache_dir and digest):
+            return None
+        data = hashlib.sha256("\n".join(f"{e.question}|{e.answer!r}" for e in dm.train_examples).encode())
+        key = hashlib.sha256(
+            f"{digest}|{dm.task.name}|{dm.generation.gen_length}|{self.steps}|{self.lr}|{self.batch_size}|{self.seed}"
+            f"{'|' + self.trace if self.trace else ''}|{dm.max_prompt_len}|{data.hexdigest()[:16]}".encode()
+        ).hexdigest()[:16]
+        return Path(self.cache_dir) / f"format_warmup_{dm.task.name}_{key}.pt"
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.ckpt_path or trainer.global_step > 0 or self.steps == 0:
             return
         dm = trainer.datamodule
         policy = pl_module.policy
         dm.setup("fit")
-        digest = _weights_digest(policy)
-        key = hashlib.sha256(
-            f"{digest}|{dm.task.name}|{dm.generation.gen_length}|{self.steps}|{self.lr}|{self.batch_size}|{self.seed}"
-            f"{'|' + self.trace if self.trace else ''}".encode()
-        ).hexdigest()[:16]
-        cache = Path(self.cache_dir) / f"format_warmup_{dm.task.name}_{key}.pt" if self.cache_dir and digest else None
+        cache = self.cache_path(policy, dm)
         if cache is not None and cache.exists():
             policy.load_state_dict(torch.load(cache, map_location=pl_module.device, weights_only=True))
             rank_zero_info(f"format warm-up: loaded cached weights {cache}")
