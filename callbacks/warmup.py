@@ -8,8 +8,8 @@ completion length free to move.
 
 The warmed-up weights are cached under ``cache_dir`` keyed by a hash of the initial weights, the training prompts
 and answers, and every warm-up setting, so repeated runs skip it (except under FSDP2 sharding:
-:func:`_weights_digest`). It runs only on a fresh fit (never when resuming from a checkpoint) and only changes the policy before the first
-rollout.
+:func:`_weights_digest`). It runs only on a fresh fit (never when resuming from a checkpoint) and only changes the
+policy before the first rollout.
 """
 
 from __future__ import annotations

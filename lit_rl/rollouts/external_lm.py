@@ -210,7 +210,8 @@ def _teacher(name: str) -> Callable[[Example, random.Random, tuple[int, int]], s
 
 
 #: teachers by name: (example, rng, tries) -> completion
-TEACHERS = {"countdown_trials": "lit_rl.tasks.scripted.countdown_trials_completion"}
+TEACHERS = {"countdown_trials": "lit_rl.tasks.scripted.countdown_trials_completion",
+            "countdown_ordered_trials": "lit_rl.tasks.scripted.countdown_ordered_trials_completion"}
 
 
 def train_from_config(cfg: Any, log: Callable[[str], None] | None = None, overwrite: bool = False) -> dict[str, Any]:

@@ -121,8 +121,8 @@ def read_cd3_test(path: str = str(CD3_TEST_JSONL)) -> tuple[tuple[tuple[int, ...
 
 
 @functools.lru_cache(maxsize=4)
-def _generated_test(seed: int, size: int, number_range: tuple[int, int],
-                    target_range: tuple[int, int]) -> tuple[tuple[tuple[int, ...], int], ...]:
+def _generated_test(seed: int, size: int, number_range: tuple[int, int], target_range: tuple[int, int],
+                    ordered: bool = False) -> tuple[tuple[tuple[int, ...], int], ...]:
     """``size`` generated test problems, distinct as (numbers multiset, target), each from its own RNG."""
     rows: list[tuple[tuple[int, ...], int]] = []
     seen: set[tuple[tuple[int, ...], int]] = set()
@@ -130,7 +130,7 @@ def _generated_test(seed: int, size: int, number_range: tuple[int, int],
     while len(rows) < size and i < 100 * size:
         try:
             numbers, target = generate_problem(random.Random(f"lit_rl/countdown/{seed}/test/{i}"), number_range,
-                                               target_range)
+                                               target_range, ordered=ordered)
         except ValueError as e:
             raise FieldError("target_range", str(e)) from None
         i += 1
@@ -229,6 +229,9 @@ class CountdownTask(Task):
         test_size: ``None`` (default): d1's ``countdown_cd3_test.jsonl``; an int: that many generated test
             problems (ids ``countdown-test-<i>``, RNG ``(seed, "test", i)``, same ranges), for miniature
             ranges that d1's file does not cover. Training problems equal to a test problem are skipped either way.
+        ordered: generated problems (training, and the test split with ``test_size``) all have a solution that
+            keeps the numbers in the order given (``5,9,6>8``: ``5+9-6``); any order still scores. A smaller
+            task, for a policy that cannot learn to move numbers around (docs/erils_countdown.md).
         wrong_numbers_reward: reward when the answer's numbers are not the given multiset (reference 0.1).
         wrong_result_reward: reward when the numbers are right but the expression is not evaluable or
             misses the target (reference 0.1).
@@ -243,7 +246,8 @@ class CountdownTask(Task):
 
     @staticmethod
     def check_args(num_train: int = 10000, number_range: Sequence[int] = NUMBER_RANGE,
-                   target_range: Sequence[int] = TARGET_RANGE, test_size: int | None = None) -> None:
+                   target_range: Sequence[int] = TARGET_RANGE, test_size: int | None = None,
+                   ordered: bool = False) -> None:
         """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`); the
         prompt options' are :meth:`Task.check_args`."""
         if num_train < 0:
@@ -257,6 +261,9 @@ class CountdownTask(Task):
         if test_size is not None and (as_int(test_size) is None or as_int(test_size) < 1):
             raise FieldError("test_size",
                              f"must be null (d1's test file) or an integer >= 1, got {short_repr(test_size)}")
+        if ordered and test_size is None:
+            raise FieldError("ordered", "needs a generated test split (test_size): d1's test file has problems "
+                                        "without a solution in the given order")
 
     def __init__(
         self,
@@ -267,15 +274,17 @@ class CountdownTask(Task):
         number_range: Sequence[int] = NUMBER_RANGE,
         target_range: Sequence[int] = TARGET_RANGE,
         test_size: int | None = None,
+        ordered: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         CountdownTask.check_args(num_train=num_train, number_range=number_range, target_range=target_range,
-                                 test_size=test_size)
+                                 test_size=test_size, ordered=ordered)
         self.num_train, self.seed = num_train, seed
         self.number_range = (int(number_range[0]), int(number_range[1]))
         self.target_range = (int(target_range[0]), int(target_range[1]))
         self.test_size = None if test_size is None else as_int(test_size)
+        self.ordered = bool(ordered)
         self._keys: frozenset[tuple[tuple[int, ...], int]] | None = None
         self.wrong_numbers_reward, self.wrong_result_reward = float(wrong_numbers_reward), float(wrong_result_reward)
         self._train: list[Example] | None = None
@@ -296,7 +305,7 @@ class CountdownTask(Task):
         test = self._test_keys()
         for _ in range(10_000):
             try:
-                numbers, target = generate_problem(rng, self.number_range, self.target_range)
+                numbers, target = generate_problem(rng, self.number_range, self.target_range, ordered=self.ordered)
             except ValueError as e:
                 raise FieldError("target_range", str(e)) from None
             if (tuple(sorted(numbers)), target) not in test:
@@ -309,7 +318,7 @@ class CountdownTask(Task):
         """``(numbers, target)`` of the test split: d1's file, or ``test_size`` generated problems."""
         if self.test_size is None:
             return read_cd3_test()
-        return _generated_test(self.seed, self.test_size, self.number_range, self.target_range)
+        return _generated_test(self.seed, self.test_size, self.number_range, self.target_range, self.ordered)
 
     def _test_keys(self) -> frozenset[tuple[tuple[int, ...], int]]:
         if self.test_size is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import random
+import re
 from fractions import Fraction
 from typing import Sequence
 
@@ -79,14 +80,17 @@ def _search(items: tuple[tuple[Fraction, str], ...], goal: Fraction) -> str | No
 
 
 def generate_problem(rng: random.Random, number_range: tuple[int, int] = NUMBER_RANGE,
-                     target_range: tuple[int, int] = TARGET_RANGE, max_draws: int = 100_000) -> tuple[list[int], int]:
+                     target_range: tuple[int, int] = TARGET_RANGE, max_draws: int = 100_000,
+                     ordered: bool = False) -> tuple[list[int], int]:
     """One solvable 3-number problem: three integers uniform in ``number_range`` (repeats allowed), then a
     random expression over them whose exact value is an integer in ``target_range`` becomes the target.
-    ``ValueError`` when ``max_draws`` draws give none (ranges that no expression connects)."""
+    ``ordered``: the expression keeps the numbers in the order they are given (``a o (b o c)`` or
+    ``(a o b) o c``), so every problem has a solution that writes them in the prompt's order; otherwise the
+    order is random too. ``ValueError`` when ``max_draws`` draws give none (ranges that no expression connects)."""
     lo, hi = number_range
     for _ in range(max_draws):
         numbers = [rng.randint(lo, hi) for _ in range(3)]
-        a, b, c = (Fraction(n) for n in rng.sample(numbers, 3))
+        a, b, c = (Fraction(n) for n in (numbers if ordered else rng.sample(numbers, 3)))
         op1, op2 = rng.choice(_OPS), rng.choice(_OPS)
         if rng.random() < 0.5:
             inner = _apply(op1, a, b)
@@ -111,6 +115,11 @@ def three_number_expressions(numbers: Sequence[int]) -> list[tuple[str, str, Fra
     ('3+4+5', '3+4=7;7+5=12', Fraction(12, 1))
     """
     return list(_expressions(tuple(int(n) for n in numbers)))
+
+
+def in_order(expression: str, numbers: Sequence[int]) -> bool:
+    """The expression writes exactly ``numbers``, in the given order (``in_order("5+(9-6)", [5, 9, 6])``)."""
+    return re.findall(r"\d+", expression) == [str(int(n)) for n in numbers]
 
 
 @functools.lru_cache(maxsize=8192)

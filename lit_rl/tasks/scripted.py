@@ -146,7 +146,8 @@ def countdown_completion(example: Example, rng: random.Random, error_rate: float
     return f"<reasoning>{', '.join(trace)}</reasoning>\n<answer>{expr}</answer>"
 
 
-def countdown_trials_completion(example: Example, rng: random.Random, tries: tuple[int, int] = (2, 8)) -> str:
+def countdown_trials_completion(example: Example, rng: random.Random, tries: tuple[int, int] = (2, 8),
+                                ordered: bool = False) -> str:
     """A trial-and-error Countdown trace over three numbers: ``k ~ U{tries}`` wrong expressions, then one that
     hits the target, each written in two steps (``"3*4=12;12-5=7"``), tries separated by ``", "``, then the
     hitting expression as the answer (:func:`~lit_rl.tasks.countdown_problems.three_number_expressions`).
@@ -154,12 +155,14 @@ def countdown_trials_completion(example: Example, rng: random.Random, tries: tup
     The teacher of the miniature Countdown's external causal LM (``lit_rl.rollouts.external_lm``): a model
     trained on it learns to write tries and to stop at one it believes hits the target, so its samples are
     varied and sometimes wrong. Without a hitting expression (never for generated problems) the last try is
-    answered anyway.
+    answered anyway. ``ordered``: only expressions that keep the numbers in the prompt's order
+    (:func:`countdown_ordered_trials_completion`).
     """
-    from lit_rl.tasks.countdown_problems import three_number_expressions
+    from lit_rl.tasks.countdown_problems import in_order, three_number_expressions
 
     numbers, target = example.answer
-    rows = [r for r in three_number_expressions([int(n) for n in numbers]) if r[2] is not None]
+    rows = [r for r in three_number_expressions([int(n) for n in numbers])
+            if r[2] is not None and (not ordered or in_order(r[0], numbers))]
     hits = [r for r in rows if r[2] == target]
     misses = [r for r in rows if r[2] != target]
     k = rng.randint(*tries)
@@ -167,6 +170,13 @@ def countdown_trials_completion(example: Example, rng: random.Random, tries: tup
     final = hits[rng.randrange(len(hits))] if hits else (chosen.pop() if chosen else rows[0])
     trace = ", ".join(r[1] for r in chosen + [final])
     return f"<reasoning>{trace}</reasoning>\n<answer>{final[0]}</answer>"
+
+
+def countdown_ordered_trials_completion(example: Example, rng: random.Random, tries: tuple[int, int] = (2, 8)) -> str:
+    """:func:`countdown_trials_completion` over the 32 expressions that keep the numbers in the prompt's order
+    (``5,9,6>8``: ``9-6=3;5+3=8`` then ``5+(9-6)``): the teacher for ``CountdownTask(ordered=True)``, whose
+    problems all have such a solution. Every number then sits at one of a few offsets from the start of a try."""
+    return countdown_trials_completion(example, rng, tries, ordered=True)
 
 
 # -- the scripted external policy's verbose first stage (lit_rl.rollouts.backends.ScriptedBackend) --------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from fractions import Fraction
 
 import pytest
@@ -10,8 +11,8 @@ import pytest
 from lit_rl.errors import FieldError
 from lit_rl.tasks import CountdownTask
 from lit_rl.tasks.arith import safe_eval
-from lit_rl.tasks.countdown_problems import three_number_expressions
-from lit_rl.tasks.scripted import countdown_trials_completion
+from lit_rl.tasks.countdown_problems import generate_problem, in_order, three_number_expressions
+from lit_rl.tasks.scripted import countdown_ordered_trials_completion, countdown_trials_completion
 
 MINI = dict(number_range=[1, 9], target_range=[1, 30], test_size=64, system_prompt="",
             question_template="{numbers}>{target}")
@@ -61,7 +62,7 @@ def test_miniature_ranges_and_generated_test_split():
 @pytest.mark.parametrize("kwargs, field", [
     ({"number_range": [5, 1]}, "number_range"), ({"number_range": [0, 9]}, "number_range"),
     ({"target_range": [1]}, "target_range"), ({"target_range": ["a", 3]}, "target_range"),
-    ({"test_size": 0}, "test_size"),
+    ({"test_size": 0}, "test_size"), ({"ordered": True}, "ordered: needs a generated test split"),
 ])
 def test_bad_ranges_name_the_field(kwargs, field):
     with pytest.raises(FieldError, match=field):
@@ -89,3 +90,47 @@ def test_ranges_that_cannot_fill_the_splits_fail_with_the_field_instead_of_hangi
         CountdownTask(num_train=3, number_range=[1, 2], target_range=[500, 600], test_size=10).train_examples()
     assert len(CountdownTask(num_train=3, test_size="5", **{k: v for k, v in MINI.items() if k != "test_size"})
                .eval_examples()) == 5
+
+
+def test_in_order_reads_the_numbers_left_to_right():
+    assert in_order("5+(9-6)", [5, 9, 6]) and in_order("(5+9)/6", [5, 9, 6])
+    assert not in_order("9-6+5", [5, 9, 6]) and not in_order("5+9", [5, 9, 6])
+    assert in_order("12-3*3", [12, 3, 3]) and not in_order("1+23", [12, 3])
+
+
+def _ordered_hits(numbers, target):
+    return [r for r in three_number_expressions(numbers) if r[2] == target and in_order(r[0], numbers)]
+
+
+def test_ordered_problems_all_have_a_solution_in_the_given_order():
+    rng = random.Random(7)
+    problems = [generate_problem(rng, (1, 9), (1, 30), ordered=True) for _ in range(300)]
+    assert all(_ordered_hits(n, t) for n, t in problems)
+    # without ``ordered`` some problems are solvable only in another order (so the option changes the task)
+    rng = random.Random(7)
+    free = [generate_problem(rng, (1, 9), (1, 30)) for _ in range(300)]
+    assert sum(not _ordered_hits(n, t) for n, t in free) > 10
+
+
+def test_an_ordered_task_keeps_both_splits_ordered_and_the_default_task_unchanged():
+    t = CountdownTask(num_train=200, ordered=True, **MINI)
+    for e in t.train_examples() + t.eval_examples():
+        assert _ordered_hits(e.meta["numbers"], e.meta["target"]), e.id
+    assert len(t.eval_examples()) == 64
+    plain = CountdownTask(num_train=5, **MINI)
+    assert [e.answer for e in plain.train_examples()] != [e.answer for e in t.train_examples()[:5]]
+
+
+def test_ordered_teacher_keeps_every_try_and_the_answer_in_the_prompts_order():
+    t = CountdownTask(num_train=100, ordered=True, **MINI)
+    rng = random.Random(1)
+    for e in t.train_examples():
+        numbers = e.meta["numbers"]
+        text = countdown_ordered_trials_completion(e, rng, (1, 3))
+        assert t.reward(text, e) == 1.0
+        answer = text.split("<answer>")[1].split("</answer>")[0]
+        assert in_order(answer, numbers)
+        a, b, c = (str(n) for n in numbers)
+        for attempt in text.split("<reasoning>")[1].split("</reasoning>")[0].split(", "):
+            inner = attempt.split(";")[0].split("=")[0]  # (a o b) o c writes a o b first; a o (b o c), b o c
+            assert re.findall(r"\d+", inner) in ([a, b], [b, c]), attempt
