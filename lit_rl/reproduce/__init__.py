@@ -4,7 +4,8 @@ Studies:
 
 * ``erils``: ERILS vs on-policy-only SPG, joint processing, external-only and SFT on the embedded Sudoku
   default at equal budget, seeds and thread counts as bands, length-controlled vs uncontrolled external
-  rollouts (:mod:`lit_rl.reproduce.erils`).
+  rollouts (:mod:`lit_rl.reproduce.erils`); ``--task countdown``: the main comparison, the thread spread and
+  the capacity check on miniature Countdown, with the pool a real external model wrote.
 * ``double-rollout``: DR vs GRPO vs GRPO-large on the chain-sum testbed with seeds, ρ / N sweeps, the
   length bonus vs the Arora-Zanette penalty, the reliability table (:mod:`lit_rl.reproduce.double_rollout`);
   ``--testbed guess``: the same comparison where its premise holds (lucky guesses on the starting model), with
@@ -30,15 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = LitArgumentParser(
         prog="python -m lit_rl reproduce", description=__doc__.split("\n\n")[0],
         epilog="example:\n  python -m lit_rl reproduce erils --workers 2\n"
+               "  python -m lit_rl reproduce erils --task countdown\n"
                "  python -m lit_rl reproduce double-rollout --workers 2\n"
                "  python -m lit_rl reproduce double-rollout --testbed guess\n"
                "  python -m lit_rl reproduce double-rollout --quick --out /tmp/dr_quick",
     )
     parser.add_argument("study", choices=["erils", "double-rollout"])
+    parser.add_argument("--task", default="sudoku", choices=["sudoku", "countdown"],
+                        help="erils: the embedded Sudoku default, or miniature Countdown with the pool a real external "
+                             "model wrote (main comparison, thread spread, capacity check; default sudoku)")
     parser.add_argument("--testbed", default="chainsum", choices=["chainsum", "guess"],
                         help="double-rollout: the plain chain sums, or the guessable-answer testbed (default chainsum)")
     parser.add_argument("--out", default=None,
-                        help="output folder (default runs/reproduce/<study>[_<testbed>][_quick])")
+                        help="output folder (default runs/reproduce/<study>[_<testbed>|_<task>][_quick])")
     parser.add_argument("--quick", action="store_true", help="a few steps per job: checks the pipeline, not the method")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="seeds of the main comparison (default 0 1 2; quick: 0)")
@@ -54,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     if args.testbed != "chainsum" and args.study != "double-rollout":
         parser.error(f"--testbed {args.testbed}: only the double-rollout study has testbeds")
+    if args.task != "sudoku" and args.study != "erils":
+        parser.error(f"--task {args.task}: only the erils study has tasks")
 
     from lit_rl.reproduce import double_rollout, dr_report, erils, erils_report
     from lit_rl.reproduce.runner import jobs_to_run, run_jobs, seconds_of
@@ -61,10 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     study, report = (erils, erils_report) if args.study == "erils" else (double_rollout, dr_report)
 
     testbed = "" if args.testbed == "chainsum" else f"_{args.testbed}"
+    testbed += "" if args.task == "sudoku" else f"_{args.task}"
     out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{testbed}{'_quick' if args.quick else ''}")
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     threads = args.threads or max(1, 2 // args.workers)
-    extra = {"testbed": args.testbed} if args.study == "double-rollout" else {}
+    extra = {"testbed": args.testbed} if args.study == "double-rollout" else {"task": args.task}
     plan = study.plan(out, seeds, args.quick, args.workers, threads, **extra)
     evals = list(getattr(plan, "eval_jobs", []))
     if args.only:

@@ -24,6 +24,10 @@ The plan (``--quick`` shrinks every run to a few steps so that a test runs it en
    puzzles with seed bands and chance, Pass@k, per-source reward / advantage, on-policy completion length
    and format rate, the external rows' ELBO, the learning-rate and three-length tables, wall times.
 
+``--task countdown`` runs the same methods on miniature Countdown (``conf/erils_countdown.yaml`` under each
+method's overlay, with the pool a real external model wrote; docs/erils_countdown.md): the groups ``main``,
+``threads`` and ``capacity``, and a report whose chance line is a random expression of the right numbers.
+
 ``--only GROUP ...`` runs a part of the plan (groups ``main``, ``threads``, ``length``, ``capacity``,
 ``spg_lr``, ``lengths``); the report covers what has finished.
 
@@ -44,7 +48,7 @@ import yaml
 from lit_rl.atomic import atomic_write_text
 from lit_rl.reproduce.runner import Job, callbacks_of, fit_job, init_stores as _init_stores, validate_job
 
-__all__ = ["EXPERIMENT", "LENGTHS_EVAL", "LR_STUDY", "METHODS", "METRIC", "Plan", "init_stores",
+__all__ = ["EXPERIMENT", "LENGTHS_EVAL", "LR_STUDY", "METHODS", "METRIC", "TASKS", "Plan", "TaskSetup", "init_stores",
            "lengths_job", "plan"]
 
 EXPERIMENT = "lit_rl-reproduce-erils"
@@ -70,6 +74,40 @@ LR_STUDY = (3e-4, 1e-4)
 BASE_LR = 1e-3  # conf/erils.yaml's (a test checks the two agree)
 #: Table XI's protocol: deterministic decoding at three generation lengths (a PassAtKEvaluation entry)
 LENGTHS_EVAL = "conf/eval/erils_lengths.yaml"
+
+
+@dataclass(frozen=True)
+class TaskSetup:
+    """What the study changes with ``--task``: the overlays after :data:`BASE` (before each method's own), the
+    pool SPG takes its prompt order from, the job groups, and the report's wording."""
+
+    name: str
+    overlays: tuple[str, ...]
+    pool: str
+    groups: tuple[str, ...]
+    title: str
+    measure: str  # what the metric counts, for the report
+    eval_set: str
+
+    @property
+    def metric(self) -> str:
+        return f"val/{self.name}/greedy/accuracy"
+
+    def pass_at(self, k: int) -> str:
+        return f"val/{self.name}/multi/pass_at_{k}"
+
+
+TASKS = {
+    "sudoku": TaskSetup("sudoku", (), "data/pools/sudoku_grid.jsonl.gz",
+                        ("main", "threads", "length", "capacity", "spg_lr", "lengths"),
+                        "ERILS on the embedded Sudoku default (ERILS Fig. 1 in miniature)", "greedy cell accuracy",
+                        "all 256 puzzles of SPG's test split"),
+    # Table I's second task: miniature Countdown with the pool a real external model wrote (docs/erils_countdown.md)
+    "countdown": TaskSetup("countdown", ("conf/erils_countdown.yaml",), "data/pools/countdown_tiny.jsonl.gz",
+                           ("main", "threads", "capacity"),
+                           "ERILS on miniature Countdown (a second task of ERILS Table I)", "greedy accuracy",
+                           "256 generated test problems"),
+}
 
 
 @dataclass
@@ -115,16 +153,25 @@ def _edit_callbacks(configs: Sequence[str], folder: Path, cache_dir: str, quick:
     return cbs
 
 
+def method_configs(method: str, task: str = "sudoku") -> tuple[list[str], list[str]]:
+    """The config files of ``method`` on ``task`` (BASE, the task's overlays, the method's overlay) and the
+    command-line keys the task adds (SPG takes its prompt order from the task's pool)."""
+    setup = TASKS[task]
+    configs = [METHODS[method][0], *setup.overlays, *METHODS[method][1:]]
+    keys = [f"--data.init_args.prompt_order_pool={setup.pool}"] if method == "spg" and setup.overlays else []
+    return configs, keys
+
+
 def _fit_job(
     name: str, method: str, seed: int, out: Path, threads: int, quick: bool, cache_dir: str,
-    extra: Sequence[str] = (), tags: dict[str, str] | None = None,
+    extra: Sequence[str] = (), tags: dict[str, str] | None = None, task: str = "sudoku",
 ) -> Job:
-    configs = METHODS[method]
+    configs, keys = method_configs(method, task)
     cbs = _edit_callbacks(configs, out / "runs" / name, cache_dir, quick)
     tags = {"lit_rl.reproduce": "erils", "lit_rl.job": name, "method": method, "seed": str(seed),
-            "threads": str(threads), **(tags or {})}
+            "threads": str(threads), "task": task, **(tags or {})}
     return fit_job(name, configs, cbs, seed, DATA_SEED + seed, threads, out, EXPERIMENT, tags,
-                   [*(_quick_cli() if quick else []), *extra])
+                   [*(_quick_cli() if quick else []), *keys, *extra])
 
 
 def init_stores(out: Path) -> None:
@@ -133,33 +180,40 @@ def init_stores(out: Path) -> None:
 
 
 def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int,
-         cache_dir: str | None = None) -> Plan:
-    """Every job of the study, in the order they should start (the first one builds the warm-start cache)."""
+         cache_dir: str | None = None, task: str = "sudoku") -> Plan:
+    """Every job of the study on ``task`` (:data:`TASKS`), in the order they should start (the first one builds
+    the warm-start cache). Countdown runs the groups ``main``, ``threads`` and ``capacity``."""
     out = Path(out)
     cache = cache_dir or (str(out / "cache") if quick else "runs/cache")
+    groups = TASKS[task].groups
     jobs: list[Job] = []
     methods = QUICK_METHODS if quick else tuple(METHODS)
+
+    def add(name: str, method: str, seed: int, extra: Sequence[str] = (), tags: dict[str, str] | None = None,
+            n_threads: int = threads) -> None:
+        if (tags or {}).get("group") in groups:
+            jobs.append(_fit_job(name, method, seed, out, n_threads, quick, cache, extra, tags, task))
+
     for seed in seeds:
         for method in methods:
-            jobs.append(_fit_job(f"{method}_s{seed}", method, seed, out, threads, quick, cache, tags={"group": "main"}))
+            add(f"{method}_s{seed}", method, seed, tags={"group": "main"})
     s0 = seeds[0]
     if not quick:  # the same run at the other thread count: the spread a second machine would show
         other = 2 if threads == 1 else 1
-        jobs.append(_fit_job(f"erils_s{s0}_t{other}", "erils", s0, out, other, quick, cache, tags={"group": "threads"}))
+        add(f"erils_s{s0}_t{other}", "erils", s0, tags={"group": "threads"}, n_threads=other)
     # Fig. 4 trains external-only on each pool (on-policy only as the reference); ERILS on each pool too
     for method in ("external_only", "erils") if not quick else ("erils",):
-        jobs.append(_fit_job(f"{method}_uncontrolled_s{s0}", method, s0, out, threads, quick, cache,
-                             [f"--data.init_args.pool_path={UNCONTROLLED_POOL}"], {"group": "length"}))
+        add(f"{method}_uncontrolled_s{s0}", method, s0, [f"--data.init_args.pool_path={UNCONTROLLED_POOL}"],
+            {"group": "length"})
     if not quick:  # the capacity check: SFT on fresh pool rows (one per prompt, one update per batch), longer
-        jobs.append(_fit_job(f"sft_capacity_s{s0}", "sft", s0, out, threads, quick, cache, CAPACITY_CLI,
-                             {"group": "capacity"}))
+        add(f"sft_capacity_s{s0}", "sft", s0, CAPACITY_CLI, {"group": "capacity"})
     for lr in () if quick else LR_STUDY:  # SPG's failure mode: SPG and ERILS at lower learning rates
         for method in ("spg", "erils"):
-            jobs.append(_fit_job(f"{method}_lr{lr:g}_s{s0}", method, s0, out, threads, quick, cache,
-                                 [f"--model.init_args.optimizer.init_args.lr={lr}"],
-                                 {"group": "spg_lr", "lr": f"{lr:g}"}))
-    evals = [lengths_job(j, out, quick) for j in jobs if j.tags.get("group") in ("main", "spg_lr")]
-    first_alone = not any(Path(cache).glob("format_warmup_sudoku_*.pt"))
+            add(f"{method}_lr{lr:g}_s{s0}", method, s0, [f"--model.init_args.optimizer.init_args.lr={lr}"],
+                {"group": "spg_lr", "lr": f"{lr:g}"})
+    evals = [lengths_job(j, out, quick) for j in jobs if j.tags.get("group") in ("main", "spg_lr")] \
+        if "lengths" in groups else []
+    first_alone = not any(Path(cache).glob(f"format_warmup_{task}_*.pt"))
     return Plan(jobs, out, quick, list(seeds), threads, first_alone, eval_jobs=evals)
 
 

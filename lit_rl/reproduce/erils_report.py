@@ -20,7 +20,7 @@ from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.report import RunData, _plt, load_runs
 from lit_rl.reproduce.dr_report import _f, _stats, latest_finished
 
-__all__ = ["CHANCE", "DIAGNOSTICS", "build"]
+__all__ = ["CHANCE", "DIAGNOSTICS", "build", "countdown_chance", "expression_chance"]
 
 CHANCE = 0.25  # a uniformly random digit in every blank
 LABELS = {
@@ -50,7 +50,8 @@ def _band(runs: Sequence[RunData], metric: str) -> list[tuple[int, list[float]]]
     return [(s, [p[s] for p in per]) for s in steps]
 
 
-def _plot_curves(groups: dict[str, list[RunData]], metric: str, path: Path, extra: dict[str, list[RunData]]) -> None:
+def _plot_curves(groups: dict[str, list[RunData]], metric: str, path: Path, extra: dict[str, list[RunData]],
+                 chance: float = CHANCE, ylabel: str = "greedy cell accuracy (256 test puzzles)") -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for i, (name, runs) in enumerate([*groups.items(), *extra.items()]):
@@ -63,9 +64,9 @@ def _plot_curves(groups: dict[str, list[RunData]], metric: str, path: Path, extr
                 label=f"{LABELS.get(name, name)} ({len(pts[0][1])} run{'s' if len(pts[0][1]) > 1 else ''})")
         if len(pts[0][1]) > 1:
             ax.fill_between(xs, [min(v) for _, v in pts], [max(v) for _, v in pts], color=f"C{i}", alpha=0.2)
-    ax.axhline(CHANCE, color="grey", ls=":", lw=1, label="chance (0.25)")
+    ax.axhline(chance, color="grey", ls=":", lw=1, label=f"chance ({chance:.3g})")
     ax.set_xlabel("optimizer updates")
-    ax.set_ylabel("greedy cell accuracy (256 test puzzles)")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center right")
@@ -75,7 +76,7 @@ def _plot_curves(groups: dict[str, list[RunData]], metric: str, path: Path, extr
     plt.close(fig)
 
 
-def _plot_diagnostics(groups: dict[str, list[RunData]], path: Path) -> None:
+def _plot_diagnostics(groups: dict[str, list[RunData]], path: Path, pass_at: Sequence[str] = PASS_AT) -> None:
     plt = _plt()
     fig, axes = plt.subplots(2, 4, figsize=(16, 6.5))
     for ax, (metric, title) in zip(axes.flat, DIAGNOSTICS):
@@ -89,12 +90,12 @@ def _plot_diagnostics(groups: dict[str, list[RunData]], path: Path) -> None:
         ax.grid(alpha=0.3)
     ax = axes.flat[len(DIAGNOSTICS)]  # Pass@k at the end of training (mean over seeds)
     for i, (name, runs) in enumerate(groups.items()):
-        ks = [(k, [_last(r, m) for r in runs]) for k, m in enumerate(PASS_AT, 1)]
+        ks = [(k, [_last(r, m) for r in runs]) for k, m in enumerate(pass_at, 1)]
         ks = [(k, [v for v in vals if v is not None]) for k, vals in ks]
         ks = [(k, statistics.fmean(v)) for k, v in ks if v]
         if ks:
             ax.plot([k for k, _ in ks], [v for _, v in ks], marker="o", color=f"C{i}", label=LABELS.get(name, name))
-    ax.set_title("pass@k at the end (T 0.9, 64 puzzles)", fontsize=9)
+    ax.set_title("pass@k at the end (T 0.9, 64 test problems)", fontsize=9)
     ax.set_xlabel("k", fontsize=8)
     ax.set_xticks(range(1, 5))
     ax.grid(alpha=0.3)
@@ -136,30 +137,60 @@ def _failure_reading(final: float | None, format_rate: float | None, start: floa
     return "stays low"
 
 
-def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False) -> dict[str, Any]:
-    """Write the report into ``out`` from ``out/mlflow.db``; returns the summary (also ``summary.json``)."""
-    from lit_rl.reproduce.erils import EXPERIMENT, METHODS, METRIC
+def expression_chance(problems: Sequence[tuple[Sequence[int], int]]) -> float:
+    """Chance on Countdown problems ``[(numbers, target)]``: the mean share of the 192 expressions of a problem's
+    three numbers (:func:`~lit_rl.tasks.countdown_problems.three_number_expressions`) that hit its target, i.e.
+    the accuracy of a policy that writes a uniformly random expression of the right numbers."""
+    from lit_rl.tasks.countdown_problems import three_number_expressions
+
+    return statistics.fmean(statistics.fmean(v == t for _, _, v in three_number_expressions(n)) for n, t in problems)
+
+
+def countdown_chance(config: str = "conf/erils_countdown.yaml") -> float:
+    """:func:`expression_chance` on the test split of the task that ``config`` (a fit overlay) sets."""
+    import yaml
+
+    from lit_rl.tasks import CountdownTask
+
+    args = yaml.safe_load(Path(config).read_text())["data"]["init_args"]["task"]["init_args"]
+    return expression_chance(CountdownTask(**{**args, "num_train": 0}).test_problems())
+
+
+def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False,
+          task: str = "sudoku") -> dict[str, Any]:
+    """Write the report of the study on ``task`` into ``out`` from ``out/mlflow.db``; returns the summary (also
+    ``summary.json``)."""
+    from lit_rl.reproduce.erils import EXPERIMENT, METHODS, TASKS
+
+    setup = TASKS[task]
+    METRIC = setup.metric  # noqa: N806  (the study's one metric, as the module constant was)
+    chance = CHANCE if task == "sudoku" else countdown_chance(setup.overlays[0])
+    pass_at = [setup.pass_at(k) for k in range(1, 5)]
 
     if not (out / "mlflow.db").exists():
         raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report_only first)")
     runs = load_runs(f"sqlite:///{(out / 'mlflow.db').resolve()}", experiments=[EXPERIMENT])
-    jobs = latest_finished([r for r in runs if r.tags.get("lit_rl.reproduce") == "erils"], "lit_rl.job")
+    jobs = latest_finished([r for r in runs if r.tags.get("lit_rl.reproduce") == "erils"
+                            and r.tags.get("task", "sudoku") == task], "lit_rl.job")
     main = {m: [jobs[f"{m}_s{s}"] for s in seeds if f"{m}_s{s}" in jobs] for m in METHODS}
     main = {m: rs for m, rs in main.items() if rs}
     threads = [r for n, r in jobs.items() if r.tags.get("group") == "threads"]
     uncontrolled = [r for n, r in jobs.items() if r.tags.get("group") == "length"]
-    summary: dict[str, Any] = {"metric": METRIC, "chance": CHANCE, "seeds": list(seeds), "main": {}, "times_s": times}
+    summary: dict[str, Any] = {"task": task, "metric": METRIC, "chance": chance, "seeds": list(seeds), "main": {},
+                               "times_s": times}
     budget = ("a few steps (`--quick`: a smoke run of the pipeline, not `conf/erils.yaml`'s budget; the "
               "numbers below say nothing about the methods)" if quick else
               "`conf/erils.yaml`'s budget (same updates, rollout batches, warm start)")
-    md = [f"# ERILS on the embedded Sudoku default (ERILS Fig. 1 in miniature)"
+    if task != "sudoku":
+        budget = budget.replace("`conf/erils.yaml`'s", f"`conf/erils.yaml` + `{setup.overlays[0]}`'s")
+    md = [f"# {setup.title}"
           f"{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", "",
-          f"Greedy cell accuracy = `{METRIC}` on all 256 puzzles of SPG's test split (chance {CHANCE}). Every "
+          f"{setup.measure.capitalize()} = `{METRIC}` on {setup.eval_set} (chance {chance:.3g}). Every "
           f"variant runs {budget}. Seeds: {', '.join(map(str, seeds))}.", ""]
 
     # 1. equal budget
     md += ["## Equal budget", "",
-           "| method | start | final (mean ± std) | min-max | pass@1 / pass@4 (T 0.9, 64 puzzles) "
+           "| method | start | final (mean ± std) | min-max | pass@1 / pass@4 (T 0.9, 64 test problems) "
            "| on-policy reward, first → last 5 batches | on-policy length (last 5) | wall time / run |",
            "|---|---|---|---|---|---|---|---|"] if main else [
                "(No main-comparison run has finished here: `--only` ran other groups; the sections below are theirs.)",
@@ -167,8 +198,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     for m, rs in main.items():
         start = _stats([r.series(METRIC)[0][1] for r in rs if r.series(METRIC)])
         final = _stats([_last(r, METRIC) for r in rs])
-        p1 = _stats([_last(r, "val/sudoku/multi/pass_at_1") for r in rs])
-        p4 = _stats([_last(r, "val/sudoku/multi/pass_at_4") for r in rs])
+        p1 = _stats([_last(r, pass_at[0]) for r in rs])
+        p4 = _stats([_last(r, pass_at[3]) for r in rs])
         r0 = _mean_of(rs, "train/on_policy/reward_mean", "first")
         r1 = _mean_of(rs, "train/on_policy/reward_mean", "last")
         ln = _mean_of(rs, "train/on_policy/length_mean", "last")
@@ -190,8 +221,9 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
             if "erils_minus_this" in summary["main"][o]) + "."]
     if main:
         _plot_curves(main, METRIC, out / "curves.png",
-                     {f"{LABELS.get(r.tags.get('method', ''), r.name)}, uncontrolled pool": [r] for r in uncontrolled})
-        _plot_diagnostics(main, out / "diagnostics.png")
+                     {f"{LABELS.get(r.tags.get('method', ''), r.name)}, uncontrolled pool": [r] for r in uncontrolled},
+                     chance, f"{setup.measure} ({setup.eval_set})")
+        _plot_diagnostics(main, out / "diagnostics.png", pass_at)
         md += ["", "![curves](curves.png)", "", "Per-source diagnostics (mean over seeds): why a run learns or "
                "stalls.", "", "![diagnostics](diagnostics.png)", ""]
 

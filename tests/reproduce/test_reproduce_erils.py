@@ -287,3 +287,68 @@ def test_a_report_of_other_groups_only_says_the_main_comparison_has_not_run(tmp_
     report = (tmp_path / "report.md").read_text()
     assert summary["main"] == {} and "No main-comparison run has finished here" in report
     assert "| method | start |" not in report and summary["spg_lr"]["spg@0.0001"]["reading"] == "stays low"
+
+
+def test_countdown_plan_puts_the_task_overlay_under_each_methods_own(tmp_path, parse_training_config):
+    plan = erils.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1, cache_dir=str(tmp_path / "c"),
+                      task="countdown")
+    jobs = {j.name: j for j in plan.jobs}
+    assert list(jobs) == ["erils_s0", "spg_s0", "joint_s0", "external_only_s0", "sft_s0",
+                          "erils_s1", "spg_s1", "joint_s1", "external_only_s1", "sft_s1",
+                          "erils_s0_t2", "sft_capacity_s0"]  # no Sudoku-only groups (pools, learning rates, lengths)
+    assert plan.eval_jobs == [] and all(j.tags["task"] == "countdown" for j in plan.jobs)
+    assert jobs["spg_s1"].argv[1:7] == ["--config", erils.BASE, "--config", "conf/erils_countdown.yaml",
+                                        "--config", "conf/spg.yaml"]
+    pool = erils.TASKS["countdown"].pool
+    for name, job in jobs.items():
+        cfg = parse_training_config.argv(job.argv[1:])
+        assert cfg.data.init_args.task.class_path.endswith("CountdownTask"), name
+        assert cfg.data.init_args.generation.gen_length == 64, name
+        warm = [c for c in cfg.trainer.callbacks if c.class_path.endswith("FormatWarmup")]
+        assert warm[0].init_args.trace == "search" and warm[0].init_args.cache_dir == str(tmp_path / "c"), name
+        if name.startswith("spg"):  # on-policy only, in the order ERILS sees the Countdown pool's prompts
+            assert cfg.data.init_args.pool_path is None and cfg.data.init_args.prompt_order_pool == pool
+        else:
+            assert cfg.data.init_args.pool_path == pool, name
+    # the Sudoku plan is unchanged by the task option
+    assert erils.method_configs("spg") == (["conf/erils.yaml", "conf/spg.yaml"], [])
+
+
+def test_expression_chance_by_hand():
+    from lit_rl.reproduce.erils_report import expression_chance
+
+    # 1, 1, 1 -> 3 only as 1+1+1: 2 bracketings x 6 orders = 12 of 192 rows; target 100: none
+    assert expression_chance([((1, 1, 1), 3)]) == pytest.approx(12 / 192)
+    assert expression_chance([((1, 1, 1), 3), ((1, 1, 1), 100)]) == pytest.approx(6 / 192)
+
+
+def test_countdown_report_reads_only_its_tasks_runs(tmp_path):
+    from lit_rl.reproduce.erils_report import build, countdown_chance
+
+    acc = "val/countdown/greedy/accuracy"
+    main = {"group": "main", "threads": "1", "task": "countdown"}
+    _store(tmp_path, {
+        "erils_s0": ({**main, "method": "erils", "seed": "0"},
+                     {acc: [(0, 0.02), (299, 0.30)], "val/countdown/multi/pass_at_4": [(300, 0.5)]}),
+        "spg_s0": ({**main, "method": "spg", "seed": "0"}, {acc: [(0, 0.02), (299, 0.05)]}),
+        "joint_s0": ({"group": "main", "threads": "1", "task": "sudoku", "method": "joint", "seed": "0"},
+                     {"val/sudoku/greedy/accuracy": [(0, 0.25), (299, 0.9)]}),  # another task's run, same store
+    })
+    summary = build(tmp_path, seeds=[0], times={}, task="countdown")
+    assert set(summary["main"]) == {"erils", "spg"} and summary["metric"] == acc
+    assert summary["main"]["erils"]["final"]["mean"] == 0.30 and summary["main"]["erils"]["pass_at_4"]["mean"] == 0.5
+    assert summary["main"]["spg"]["erils_minus_this"] == pytest.approx(0.25)
+    assert 0 < summary["chance"] == countdown_chance() < 0.25
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# ERILS on miniature Countdown") and "256 generated test problems" in report
+
+
+def test_task_belongs_to_the_erils_study_and_countdown_has_no_sudoku_groups(tmp_path, capsys):
+    from lit_rl.reproduce import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["double-rollout", "--task", "countdown", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "--task countdown: only the erils study has tasks" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["erils", "--task", "countdown", "--only", "spg_lr", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "(groups: capacity, main, threads)" in capsys.readouterr().err
