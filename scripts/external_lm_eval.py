@@ -10,7 +10,7 @@ and reports per mode:
 - for Countdown trial traces, the arithmetic of each written step (``a op b = c``) and how often the last try
   claims the target (does the model stop on a hit, or after a learned number of tries?).
 
-    .venv/bin/python scripts/external_lm_eval.py --config conf/external/countdown_tiny.yaml [--samples 4]
+    .venv/bin/python scripts/external_lm_eval.py --config conf/external/countdown_ordered.yaml [--samples 4]
 
 The last line printed is a JSON object with every figure.
 """

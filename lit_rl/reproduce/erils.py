@@ -103,7 +103,7 @@ TASKS = {
                         "ERILS on the embedded Sudoku default (ERILS Fig. 1 in miniature)", "greedy cell accuracy",
                         "all 256 puzzles of SPG's test split"),
     # Table I's second task: miniature Countdown with the pool a real external model wrote (docs/erils_countdown.md)
-    "countdown": TaskSetup("countdown", ("conf/erils_countdown.yaml",), "data/pools/countdown_tiny.jsonl.gz",
+    "countdown": TaskSetup("countdown", ("conf/erils_countdown.yaml",), "data/pools/countdown_ordered.jsonl.gz",
                            ("main", "threads", "capacity"),
                            "ERILS on miniature Countdown (a second task of ERILS Table I)", "greedy accuracy",
                            "256 generated test problems"),

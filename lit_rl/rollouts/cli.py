@@ -6,7 +6,7 @@
 * ``rollouts train-lm --config conf/external/<task>.yaml`` trains the config's external model into its
   ``backend.model`` directory from the config's ``external_lm`` block: a small Llama with its own byte-level
   BPE tokenizer, taught by a scripted teacher to follow the length instruction
-  (:mod:`lit_rl.rollouts.external_lm`; the miniature Countdown pool, ``conf/external/countdown_tiny.yaml``).
+  (:mod:`lit_rl.rollouts.external_lm`; the miniature Countdown pool, ``conf/external/countdown_ordered.yaml``).
 * ``rollouts filter POOL --out POOL2[.gz] [--min_reward R] [--max_tokens T]`` copies a pool, leaving records
   under ``R`` (or over ``T`` tokens) unusable (:mod:`lit_rl.rollouts.pool_filter`).
 * ``rollouts stats POOL [--g_ext 2] [--max_tokens 500] [--mlflow_uri sqlite:///runs/mlflow.db]

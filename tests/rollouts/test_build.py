@@ -299,9 +299,10 @@ def test_every_external_config_parses(name, monkeypatch):
     monkeypatch.setenv("LIT_RL_MATH_TRAIN", "/data/math_train.jsonl")
     cfg = load_build_config(ROOT / "conf/external" / name)
     assert cfg.n >= cfg.g_ext
-    if name == "countdown_tiny.yaml":  # the miniature: the limit scaled to the dLLM's L_gen 64 (erils_countdown.md)
+    if name == "countdown_ordered.yaml":  # the miniature: the limit scaled to the tiny dLLM (erils_countdown.md)
         assert cfg.max_usable_tokens < 500 and cfg.length_control.target_total_tokens == 48
-        assert cfg.external_lm["teacher"] == "countdown_trials" and cfg.backend_spec["type"] == "hf"
+        assert cfg.external_lm["teacher"] == "countdown_ordered_trials" and cfg.backend_spec["type"] == "hf"
+        assert cfg.task_spec["init_args"]["ordered"] is True
     else:
         assert cfg.max_usable_tokens == 500 and cfg.length_control.target_total_tokens == 256
     if name in ("sudoku.yaml", "countdown.yaml", "math500.yaml"):  # the paper's settings (Table III)
