@@ -21,6 +21,8 @@ from lit_rl.tasks.math_task import MathTask
 from lit_rl.tasks.prompt_task import PromptTask
 from lit_rl.tasks.scripted import (
     countdown_completion,
+    countdown_random_try,
+    countdown_trials_pool_completion,
     sudoku_completion,
     sudoku_grid_completion,
     sudoku_grid_verbose_completion,
@@ -97,7 +99,9 @@ def known_traces(name: str) -> dict[str, TraceWriter]:
 register_task(TaskEntry("sudoku", SudokuTask, {
     "deduction": sudoku_completion, "grid": sudoku_grid_completion, "grid_verbose": sudoku_grid_verbose_completion,
 }, verbose=verbose_trace, recipe_trace="grid"))
-register_task(TaskEntry("countdown", CountdownTask, {"search": countdown_completion}, verbose=verbose_trace))
+register_task(TaskEntry("countdown", CountdownTask, {"search": countdown_completion,
+                                                     "trials": countdown_trials_pool_completion},
+                        verbose=verbose_trace))
 register_task(TaskEntry("math500", MathTask), "math")
 register_task(TaskEntry("chainsum", ChainSumTask,
                         {"running": chainsum_completion, "verbose": chainsum_verbose_completion,
@@ -112,8 +116,13 @@ def format_warmup_text(task_name: str, example: Example, rng: random.Random, sty
     copies the givens with random digits in the blanks (cell accuracy ~chance). ``"grid"``: the format of
     :func:`sudoku_grid_completion` with random blanks: the givens copied, random digits in the blanks, the
     same 16 digits as the answer (fixed length; blank-cell accuracy ~chance, so it teaches the format and
-    the copying, not the solving). Countdown: a random expression of the three numbers.
+    the copying, not the solving). Countdown, ``"search"`` (default): a random expression of the three
+    numbers after random pairs; ``"trials"``: one random try in the trials teacher's format, its numbers in the
+    prompt's order (:func:`~lit_rl.tasks.scripted.countdown_random_try`: the numbers copied, random operators,
+    so it teaches the format and the copying, not the solving).
     """
+    if task_name == "countdown" and style == "trials":
+        return countdown_random_try(example, rng)
     if task_name == "sudoku" and style == "grid":
         g = "".join(ch if ch != "0" else str(rng.randint(1, 4)) for ch in example.meta["puzzle"])
         return f"<reasoning>{g}</reasoning>\n<answer>{g}</answer>"

@@ -179,6 +179,36 @@ def countdown_ordered_trials_completion(example: Example, rng: random.Random, tr
     return countdown_trials_completion(example, rng, tries, ordered=True)
 
 
+def countdown_trials_pool_completion(example: Example, rng: random.Random, error_rate: float = 0.0) -> str:
+    """The ``trials`` style of ``rollouts scripted --task countdown``: the ordered teacher with 0-1 wrong tries
+    (:func:`countdown_ordered_trials_completion`); with probability ``error_rate`` the final try is a wrong one
+    too (the trace still ends on it, so the answer is wrong)."""
+    if error_rate > 0 and rng.random() < error_rate:
+        from lit_rl.tasks.countdown_problems import in_order, three_number_expressions
+
+        numbers, target = example.answer
+        misses = [r for r in three_number_expressions([int(n) for n in numbers])
+                  if r[2] is not None and r[2] != target and in_order(r[0], numbers)]
+        if misses:
+            expr, trace, _ = misses[rng.randrange(len(misses))]
+            return f"<reasoning>{trace}</reasoning>\n<answer>{expr}</answer>"
+    return countdown_ordered_trials_completion(example, rng, (0, 1))
+
+
+def countdown_random_try(example: Example, rng: random.Random) -> str:
+    """One random try in the trials format, ``<reasoning>a o b=v;v o c=w</reasoning>`` then that expression as
+    the answer, over the expressions that keep the prompt's order: the format of the trials teacher with the
+    numbers copied and random operators (the format warm-up's ``trials`` style; it hits the target only by
+    chance)."""
+    from lit_rl.tasks.countdown_problems import in_order, three_number_expressions
+
+    numbers, _ = example.answer
+    rows = [r for r in three_number_expressions([int(n) for n in numbers]) if r[2] is not None
+            and in_order(r[0], numbers)]
+    expr, trace, _ = rows[rng.randrange(len(rows))]
+    return f"<reasoning>{trace}</reasoning>\n<answer>{expr}</answer>"
+
+
 # -- the scripted external policy's verbose first stage (lit_rl.rollouts.backends.ScriptedBackend) --------
 def last_answer(text: str) -> str | None:
     found = re.findall(r"<answer>(.*?)</answer>", text, flags=re.S)

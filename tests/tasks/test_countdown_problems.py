@@ -134,3 +134,34 @@ def test_ordered_teacher_keeps_every_try_and_the_answer_in_the_prompts_order():
         for attempt in text.split("<reasoning>")[1].split("</reasoning>")[0].split(", "):
             inner = attempt.split(";")[0].split("=")[0]  # (a o b) o c writes a o b first; a o (b o c), b o c
             assert re.findall(r"\d+", inner) in ([a, b], [b, c]), attempt
+
+
+def test_the_trials_warm_up_copies_the_numbers_in_order_with_random_operators():
+    from lit_rl.tasks.arith import safe_eval
+    from lit_rl.tasks.registry import format_warmup_text
+
+    t = CountdownTask(num_train=60, ordered=True, **MINI)
+    rng = random.Random(3)
+    hits, answers = 0, set()
+    for e in t.train_examples():
+        text = format_warmup_text("countdown", e, rng, "trials")
+        answer = text.split("<answer>")[1].split("</answer>")[0]
+        trace = text.split("<reasoning>")[1].split("</reasoning>")[0]
+        assert in_order(answer, e.meta["numbers"]) and ", " not in trace  # one try, the prompt's order
+        assert safe_eval(answer) == pytest.approx(float(Fraction(trace.rsplit("=", 1)[1])))  # the try's value
+        hits += t.reward(text, e) == 1.0
+        answers.add(re.sub(r"\d+", "n", answer))
+    assert hits < 20 and len(answers) > 8  # chance-level hits, many operator / bracket shapes
+
+
+def test_the_scripted_trials_style_writes_the_ordered_teacher_and_its_errors():
+    from lit_rl.tasks.registry import known_traces
+
+    t = CountdownTask(num_train=40, ordered=True, **MINI)
+    write = known_traces("countdown")["trials"]
+    rng = random.Random(5)
+    for e in t.train_examples():
+        good, bad = write(e, rng, 0.0), write(e, rng, 1.0)
+        assert t.reward(good, e) == 1.0 and t.reward(bad, e) < 1.0
+        for text in (good, bad):
+            assert in_order(text.split("<answer>")[1].split("</answer>")[0], e.meta["numbers"])
