@@ -305,7 +305,8 @@ def test_countdown_plan_puts_the_task_overlay_under_each_methods_own(tmp_path, p
         assert cfg.data.init_args.task.class_path.endswith("CountdownTask"), name
         assert cfg.data.init_args.generation.gen_length == 64, name
         warm = [c for c in cfg.trainer.callbacks if c.class_path.endswith("FormatWarmup")]
-        assert warm[0].init_args.trace == "search" and warm[0].init_args.cache_dir == str(tmp_path / "c"), name
+        assert warm[0].init_args.trace == "trials" and warm[0].init_args.steps == 1000, name
+        assert warm[0].init_args.cache_dir == str(tmp_path / "c"), name
         if name.startswith("spg"):  # on-policy only, in the order ERILS sees the Countdown pool's prompts
             assert cfg.data.init_args.pool_path is None and cfg.data.init_args.prompt_order_pool == pool
         else:
