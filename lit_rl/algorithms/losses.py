@@ -142,7 +142,8 @@ class GRPOLossSettings:
             scores, not the full generation budget (rows are EOS-filled to ``max_new_tokens``; TRL's
             ``GRPOTrainer`` likewise pads completions only to the batch's longest). Exact for a causal policy,
             whose logits at a position never read a later token, up to float rounding of the shorter
-            matmuls; ``false``: the full width (the behaviour before this option).
+            matmuls; ``false``: the full width (the behaviour before this option). Not applied under
+            ``seq-mean-token-sum-norm``, whose normaliser is the full width ``L`` (Dr. GRPO's constant).
     """
 
     eps_low: float = 0.2
@@ -241,7 +242,9 @@ class ClippedPGLoss(Loss):
         metrics = {"train/uninformative_batches": float(self.uninformative_batches),
                    "train/rows_trained": keep.float().sum()}
         ro, adv, mask = ro.select(keep), adv[keep], mask[keep]  # (B',...)
-        if s.trim_padding and bool(mask.any()):  # causal: columns after the last scored token change nothing
+        # causal: columns after the last scored token change nothing, except the constant width normaliser of
+        # seq-mean-token-sum-norm (B * L, with L the generation budget), so that aggregation keeps the full width
+        if s.trim_padding and s.aggregation != "seq-mean-token-sum-norm" and bool(mask.any()):
             width = int(mask.any(0).nonzero().max()) + 1
             ro, mask = ro.trim_completion(width), mask[:, :width]  # (B', P + w), (B', w)
         separate = s.old_logprobs == "separate_pass"

@@ -31,11 +31,11 @@ def _rows(lengths: list[int]) -> RolloutBatch:
     )
 
 
-def _run(trim: bool, lengths: list[int], micro: int | None = None, updates: int = 2):
+def _run(trim: bool, lengths: list[int], micro: int | None = None, updates: int = 2, **settings):
     torch.manual_seed(0)
     policy = TinyCausalLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
     policy.eos_id = EOS
-    module = DoubleRolloutGRPO(policy, loss=GRPOLossSettings(trim_padding=trim), micro_batch_size=micro)
+    module = DoubleRolloutGRPO(policy, loss=GRPOLossSettings(trim_padding=trim, **settings), micro_batch_size=micro)
     module.manual_backward = lambda loss: loss.backward()
     logged: dict[str, float] = {}
     module.log = lambda name, value, **kw: logged.__setitem__(name, float(value))
@@ -54,15 +54,19 @@ def _run(trim: bool, lengths: list[int], micro: int | None = None, updates: int 
     return out, logged, widths, prepared
 
 
-@pytest.mark.parametrize("micro", [None, 2])
-def test_trimmed_passes_give_the_full_width_losses_and_gradients(micro):
+@pytest.mark.parametrize("micro, settings", [
+    (None, {}), (2, {}), (None, {"aggregation": "seq-mean-token-mean"}), (2, {"old_logprobs": "separate_pass"}),
+    (None, {"aggregation": "seq-mean-token-sum-norm"}),  # its normaliser is the full width: not trimmed
+])
+def test_trimmed_passes_give_the_full_width_losses_and_gradients(micro, settings):
     # the longest kept row ends at token 5; row 2 (advantage 0, skipped) is longer and must not set the width
     lengths = [5, 2, 8, 4, 3, 1]
-    short, short_logged, short_w, prepared = _run(True, lengths, micro)
-    full, full_logged, full_w, _ = _run(False, lengths, micro)
-    assert set(short_w) == {P + 5} and set(full_w) == {P + L}
+    short, short_logged, short_w, prepared = _run(True, lengths, micro, **settings)
+    full, full_logged, full_w, _ = _run(False, lengths, micro, **settings)
+    width = L if settings.get("aggregation") == "seq-mean-token-sum-norm" else 5
+    assert set(short_w) == {P + width} and set(full_w) == {P + L}
     assert len(short_w) == len(full_w)  # the same passes, each narrower
-    assert prepared.mask.shape == (5, 5) and prepared.old_logp.shape == (5, 5)
+    assert prepared.mask.shape == (5, width) and prepared.old_logp.shape == (5, width)
     assert short_logged.keys() == full_logged.keys()
     for k in short_logged:
         assert short_logged[k] == pytest.approx(full_logged[k], rel=1e-5, abs=1e-6), k
