@@ -67,9 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
     study, report = (erils, erils_report) if args.study == "erils" else (double_rollout, dr_report)
 
-    testbed = "" if args.testbed == "chainsum" else f"_{args.testbed}"
-    testbed += "" if args.task == "sudoku" else f"_{args.task}"
-    out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{testbed}{'_quick' if args.quick else ''}")
+    suffix = "".join(f"_{v}" for v, default in ((args.testbed, "chainsum"), (args.task, "sudoku")) if v != default)
+    out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{suffix}{'_quick' if args.quick else ''}")
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     threads = args.threads or max(1, 2 // args.workers)
     extra = {"testbed": args.testbed} if args.study == "double-rollout" else {"task": args.task}

@@ -163,7 +163,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     from lit_rl.reproduce.erils import EXPERIMENT, METHODS, TASKS
 
     setup = TASKS[task]
-    METRIC = setup.metric  # noqa: N806  (the study's one metric, as the module constant was)
+    metric = setup.metric
     chance = CHANCE if task == "sudoku" else countdown_chance(setup.overlays[0])
     pass_at = [setup.pass_at(k) for k in range(1, 5)]
 
@@ -176,7 +176,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     main = {m: rs for m, rs in main.items() if rs}
     threads = [r for n, r in jobs.items() if r.tags.get("group") == "threads"]
     uncontrolled = [r for n, r in jobs.items() if r.tags.get("group") == "length"]
-    summary: dict[str, Any] = {"task": task, "metric": METRIC, "chance": chance, "seeds": list(seeds), "main": {},
+    summary: dict[str, Any] = {"task": task, "metric": metric, "chance": chance, "seeds": list(seeds), "main": {},
                                "times_s": times}
     budget = ("a few steps (`--quick`: a smoke run of the pipeline, not `conf/erils.yaml`'s budget; the "
               "numbers below say nothing about the methods)" if quick else
@@ -185,7 +185,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         budget = budget.replace("`conf/erils.yaml`'s", f"`conf/erils.yaml` + `{setup.overlays[0]}`'s")
     md = [f"# {setup.title}"
           f"{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", "",
-          f"{setup.measure.capitalize()} = `{METRIC}` on {setup.eval_set} (chance {chance:.3g}). Every "
+          f"{setup.measure.capitalize()} = `{metric}` on {setup.eval_set} (chance {chance:.3g}). Every "
           f"variant runs {budget}. Seeds: {', '.join(map(str, seeds))}.", ""]
 
     # 1. equal budget
@@ -196,8 +196,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                "(No main-comparison run has finished here: `--only` ran other groups; the sections below are theirs.)",
                ""]
     for m, rs in main.items():
-        start = _stats([r.series(METRIC)[0][1] for r in rs if r.series(METRIC)])
-        final = _stats([_last(r, METRIC) for r in rs])
+        start = _stats([r.series(metric)[0][1] for r in rs if r.series(metric)])
+        final = _stats([_last(r, metric) for r in rs])
         p1 = _stats([_last(r, pass_at[0]) for r in rs])
         p4 = _stats([_last(r, pass_at[3]) for r in rs])
         r0 = _mean_of(rs, "train/on_policy/reward_mean", "first")
@@ -220,7 +220,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
             f"{LABELS[o]} {summary['main'][o]['erils_minus_this']:+.3f}" for o in main
             if "erils_minus_this" in summary["main"][o]) + "."]
     if main:
-        _plot_curves(main, METRIC, out / "curves.png",
+        _plot_curves(main, metric, out / "curves.png",
                      {f"{LABELS.get(r.tags.get('method', ''), r.name)}, uncontrolled pool": [r] for r in uncontrolled},
                      chance, f"{setup.measure} ({setup.eval_set})")
         _plot_diagnostics(main, out / "diagnostics.png", pass_at)
@@ -230,8 +230,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     capacity = [r for r in jobs.values() if r.tags.get("group") == "capacity"]
     if capacity:
         c = capacity[-1]
-        pts = c.series(METRIC)
-        summary["capacity"] = {"final": _last(c, METRIC), "curve": pts}
+        pts = c.series(metric)
+        summary["capacity"] = {"final": _last(c, metric), "curve": pts}
         md += ["## Capacity check (not a comparison)", "",
                "Masked-denoising SFT on fresh pool rows (32 prompts × 1 row per update, one update per batch, 900 "
                "updates): can the tiny model learn the task from the pool at all? Greedy accuracy at updates "
@@ -243,16 +243,16 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         md += ["## Spread of ERILS over seeds and thread counts", "",
                "| run | seed | threads | final | best | wall time |", "|---|---|---|---|---|---|"]
         for r in erils_runs:
-            s = r.series(METRIC)
-            md.append(f"| {r.name} | {r.tags.get('seed')} | {r.tags.get('threads')} | {_f(_last(r, METRIC))} | "
+            s = r.series(metric)
+            md.append(f"| {r.name} | {r.tags.get('seed')} | {r.tags.get('threads')} | {_f(_last(r, metric))} | "
                       f"{_f(max(v for _, v in s) if s else None)} | {_f(times.get(r.name), 0)} s |")
-        spread = _stats([_last(r, METRIC) for r in erils_runs])
+        spread = _stats([_last(r, metric) for r in erils_runs])
         summary["erils_spread"] = spread
         same = {}
         for r in threads:  # does the thread count change the run? (reduction order may or may not change)
             twin = jobs.get(f"erils_s{r.tags.get('seed')}")
             if twin is not None:
-                same[r.name] = twin.series(METRIC) == r.series(METRIC)
+                same[r.name] = twin.series(metric) == r.series(metric)
         summary["threads_identical"] = same
         if quick:
             note = "(Quick mode: too few steps to say whether the thread count changes the run.)"
@@ -282,7 +282,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
             for pool, r in rows.items():
                 if r is None:
                     continue
-                stats = {"final": _stats([_last(r, METRIC)]), "length": _mean_of([r], "train/on_policy/length_mean"),
+                stats = {"final": _stats([_last(r, metric)]), "length": _mean_of([r], "train/on_policy/length_mean"),
                          "hit_limit": _mean_of([r], "train/on_policy/hit_limit_frac"),
                          "format_rate": _mean_of([r], "train/on_policy/format_rate")}
                 summary["length_control"][f"{method}: {pool}"] = stats
@@ -291,7 +291,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                           f"{_f(stats['format_rate']['mean'])} |")
         spg = jobs.get(f"spg_s{seeds[0]}")
         if spg is not None:
-            md.append(f"| {LABELS['spg']} (reference) | none | {_f(_last(spg, METRIC))} | | | |")
+            md.append(f"| {LABELS['spg']} (reference) | none | {_f(_last(spg, metric))} | | | |")
         md.append("")
     # 4. SPG's failure mode across learning rates (the main runs are the config's rate)
     lr_runs = [r for r in jobs.values() if r.tags.get("group") == "spg_lr"]
@@ -308,8 +308,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         rows = [(m, BASE_LR, jobs.get(f"{m}_s{seeds[0]}")) for m in ("spg", "erils")]
         rows += [(r.tags.get("method"), float(r.tags.get("lr", "nan")), r) for r in lr_runs]
         for method, lr, r in sorted((x for x in rows if x[2] is not None), key=lambda x: (x[0] != "spg", -x[1])):
-            s = r.series(METRIC)
-            final, best = _last(r, METRIC), (max(v for _, v in s) if s else None)
+            s = r.series(metric)
+            final, best = _last(r, metric), (max(v for _, v in s) if s else None)
             fmt = _mean_of([r], "train/on_policy/format_rate")
             r0, r1 = _mean_of([r], "train/on_policy/reward_mean", "first"), _mean_of([r], "train/on_policy/reward_mean")
             ln = _mean_of([r], "train/on_policy/length_mean")

@@ -146,6 +146,15 @@ def countdown_completion(example: Example, rng: random.Random, error_rate: float
     return f"<reasoning>{', '.join(trace)}</reasoning>\n<answer>{expr}</answer>"
 
 
+def _try_rows(numbers, ordered: bool) -> list[tuple[str, str, Fraction]]:
+    """The expressions of three numbers with a value (:func:`~lit_rl.tasks.countdown_problems.three_number_expressions`
+    rows), only those in the numbers' order when ``ordered``."""
+    from lit_rl.tasks.countdown_problems import in_order, three_number_expressions
+
+    return [r for r in three_number_expressions([int(n) for n in numbers])
+            if r[2] is not None and (not ordered or in_order(r[0], numbers))]
+
+
 def countdown_trials_completion(example: Example, rng: random.Random, tries: tuple[int, int] = (2, 8),
                                 ordered: bool = False) -> str:
     """A trial-and-error Countdown trace over three numbers: ``k ~ U{tries}`` wrong expressions, then one that
@@ -158,11 +167,8 @@ def countdown_trials_completion(example: Example, rng: random.Random, tries: tup
     answered anyway. ``ordered``: only expressions that keep the numbers in the prompt's order
     (:func:`countdown_ordered_trials_completion`).
     """
-    from lit_rl.tasks.countdown_problems import in_order, three_number_expressions
-
     numbers, target = example.answer
-    rows = [r for r in three_number_expressions([int(n) for n in numbers])
-            if r[2] is not None and (not ordered or in_order(r[0], numbers))]
+    rows = _try_rows(numbers, ordered)
     hits = [r for r in rows if r[2] == target]
     misses = [r for r in rows if r[2] != target]
     k = rng.randint(*tries)
@@ -184,11 +190,8 @@ def countdown_trials_pool_completion(example: Example, rng: random.Random, error
     (:func:`countdown_ordered_trials_completion`); with probability ``error_rate`` the final try is a wrong one
     too (the trace still ends on it, so the answer is wrong)."""
     if error_rate > 0 and rng.random() < error_rate:
-        from lit_rl.tasks.countdown_problems import in_order, three_number_expressions
-
         numbers, target = example.answer
-        misses = [r for r in three_number_expressions([int(n) for n in numbers])
-                  if r[2] is not None and r[2] != target and in_order(r[0], numbers)]
+        misses = [r for r in _try_rows(numbers, ordered=True) if r[2] != target]
         if misses:
             expr, trace, _ = misses[rng.randrange(len(misses))]
             return f"<reasoning>{trace}</reasoning>\n<answer>{expr}</answer>"
@@ -200,11 +203,7 @@ def countdown_random_try(example: Example, rng: random.Random) -> str:
     the answer, over the expressions that keep the prompt's order: the format of the trials teacher with the
     numbers copied and random operators (the format warm-up's ``trials`` style; it hits the target only by
     chance)."""
-    from lit_rl.tasks.countdown_problems import in_order, three_number_expressions
-
-    numbers, _ = example.answer
-    rows = [r for r in three_number_expressions([int(n) for n in numbers]) if r[2] is not None
-            and in_order(r[0], numbers)]
+    rows = _try_rows(example.answer[0], ordered=True)
     expr, trace, _ = rows[rng.randrange(len(rows))]
     return f"<reasoning>{trace}</reasoning>\n<answer>{expr}</answer>"
 

@@ -10,6 +10,7 @@ import torch
 from lit_rl.algorithms.double_rollout import DoubleRolloutGRPO, GRPOLossSettings
 from lit_rl.errors import FieldError
 from lit_rl.models.ar import TinyCausalLM
+from support.updates import assert_same_updates
 from lit_rl.batch import RolloutBatch, Source
 
 B, P, L = 6, 3, 5
@@ -65,11 +66,7 @@ def test_first_update_pi_old_equals_the_separate_pass(micro):
         assert new_logged[k] == pytest.approx(old_logged[k], rel=1e-6, abs=1e-7), k
     assert new[0][1]["ratio_mean"] == 1.0  # the first update's ratio is exactly 1
     assert any(u[1]["clip_frac"] > 0 for u in new[1:])  # later updates ratio against the kept π_old and clip
-    for (l1, s1, g1), (l2, s2, g2) in zip(new, old):
-        assert l1 == pytest.approx(l2, rel=1e-5, abs=1e-7)
-        assert s1 == pytest.approx(s2, rel=1e-5, abs=1e-6)
-        for n in g1:
-            torch.testing.assert_close(g1[n], g2[n], rtol=1e-4, atol=1e-6, msg=n)
+    assert_same_updates(new, old)
 
 
 def test_the_first_update_fills_pi_old_once():
