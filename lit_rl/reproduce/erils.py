@@ -6,7 +6,7 @@ The plan (``--quick`` shrinks every run to a few steps so that a test runs it en
    rollout batches and warm start), one run per seed: ERILS (source-specific processing, Eq. 9), on-policy
    only SPG, joint processing (Eq. 11), external rollouts only, masked-denoising SFT on the same external
    rollouts (App. C-H).
-2. **Capacity check** (not a comparison): masked-denoising SFT on fresh pool rows (one per prompt, one
+2. **Capacity check** (not a comparison): masked-denoising SFT on the pool (each prompt's first usable row, one
    update per rollout batch, 900 updates): how far the tiny model gets from the pool at all.
 3. **Thread spread**: ERILS with the first seed again at the other ``--threads`` (1 vs 2): floating-point
    reduction order changes with the thread count, so this is the spread a second machine would show.
@@ -205,7 +205,7 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
     for method in ("external_only", "erils") if not quick else ("erils",):
         add(f"{method}_uncontrolled_s{s0}", method, s0, [f"--data.init_args.pool_path={UNCONTROLLED_POOL}"],
             {"group": "length"})
-    if not quick:  # the capacity check: SFT on fresh pool rows (one per prompt, one update per batch), longer
+    if not quick:  # the capacity check: SFT, one pool row per prompt, one update per batch, longer
         add(f"sft_capacity_s{s0}", "sft", s0, CAPACITY_CLI, {"group": "capacity"})
     for lr in () if quick else LR_STUDY:  # SPG's failure mode: SPG and ERILS at lower learning rates
         for method in ("spg", "erils"):

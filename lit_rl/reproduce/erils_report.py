@@ -233,8 +233,9 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         pts = c.series(metric)
         summary["capacity"] = {"final": _last(c, metric), "curve": pts}
         md += ["## Capacity check (not a comparison)", "",
-               "Masked-denoising SFT on fresh pool rows (32 prompts × 1 row per update, one update per batch, 900 "
-               "updates): can the tiny model learn the task from the pool at all? Greedy accuracy at updates "
+               "Masked-denoising SFT on the pool (32 prompts × their first usable row per update, one update per "
+               "batch, 900 updates, every row whatever its reward): can the tiny model learn the task from the pool at "
+               "all? Greedy accuracy at updates "
                + ", ".join(f"{s + 1}: {_f(v)}" for s, v in pts[1:]) + f" (start {_f(pts[0][1]) if pts else '-'}).", ""]
 
     # 2. spread

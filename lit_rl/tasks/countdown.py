@@ -12,8 +12,15 @@ exact value is an integer in ``[1, 100]`` becomes the target (the test targets s
 Reward (d1/SPG ``countdown_reward_func``, §4): the LAST ``<answer>...</answer>`` block (stripped); none: 0.
 Its numbers (every ``\\d+``) must be exactly the given multiset, else ``wrong_numbers_reward`` (0.1). It must
 be plain arithmetic (see :mod:`lit_rl.tasks.arith`, evaluated safely), and its value within 1e-5 of the
-target: 1.0; not evaluable, or a wrong value: ``wrong_result_reward`` (0.1). ERILS's text describes 0 for
-wrong numbers: ``CountdownTask(wrong_numbers_reward=0.0)``.
+target: 1.0; not evaluable, or a wrong value: ``wrong_result_reward`` (0.1). So any answer block that is not a
+hit earns 0.1, an empty or malformed one included. ERILS's text describes 0 for wrong numbers:
+``CountdownTask(wrong_numbers_reward=0.0)``.
+
+Decimal points. The reference whitelist allows ``.`` and counts numbers as digit runs, so ``1.5*2`` for
+``[1, 5, 2] > 3`` uses "1, 5, 2" and scores 1 in the reward and the evaluation: two given digits glued into a
+decimal. d1 and SPG keep it (so does the default); ``CountdownTask(decimals=False)`` scores an answer with a
+``.`` as wrong numbers (reward ``wrong_numbers_reward``, evaluation incorrect). With numbers of one digit
+(docs/erils_countdown.md) the glue is one character away.
 
 Evaluation (``parse_countdown_answers``, §5): the expression is the content of the last ``\\boxed{}``
 (:func:`lit_rl.tasks.parsing.last_boxed`); if there is none (or its braces never balance), the first
@@ -158,14 +165,16 @@ def countdown_reward(
     target: int | float,
     wrong_numbers_reward: float = 0.1,
     wrong_result_reward: float = 0.1,
+    decimals: bool = True,
 ) -> float:
-    """d1/SPG Countdown reward (module docstring): 0, ``wrong_numbers_reward``, ``wrong_result_reward`` or 1."""
+    """d1/SPG Countdown reward (module docstring): 0, ``wrong_numbers_reward``, ``wrong_result_reward`` or 1.
+    ``decimals=False``: an answer with a ``.`` counts as wrong numbers (the reference allows it)."""
     try:
         block = last_answer_block(completion)
         if block is None:
             return 0.0
         expr = block.strip()
-        if not uses_exactly(expr, numbers):
+        if not uses_exactly(expr, numbers) or (not decimals and "." in expr):
             return wrong_numbers_reward
         value = safe_eval(expr)
         if value is None:
@@ -203,14 +212,16 @@ def equals_lhs(text: str) -> str | None:
     return None
 
 
-def countdown_eval_correct(text: str, numbers: Sequence[int], target: int | float | None, parser: str = "eval") -> bool:
+def countdown_eval_correct(text: str, numbers: Sequence[int], target: int | float | None, parser: str = "eval",
+                           decimals: bool = True) -> bool:
     """Reference evaluation: 1 iff the extracted expression uses exactly ``numbers`` and hits ``target``.
-    ``parser="reward"``: 1 iff the training reward is 1.0."""
+    ``parser="reward"``: 1 iff the training reward is 1.0. ``decimals=False``: an expression with a ``.`` is
+    incorrect (module docstring)."""
     try:
         if parser == "reward":
-            return target is not None and countdown_reward(text, numbers, target) == 1.0
+            return target is not None and countdown_reward(text, numbers, target, decimals=decimals) == 1.0
         expr = eval_expression(text, reference=parser == "reference")
-        if target is None or not uses_exactly(expr, numbers):
+        if target is None or not uses_exactly(expr, numbers) or (not decimals and "." in expr):
             return False
         value = safe_eval(expr.strip())
         return value is not None and abs(value - target) < TOLERANCE
@@ -235,6 +246,8 @@ class CountdownTask(Task):
         wrong_numbers_reward: reward when the answer's numbers are not the given multiset (reference 0.1).
         wrong_result_reward: reward when the numbers are right but the expression is not evaluable or
             misses the target (reference 0.1).
+        decimals: whether an answer may glue given digits into a decimal (``1.5*2``); the reference allows it
+            (default), ``False`` scores it as wrong numbers in the reward and incorrect in the evaluation.
         **kwargs: prompt/reward options of :class:`~lit_rl.tasks.base.Task`.
     """
 
@@ -275,6 +288,7 @@ class CountdownTask(Task):
         target_range: Sequence[int] = TARGET_RANGE,
         test_size: int | None = None,
         ordered: bool = False,
+        decimals: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -284,7 +298,7 @@ class CountdownTask(Task):
         self.number_range = (int(number_range[0]), int(number_range[1]))
         self.target_range = (int(target_range[0]), int(target_range[1]))
         self.test_size = None if test_size is None else as_int(test_size)
-        self.ordered = bool(ordered)
+        self.ordered, self.decimals = bool(ordered), bool(decimals)
         self._keys: frozenset[tuple[tuple[int, ...], int]] | None = None
         self.wrong_numbers_reward, self.wrong_result_reward = float(wrong_numbers_reward), float(wrong_result_reward)
         self._train: list[Example] | None = None
@@ -375,7 +389,8 @@ class CountdownTask(Task):
             numbers, target = self._numbers_target(example)
         except (TypeError, ValueError):
             return 0.0
-        return countdown_reward(completion, numbers, target, self.wrong_numbers_reward, self.wrong_result_reward)
+        return countdown_reward(completion, numbers, target, self.wrong_numbers_reward, self.wrong_result_reward,
+                                self.decimals)
 
     def evaluate(self, completion: str, example: Example, parser: str = "eval") -> EvalScore:
         self._check_parser(parser)
@@ -386,7 +401,7 @@ class CountdownTask(Task):
         if parser == "reward":
             ok = self.reward(completion, example) == 1.0
         else:
-            ok = countdown_eval_correct(completion, numbers, target, parser)
+            ok = countdown_eval_correct(completion, numbers, target, parser, self.decimals)
         return EvalScore(int(ok), 1)
 
     def extract(self, completion: str, example: Example, parser: str = "eval") -> str | None:

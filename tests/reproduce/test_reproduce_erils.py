@@ -68,7 +68,7 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
             assert cfg.model.init_args.advantages.class_path.endswith(advantages[job.name])
     sft = parse_training_config.argv(jobs["sft_s0"].argv[1:])
     assert sft.model.class_path.endswith("DenoisingSFT") and sft.data.init_args.g_on == 0
-    cap = parse_training_config.argv(jobs["sft_capacity_s0"].argv[1:])  # fresh rows: 1 per prompt, 1 update per batch
+    cap = parse_training_config.argv(jobs["sft_capacity_s0"].argv[1:])  # 1 row per prompt, 1 update per batch
     assert (cap.data.init_args.g_ext, cap.model.init_args.updates_per_batch, cap.trainer.max_steps) == (1, 1, 900)
     for name in ("erils_uncontrolled_s0", "external_only_uncontrolled_s0"):  # Fig. 4 trains external-only on each pool
         unc = parse_training_config.argv(jobs[name].argv[1:])
@@ -311,6 +311,13 @@ def test_countdown_plan_puts_the_task_overlay_under_each_methods_own(tmp_path, p
             assert cfg.data.init_args.pool_path is None and cfg.data.init_args.prompt_order_pool == pool
         else:
             assert cfg.data.init_args.pool_path == pool, name
+        # equal budget: the SFT overlay swaps the module's class and keeps the optimizer and updates per batch
+        m, d = cfg.model.init_args, cfg.data.init_args
+        budget = (m.optimizer.init_args.lr, m.updates_per_batch, cfg.trainer.max_steps, d.prompts_per_batch)
+        assert budget == ((1e-3, 1, 900, 32) if name.startswith("sft_capacity") else (1e-3, 4, 300, 32)), name
+        groups = {"erils": (2, 2), "joint": (2, 2), "spg": (4, 0), "external_only": (0, 2), "sft": (0, 2),
+                  "sft_capacity": (0, 1)}  # (g_on, g_ext): ERILS's rollouts per prompt, split as each method does
+        assert (d.g_on, d.g_ext) == groups[name.rsplit("_s", 1)[0]], name
     # the Sudoku plan is unchanged by the task option
     assert erils.method_configs("spg") == (["conf/erils.yaml", "conf/spg.yaml"], [])
 

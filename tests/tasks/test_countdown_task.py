@@ -62,6 +62,18 @@ def test_format_values_configurable():
     assert t.reward("no answer", ex()) == 0.0
 
 
+def test_decimal_glue_scores_by_default_and_not_without_decimals():
+    # the reference counts digit runs, so "1.5" uses the given 1 and 5: 1.5 * 2 = 3 hits
+    gl = Example(id="g", question="q", answer=([1, 5, 2], 3), meta={"numbers": [1, 5, 2], "target": 3})
+    ref, strict = CountdownTask(num_train=0), CountdownTask(num_train=0, decimals=False)
+    glued, honest = "<answer>1.5*2</answer>", "<answer>1*5-2</answer>"
+    assert ref.reward(glued, gl) == 1.0 and ref.evaluate(glued, gl).correct == 1
+    assert strict.reward(glued, gl) == 0.1 and strict.evaluate(glued, gl).correct == 0
+    assert strict.evaluate(glued, gl, parser="reward").correct == 0
+    assert strict.reward(honest, gl) == 1.0 and strict.evaluate(honest, gl).correct == 1
+    assert ref.evaluate("\\boxed{1.5*2}", gl).correct == 1 and strict.evaluate("\\boxed{1.5*2}", gl).correct == 0
+
+
 @pytest.mark.parametrize(
     "completion, correct",
     [
