@@ -190,26 +190,29 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
 
     # 1. equal budget
     md += ["## Equal budget", "",
-           "| method | start | final (mean ± std) | min-max | pass@1 / pass@4 (T 0.9, 64 test problems) "
+           "| method | start | final (mean ± std) | min-max | last 3 evaluations (mean ± std) "
+           "| pass@1 / pass@4 (T 0.9, 64 test problems) "
            "| on-policy reward, first → last 5 batches | on-policy length (last 5) | wall time / run |",
-           "|---|---|---|---|---|---|---|---|"] if main else [
+           "|---|---|---|---|---|---|---|---|---|"] if main else [
                "(No main-comparison run has finished here: `--only` ran other groups; the sections below are theirs.)",
                ""]
     for m, rs in main.items():
         start = _stats([r.series(metric)[0][1] for r in rs if r.series(metric)])
         final = _stats([_last(r, metric) for r in rs])
+        last3 = _mean_of(rs, metric, "last", k=3)  # a noisy curve's level, less its last point's luck
         p1 = _stats([_last(r, pass_at[0]) for r in rs])
         p4 = _stats([_last(r, pass_at[3]) for r in rs])
         r0 = _mean_of(rs, "train/on_policy/reward_mean", "first")
         r1 = _mean_of(rs, "train/on_policy/reward_mean", "last")
         ln = _mean_of(rs, "train/on_policy/length_mean", "last")
         secs = _stats([times.get(f"{m}_s{s}") for s in seeds])
-        summary["main"][m] = {"start": start, "final": final, "pass_at_1": p1, "pass_at_4": p4,
+        summary["main"][m] = {"start": start, "final": final, "last3": last3, "pass_at_1": p1, "pass_at_4": p4,
                               "on_policy_reward_first": r0, "on_policy_reward_last": r1, "on_policy_length": ln,
                               "seconds": secs, "runs": len(rs)}
         reward = f"{_f(r0['mean'])} → {_f(r1['mean'])}" if r0["n"] else "(no on-policy rollouts)"
         md.append(f"| {LABELS[m]} | {_f(start['mean'])} | **{_f(final['mean'])}** ± {_f(final['std'])} | "
-                  f"{_f(final['min'])}-{_f(final['max'])} | {_f(p1['mean'])} / {_f(p4['mean'])} | {reward} | "
+                  f"{_f(final['min'])}-{_f(final['max'])} | {_f(last3['mean'])} ± {_f(last3['std'])} | "
+                  f"{_f(p1['mean'])} / {_f(p4['mean'])} | {reward} | "
                   f"{_f(ln['mean'], 1) if ln['n'] else '-'} | {_f(secs['mean'], 0)} s |")
     if "erils" in main:
         for other in ("spg", "joint", "external_only", "sft"):

@@ -122,6 +122,8 @@ def test_report_tables_from_a_real_mlflow_store(tmp_path):
     e, s = summary["main"]["erils"], summary["main"]["spg"]
     assert e["final"]["mean"] == pytest.approx(0.85) and e["final"]["min"] == 0.8 and e["runs"] == 2
     assert e["start"]["mean"] == 0.25 and e["pass_at_4"]["mean"] == 0.95
+    # the last 3 evaluations per run: (0.25 + 0.6 + 0.9) / 3 and (0.25 + 0.5 + 0.8) / 3, then their mean
+    assert e["last3"]["mean"] == pytest.approx(0.55) and e["last3"]["n"] == 2
     # on-policy reward: mean of the first 5 batches (0.2..0.6 -> 0.4) and of the last 5 (0.4..0.8 -> 0.6)
     assert (e["on_policy_reward_first"]["mean"] == pytest.approx(0.4)
             and e["on_policy_reward_last"]["mean"] == pytest.approx(0.6))
