@@ -54,10 +54,12 @@ def _plot_curves(groups: dict[str, list[RunData]], metric: str, path: Path, extr
                  chance: float = CHANCE, ylabel: str = "greedy cell accuracy (256 test puzzles)") -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    highest = chance
     for i, (name, runs) in enumerate([*groups.items(), *extra.items()]):
         pts = _band(runs, metric)
         if not pts:
             continue
+        highest = max(highest, *(max(v) for _, v in pts))
         xs = [s for s, _ in pts]
         style = "--" if name in extra else "-"
         ax.plot(xs, [statistics.fmean(v) for _, v in pts], style, marker="o", ms=3, color=f"C{i}",
@@ -67,9 +69,9 @@ def _plot_curves(groups: dict[str, list[RunData]], metric: str, path: Path, extr
     ax.axhline(chance, color="grey", ls=":", lw=1, label=f"chance ({chance:.3g})")
     ax.set_xlabel("optimizer updates")
     ax.set_ylabel(ylabel)
-    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02 if highest > 0.6 else max(0.3, 1.25 * highest))  # low curves (Countdown) readable
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center right")
+    ax.legend(fontsize=7, loc="center right" if highest > 0.6 else "upper right")
     ax.set_title("equal budget; band = min-max over seeds", fontsize=9)
     fig.tight_layout()
     atomic_savefig(fig, path, dpi=110)
