@@ -24,7 +24,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "rollouts": ("lit_rl.rollouts.cli", "Build or inspect external rollout pools."),
     "sweep": ("lit_rl.sweep", "Optuna sweep over any config key (TPE or grid), one MLflow parent run per study."),
     "report": ("lit_rl.report", "Compare MLflow runs: learning curves, per-source curves, Pareto points, sweep plots."),
-    "export": ("lit_rl.models.cli",
+    "export": ("lit_rl.models.export_cli",
                "Export LoRA adapters (PEFT format) and a merged model from a training checkpoint."),
     "reproduce": ("lit_rl.reproduce",
                   "Run a study end to end and write its report (erils, double-rollout; --quick for a smoke run)."),

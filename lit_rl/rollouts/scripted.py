@@ -1,9 +1,15 @@
-"""The scripted solvers moved to :mod:`lit_rl.tasks.scripted` (their tasks' registry entries name them,
-:mod:`lit_rl.tasks.registry`); this module keeps the old imports working."""
+"""Moved: the scripted solvers are :mod:`lit_rl.tasks.scripted`, found by task through :mod:`lit_rl.tasks.registry`
+(``REGISTRY[task].traces``). The old names still resolve for one release, with a warning (:mod:`lit_rl.deprecation`).
+"""
 
-from lit_rl.tasks.registry import REGISTRY, format_warmup_text  # noqa: F401
-from lit_rl.tasks.scripted import *  # noqa: F401,F403
+from types import ModuleType
 
-#: ``task -> default trace writer`` and ``task -> {style: writer}``, from the registry
-SCRIPTED_POLICIES = {n: e.default_trace for n, e in REGISTRY.items() if e.traces}
-TRACE_STYLES = {n: dict(e.traces) for n, e in REGISTRY.items() if e.traces}
+from lit_rl.deprecation import moved_names
+from lit_rl.tasks import scripted as _scripted
+
+__getattr__ = moved_names(__name__, {
+    **{name: "lit_rl.tasks.scripted" for name, value in vars(_scripted).items()
+       if not name.startswith("_") and not isinstance(value, ModuleType)},
+    "REGISTRY": "lit_rl.tasks.registry",
+    "format_warmup_text": "lit_rl.tasks.registry",
+})

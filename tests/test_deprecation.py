@@ -1,0 +1,56 @@
+"""Moved import paths (lit_rl.deprecation): each old name is the new object, with a warning that names the new
+path; a config that still names an old class path parses to the class at its new home."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+MOVED = [  # (old module, name, new module)
+    ("lit_rl.reliability", "AtomicCheckpointIO", "lit_rl.checkpoint_io"),
+    ("lit_rl.reliability", "atomic_torch_save", "lit_rl.checkpoint_io"),
+    ("lit_rl.reliability", "load_yaml_with_lines", "lit_rl.config.lines"),
+    ("lit_rl.reliability", "preflight", "lit_rl.config.preflight"),
+    ("lit_rl.reliability", "FieldError", "lit_rl.errors"),
+    ("lit_rl.reliability", "tracking_uri_problem", "lit_rl.tracking"),
+    ("callbacks.reliability", "ExactResume", "callbacks.resume"),
+    ("callbacks.reliability", "PromptLedger", "callbacks.resume"),
+    ("callbacks.reliability", "CheckpointOnSigterm", "callbacks.resume"),
+    ("lit_rl.rollouts.scripted", "sudoku_completion", "lit_rl.tasks.scripted"),
+    ("lit_rl.rollouts.scripted", "countdown_completion", "lit_rl.tasks.scripted"),
+    ("lit_rl.rollouts.scripted", "format_warmup_text", "lit_rl.tasks.registry"),
+]
+
+
+@pytest.mark.parametrize("old, name, new", MOVED)
+def test_an_old_name_is_the_new_object_and_warns_with_the_new_path(old, name, new):
+    with pytest.warns(FutureWarning, match=rf"{old}\.{name} moved to {new}\.{name}"):
+        obj = getattr(importlib.import_module(old), name)
+    assert obj is getattr(importlib.import_module(new), name)
+
+
+def test_an_unknown_name_of_a_moved_module_is_an_attribute_error():
+    mod = importlib.import_module("lit_rl.reliability")
+    with pytest.raises(AttributeError, match="'lit_rl.reliability' has no attribute 'AtomicIO'"):
+        mod.AtomicIO  # noqa: B018
+    scripted = importlib.import_module("lit_rl.rollouts.scripted")
+    with pytest.raises(AttributeError):
+        scripted.random  # noqa: B018  (a module the new home imports is not a moved name)
+
+
+def test_a_config_naming_the_old_class_paths_parses_to_the_new_classes(parse_training_config):
+    from jsonargparse import Namespace
+    from jsonargparse.typing import import_object
+
+    from callbacks.resume import ExactResume
+    from lit_rl.checkpoint_io import AtomicCheckpointIO
+
+    with pytest.warns(FutureWarning, match="lit_rl.checkpoint_io.AtomicCheckpointIO"):
+        cfg = parse_training_config.argv(["--config", "conf/erils.yaml",
+                                          "--trainer.plugins=[{class_path: lit_rl.reliability.AtomicCheckpointIO}]",
+                                          "--trainer.callbacks+=callbacks.reliability.ExactResume"])
+    plugin, callback = cfg.trainer.plugins[0], cfg.trainer.callbacks[-1]
+    assert isinstance(plugin, Namespace) and isinstance(callback, Namespace)
+    assert import_object(plugin.class_path) is AtomicCheckpointIO
+    assert import_object(callback.class_path) is ExactResume
