@@ -1,4 +1,4 @@
-"""Where a training run's time goes: ``python -m lit_rl fit`` timed by bucket, under cProfile (issue #35).
+"""Where a training run's time goes: ``python -m lit_rl fit`` timed by bucket, under cProfile.
 
     python benchmarks/step_profile.py --config conf/erils.yaml --max-steps 60
     python benchmarks/step_profile.py --config conf/double_rollout_chainsum.yaml \\
