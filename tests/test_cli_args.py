@@ -62,6 +62,18 @@ def test_top_level_help_lists_predict_and_the_other_subcommands(capsys):
     assert fit_usage.startswith("usage: python -m lit_rl ") and " fit " in fit_usage and "reproduce" not in fit_usage
 
 
+@pytest.mark.parametrize("argv, said", [([], "a subcommand is required"), (["fitt", "--config", "x.yaml"],
+                                                                             "unknown subcommand 'fitt'")])
+def test_a_missing_or_unknown_subcommand_lists_every_subcommand(argv, said, capsys):
+    from lit_rl.cli import LIGHTNING_COMMANDS, main
+
+    assert main(argv) == 2
+    usage, error = capsys.readouterr().err.splitlines()
+    every = (*LIGHTNING_COMMANDS, *EXTRA_COMMANDS)
+    assert usage == f"usage: python -m lit_rl {{{','.join(every)}}} ..."
+    assert error.startswith(f"error: {said}: choose from {', '.join(every)}") and "reproduce" in error
+
+
 def test_lightning_subcommands_take_the_hyphenated_spellings_too(capsys):
     """``fit --trainer.max-steps 7 --print-config`` is ``fit --trainer.max_steps 7 --print_config`` (they were
     refused); values keep their hyphens."""
