@@ -2,7 +2,8 @@
 ``callbacks.resume.ExactResume``). The old names still resolve for one release, with a warning
 (:mod:`lit_rl.deprecation`)."""
 
-from lit_rl.deprecation import moved_names
+from lit_rl.deprecation import moved_names, old_names
 
-__getattr__ = moved_names(__name__, dict.fromkeys(("CheckpointOnSigterm", "ExactResume", "PromptLedger"),
-                                                  "callbacks.resume"))
+_HOMES = dict.fromkeys(("CheckpointOnSigterm", "ExactResume", "PromptLedger"), "callbacks.resume")
+__getattr__ = moved_names(__name__, _HOMES)
+__all__ = old_names(_HOMES)

@@ -94,7 +94,7 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
 
 def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(tmp_path):
     plan = dr.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1,
-                               cache_dir=str(tmp_path / "c"), testbed="guess")
+                   cache_dir=str(tmp_path / "c"), testbed="guess")
     names = [j.name for j in plan.jobs]
     assert plan.testbed == "guess" and plan.first_alone
     assert names[:6] == ["dr_s0", "grpo_s0", "grpo_large_s0", "dr_s1", "grpo_s1", "grpo_large_s1"]

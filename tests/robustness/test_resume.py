@@ -82,7 +82,7 @@ trainer:
   logger:
     class_path: lightning.pytorch.loggers.MLFlowLogger
     init_args:
-      experiment_name: reliability
+      experiment_name: resume
       run_name: resume
       tracking_uri: sqlite:///{run_dir}/mlflow.db
   callbacks:
