@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
+from lit_rl.core.denoising import denoising_masks, masked_denoising_loss
 from lit_rl.generation.cached import DecodeStats, cached_diffusion_generate
 from lit_rl.generation.diffusion import diffusion_generate
 from lit_rl.models import TinyDiffusionLM

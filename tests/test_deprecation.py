@@ -12,6 +12,8 @@ OLD_NAMES = {
     "lit_rl.reliability": ["AtomicCheckpointIO", "ConfigError", "FieldError", "atomic_torch_save", "capture_rng_state",
                            "load_yaml_with_lines", "preflight", "restore_rng_state", "tracking_uri_problem"],
     "callbacks.reliability": ["CheckpointOnSigterm", "ExactResume", "PromptLedger"],
+    "lit_rl.algorithms.sft": ["denoising_masks", "masked_denoising_loss"],
+    "lit_rl.algorithms.sft_module": ["DenoisingSFT"],
     "lit_rl.rollouts.scripted": [
         "Example", "Fraction", "REGISTRY", "SCRIPTED_POLICIES", "TRACE_STYLES", "chainsum_completion",
         "chainsum_verbose_completion", "countdown_completion", "countdown_ordered_trials_completion",
