@@ -1,6 +1,6 @@
 """dLLM decoding speed and accuracy: exact vs prefix cache vs dual cache vs dual cache + threshold.
 
-One run, side by side (issue #15; :mod:`lit_rl.generation.cached`):
+One run, side by side (:mod:`lit_rl.generation.cached`):
 
 * **speed**: tokens/s of each mode on real Sudoku prompts, for the embedded tiny model (BERT 4 x 128, trained
   by this script) and a larger one (BERT 6 x 256, random weights), batch 1 and 8, L_gen 64 and 256, block 32,
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
+from lit_rl.core.denoising import denoising_masks, masked_denoising_loss
 from lit_rl.generation.cached import DecodeStats, cached_diffusion_generate
 from lit_rl.generation.diffusion import diffusion_generate
 from lit_rl.models import TinyDiffusionLM

@@ -1,4 +1,4 @@
-"""Greedy evaluation under each dLLM decoder, on trained checkpoints: accuracy and cost side by side (issue #38).
+"""Greedy evaluation under each dLLM decoder, on trained checkpoints: accuracy and cost side by side.
 
 The embedded ERILS run evaluates greedily on all 256 puzzles of SPG's Sudoku test split (L_gen 48, block 16,
 24 steps). This script decodes the same puzzles from each given checkpoint with each decoder and reports the

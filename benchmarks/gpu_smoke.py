@@ -105,7 +105,7 @@ class _Timer:
 
 
 def masks_match_cpu(device: str) -> bool:
-    """The random-draw rule on the real device (issue #13): SPG masks built for rollouts on ``device`` from
+    """The random-draw rule on the real device: SPG masks built for rollouts on ``device`` from
     per-rollout CPU seeds equal the CPU ones (before the fix the first ERILS update on CUDA raised "Expected
     a 'cuda' device type for generator but found 'cpu'")."""
     import torch

@@ -1,4 +1,4 @@
-"""Where a training run's time goes: ``python -m lit_rl fit`` timed by bucket, under cProfile (issue #35).
+"""Where a training run's time goes: ``python -m lit_rl fit`` timed by bucket, under cProfile.
 
     python benchmarks/step_profile.py --config conf/erils.yaml --max-steps 60
     python benchmarks/step_profile.py --config conf/double_rollout_chainsum.yaml \\
@@ -100,9 +100,9 @@ ENTRIES: tuple[tuple[str, str, str], ...] = (
     # checkpointing: ModelCheckpoint, saving, resume state, the prompt ledger, SIGTERM checkpoints
     ("checkpointing", "lightning.pytorch.callbacks.model_checkpoint", "ModelCheckpoint.on_*"),
     ("checkpointing", "lightning.pytorch.trainer.trainer", "Trainer.save_checkpoint"),
-    ("checkpointing", "callbacks.reliability", "ExactResume.on_*"),
-    ("checkpointing", "callbacks.reliability", "PromptLedger.on_*"),
-    ("checkpointing", "callbacks.reliability", "CheckpointOnSigterm.on_*"),
+    ("checkpointing", "callbacks.resume", "ExactResume.on_*"),
+    ("checkpointing", "callbacks.resume", "PromptLedger.on_*"),
+    ("checkpointing", "callbacks.resume", "CheckpointOnSigterm.on_*"),
 )
 
 

@@ -1,6 +1,6 @@
 """Sweep throughput with 1, 2, ... workers on one PostgreSQL study, logging to an MLflow tracking server.
 
-One run (issue #21 item 4; the recipe: README "Many workers", docs/sweeps_postgres.md):
+One run (the recipe: README "Many workers", docs/sweeps_postgres.md):
 
 * starts a throwaway PostgreSQL server (tests/support/postgres.py: Debian's binaries, a fresh cluster in a
   temporary folder, as the ``postgres`` OS user under root) and, unless ``--tracking sqlite``, a real

@@ -1,4 +1,4 @@
-"""lit_rl's GRPO against TRL's ``GRPOTrainer``, side by side, on the chain-sum testbed (issue #35).
+"""lit_rl's GRPO against TRL's ``GRPOTrainer``, side by side, on the chain-sum testbed.
 
 Both sides train the same tiny causal LM (``TinyCausalLM``: a transformers ``LlamaForCausalLM``, h128, 4 layers,
 char tokenizer, the same token ids) from the same warm-started weights (the config's ``ScriptedSFTWarmup``,

@@ -6,7 +6,7 @@ from callbacks.dr_reliability import ContinuationReliability
 from callbacks.final_validation import FinalValidation
 from callbacks.passk import PassAtKEvaluation
 from callbacks.progress import RolloutProgressBar
-from callbacks.reliability import CheckpointOnSigterm, ExactResume, PromptLedger
+from callbacks.resume import CheckpointOnSigterm, ExactResume, PromptLedger
 from callbacks.run_record import RunRecord
 from callbacks.tracking import RolloutTracker
 from callbacks.warmup import FormatWarmup

@@ -31,7 +31,7 @@ class RunRecord(L.Callback):
       the docs' resume / ``predict`` / ``export`` commands read, stayed at the interruption.
       ``enable_version_counter=False`` would avoid it, but it is the user's setting and also governs the
       top-k names. Overwriting ``last.ckpt`` in place is safe with
-      :class:`~lit_rl.reliability.AtomicCheckpointIO` (temp file + rename): a reader or a crash sees the
+      :class:`~lit_rl.checkpoint_io.AtomicCheckpointIO` (temp file + rename): a reader or a crash sees the
       old file or the new one.
 
     Args:

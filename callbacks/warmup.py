@@ -23,7 +23,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
+from lit_rl.core.denoising import denoising_masks, masked_denoising_loss
 from lit_rl.checkpoint_io import atomic_torch_save
 from lit_rl.errors import FieldError
 from lit_rl.rng import cpu_generator

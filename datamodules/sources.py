@@ -204,7 +204,7 @@ class ExternalPool(RolloutSource):
         max_external_len: longest external completion kept, in policy tokens (plus EOS).
         min_width: the rows' width is at least this (so that every row of a batch has one width when the pool's
             completions are shorter); ``null``: the DataModule's generation length (dLLM ``gen_length``, AR
-            ``max_new_tokens``), as the legacy ``g_ext`` rows.
+            ``max_new_tokens``), as the ``g_ext`` shorthand's rows.
 
     Several pools may be listed: each keeps its own records (``batch.external`` holds them all, in source
     order, for sample tables).

@@ -1,7 +1,7 @@
 """Atomic file writes: a temp file in the target's folder, fsync, ``os.replace``, folder fsync.
 
 A reader (or a crash) sees either the old file or the complete new one, never a half-written file. Used for
-every final artifact lit_rl writes (checkpoints through :func:`lit_rl.reliability.atomic_torch_save`,
+every final artifact lit_rl writes (checkpoints through :func:`lit_rl.checkpoint_io.atomic_torch_save`,
 reports, tables, figures). Standard library only, so light modules can import it.
 """
 

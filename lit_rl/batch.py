@@ -148,7 +148,7 @@ class RolloutBatch:
         eval_total: ``(N,)`` optional evaluation units per row (validation batches: ``rewards`` holds
             the evaluation score's ``correct`` and this its ``total``, e.g. Sudoku blank cells).
         row: ``(N,)`` long, the row's index in the batch as produced (kept by :meth:`select` and
-            :meth:`micro_batches`): with the step and rank it seeds the row's own random draws, so they do
+            :meth:`slice_rows`): with the step and rank it seeds the row's own random draws, so they do
             not depend on how the batch is filtered or split. Default ``arange(N)``.
         gen_width: ``(N,)`` long, the width of the row's own completion (on-policy rows: ``L_gen``).
             Positions at or after it are padding added to stack rows of different widths: outside
@@ -274,7 +274,3 @@ class RolloutBatch:
         keep = torch.zeros(len(self), dtype=torch.bool, device=self.input_ids.device)
         keep[sl] = True
         return self.select(keep)
-
-    def micro_batches(self, size: int) -> list["RolloutBatch"]:
-        """Split into consecutive chunks of at most ``size`` rows (for gradient accumulation)."""
-        return [self.slice_rows(slice(start, start + size)) for start in range(0, len(self), size)]

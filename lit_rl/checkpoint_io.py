@@ -9,7 +9,7 @@
   want of space or another I/O error (ENOSPC, EDQUOT, EIO, or PyTorch's "unexpected pos" from its zip writer,
   which is what a full disk looks like from ``torch.save``) raises one
   :class:`~lit_rl.errors.CheckpointError` naming the file, the error and the free space; the previous file is
-  untouched. Use it with ``trainer.plugins: [lit_rl.reliability.AtomicCheckpointIO]``.
+  untouched. Use it with ``trainer.plugins: [lit_rl.checkpoint_io.AtomicCheckpointIO]``.
 * :func:`capture_rng_state` / :func:`restore_rng_state` — python, numpy, torch (CPU and CUDA) global RNG
   states as plain tensors/ints (loadable with ``torch.load(weights_only=True)``).
 """

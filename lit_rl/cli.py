@@ -19,12 +19,13 @@ import os
 import sys
 from typing import Callable
 
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("lit_rl.score", "Score generation files (d1 JSON or lit_rl JSONL) with a task's eval/reward rules."),
     "rollouts": ("lit_rl.rollouts.cli", "Build or inspect external rollout pools."),
     "sweep": ("lit_rl.sweep", "Optuna sweep over any config key (TPE or grid), one MLflow parent run per study."),
     "report": ("lit_rl.report", "Compare MLflow runs: learning curves, per-source curves, Pareto points, sweep plots."),
-    "export": ("lit_rl.models.cli",
+    "export": ("lit_rl.models.export_cli",
                "Export LoRA adapters (PEFT format) and a merged model from a training checkpoint."),
     "reproduce": ("lit_rl.reproduce",
                   "Run a study end to end and write its report (erils, double-rollout; --quick for a smoke run)."),
@@ -66,13 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     _set_threads()
-    if argv and argv[0] in EXTRA_COMMANDS:
+    commands = (*LIGHTNING_COMMANDS, *EXTRA_COMMANDS)
+    if not argv or (not argv[0].startswith("-") and argv[0] not in commands):
+        said = f"unknown subcommand {argv[0]!r}" if argv else "a subcommand is required"
+        print(f"usage: python -m lit_rl {{{','.join(commands)}}} ...\nerror: {said}: choose from "
+              f"{', '.join(commands)} (python -m lit_rl --help says what each does)", file=sys.stderr)
+        return 2
+    if argv[0] in EXTRA_COMMANDS:
         import importlib
 
         module = importlib.import_module(EXTRA_COMMANDS[argv[0]][0])
         entry: Callable[[list[str]], int] = module.main
         return int(entry(argv[1:]) or 0)
-    if argv and argv[0] in ("fit", "validate", "test", "predict"):
+    if argv[0] in LIGHTNING_COMMANDS:
         snake = snake_case_flags(argv)
         if snake != argv:
             argv = snake

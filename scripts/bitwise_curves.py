@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# (name, configs, extra arguments): the list, with the step counts it names
+# (name, configs, extra arguments): every embedded recipe whose curve is committed, at its step count
 CURVES = [
     ("erils", ["conf/erils.yaml"], []),
     ("double_rollout", ["conf/double_rollout.yaml"], []),

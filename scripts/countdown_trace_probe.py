@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss  # noqa: E402
+from lit_rl.core.denoising import denoising_masks, masked_denoising_loss  # noqa: E402
 from lit_rl.generation.diffusion import diffusion_generate  # noqa: E402
 from lit_rl.models import TinyDiffusionLM  # noqa: E402
 from lit_rl.tasks import CountdownTask  # noqa: E402

@@ -1,4 +1,4 @@
-"""The embedded ERILS run under each rollout decoder, over seeds: accuracy, cost, confidence and agreement (issue #38).
+"""The embedded ERILS run under each rollout decoder, over seeds: accuracy, cost, confidence and agreement.
 
 Reads finished ``conf/erils.yaml`` runs (one MLflow store per run, or several runs per store), grouped by the
 decoder named on the command line, and prints:

@@ -1,4 +1,4 @@
-"""Inpainting (IGPO) against its baselines on the embedded Sudoku testbed, over seeds (issue #39).
+"""Inpainting (IGPO) against its baselines on the embedded Sudoku testbed, over seeds.
 
 Reads finished runs (one MLflow store per run, or several runs per store), grouped by the method named on the
 command line, and prints:

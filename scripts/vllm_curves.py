@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text  # noqa: E402
 from lit_rl.report import load_runs  # noqa: E402
-from lit_rl.reproduce.double_rollout import BASE, DATA_SEED, GREEDY, METRIC, _edit_callbacks, _quick_cli  # noqa: E402
+from lit_rl.reproduce.dr import BASE, DATA_SEED, GREEDY, METRIC, _edit_callbacks, _quick_cli  # noqa: E402
 from lit_rl.reproduce.runner import fit_job, init_stores, run_jobs, seconds_of  # noqa: E402
 
 EXPERIMENT = "lit_rl-vllm-curves"

@@ -55,7 +55,7 @@ def test_new_files_respect_the_umask_as_open_does(tmp_path, umask, want):
     as ``open()`` gives; ``tempfile.mkstemp`` alone made them all ``-rw-------``."""
     import os
 
-    from lit_rl.reliability import atomic_torch_save
+    from lit_rl.checkpoint_io import atomic_torch_save
 
     old = os.umask(umask)
     try:

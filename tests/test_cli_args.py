@@ -44,24 +44,6 @@ def test_help_keeps_the_descriptions_paragraphs(capsys):
     assert "\n\n" in text.split("options:")[0].split("\n", 2)[2]  # the description is not one run-on paragraph
 
 
-def test_top_level_help_lists_predict_and_the_other_subcommands(capsys):
-    from lit_rl.cli import main
-
-    with pytest.raises(SystemExit):
-        main(["--help"])
-    text = capsys.readouterr().out
-    assert "predict" in text and all(name in text for name in EXTRA_COMMANDS)
-    # the usage line names the command users type and every subcommand; the description keeps one per line
-    usage = text.splitlines()[0]
-    assert usage.startswith("usage: python -m lit_rl ") and "__main__" not in usage
-    assert all(name in usage for name in ("fit", "validate", "test", "predict", *EXTRA_COMMANDS))
-    assert all(f"\n  {name}" in text for name in EXTRA_COMMANDS)
-    with pytest.raises(SystemExit):  # a subcommand's own usage: the command and the subcommand, not the list
-        main(["fit", "--help"])
-    fit_usage = capsys.readouterr().out.splitlines()[0]
-    assert fit_usage.startswith("usage: python -m lit_rl ") and " fit " in fit_usage and "reproduce" not in fit_usage
-
-
 def test_lightning_subcommands_take_the_hyphenated_spellings_too(capsys):
     """``fit --trainer.max-steps 7 --print-config`` is ``fit --trainer.max_steps 7 --print_config`` (they were
     refused); values keep their hyphens."""

@@ -161,7 +161,7 @@ def test_guess_testbed_overlay_changes_only_the_task_warm_start_and_eval_cadence
     assert cfg.model.init_args.loss == plain.model.init_args.loss
     assert cfg.data.init_args.num_generations == plain.data.init_args.num_generations
     assert preflight(["fit", *argv], data=False) is not None
-    from lit_rl.reproduce.double_rollout import NEMO_RL
+    from lit_rl.reproduce.dr import NEMO_RL
 
     nemo = vars(parse_training_config.argv([*argv, *NEMO_RL]).model.init_args.loss)  # the study's NeMo-RL runs
     assert (nemo["scale_std"], nemo["leave_one_out"], nemo["std_of"], nemo["std_eps"]) == (True, True, "baseline", 1e-6)

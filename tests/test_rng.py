@@ -12,7 +12,7 @@ import torch
 from lit_rl import rng
 from lit_rl.core.double_rollout import one_sided_replacement
 from lit_rl.core.masks import mask_prompt_tokens, spg_block_masks, uniform_random_masks
-from lit_rl.algorithms.sft import denoising_masks
+from lit_rl.core.denoising import denoising_masks
 from lit_rl.generation.ar import sample_next
 from lit_rl.generation.diffusion import _choose_tokens
 

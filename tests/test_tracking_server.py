@@ -1,4 +1,4 @@
-"""A real MLflow tracking server (issue #21 item 2): ``mlflow server`` on loopback with a PostgreSQL backend store
+"""A real MLflow tracking server: ``mlflow server`` on loopback with a PostgreSQL backend store
 and a served local artifact folder (tests/support/mlflow_server.py), and the faults it meets.
 
 * two fits log to it and the server is killed (SIGKILL) mid-fit, once (the ``outage`` fixture):

@@ -1,7 +1,7 @@
 """Advantage processors for mixed on-policy / external rollout groups (ERILS §IV-B): the injectable classes
 ``SourceSpecific`` (ERILS Eq. 9), ``Joint`` (Eq. 11), ``OnPolicyOnly`` (SPG), ``ExternalOnly``.
 
-The math is :mod:`lit_rl.core.advantages` (re-exported here). No std division by default (SPG, ERILS);
+The math is :mod:`lit_rl.core.advantages`. No std division by default (SPG, ERILS);
 ``scale_std=True`` divides the centred on-policy / joint advantages by the group's (unbiased) std + ``eps``.
 NaN rewards: with ``nan_policy="drop"`` (default) those rows are excluded from every group mean/std, get
 advantage 0 and ``keep = False``, with a warning; with ``nan_policy="raise"`` they raise.
@@ -17,18 +17,12 @@ from lit_rl.algorithms.processors import Processor
 from lit_rl.errors import FieldError
 from lit_rl.batch import PromptBatch, RolloutBatch
 from lit_rl.core.sources import rows_where
-from lit_rl.core.advantages import (  # noqa: F401  (re-exported)
-    frac_reward_zero_std,
-    group_centered,
+from lit_rl.core.advantages import (
     joint_advantages,
     source_specific_advantages,
 )
 
 __all__ = [
-    "group_centered",
-    "source_specific_advantages",
-    "joint_advantages",
-    "frac_reward_zero_std",
     "AdvantageProcessor",
     "SourceSpecific",
     "Joint",

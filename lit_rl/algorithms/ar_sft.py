@@ -1,7 +1,7 @@
 """Supervised warm start of an autoregressive policy on scripted traces (next-token cross-entropy).
 
 A randomly initialised tiny causal LM writes nothing parseable, so GRPO would get no signal. A short SFT on
-scripted Countdown traces (:func:`lit_rl.rollouts.scripted.countdown_completion`: a few search steps
+scripted Countdown traces (:func:`lit_rl.tasks.scripted.countdown_completion`: a few search steps
 ``a op b = c`` in ``<reasoning>...</reasoning>``, then the expression in ``<answer>...</answer>``) teaches
 the model to write a reasoning trace, close it with the atomic ``</reasoning>`` token and give an answer.
 It is deliberately short, so the warmed-up policy solves only part of the problems and RL has room to

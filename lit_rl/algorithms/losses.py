@@ -6,7 +6,7 @@ the module owns micro-batching, ``manual_backward`` and logging. Losses here:
 * :class:`SPGLoss`: ERILS / SPG, the SPG surrogate of :mod:`lit_rl.algorithms.surrogates`;
 * :class:`ClippedPGLoss`: GRPO / DAPO / double rollout, the token-level clipped policy gradient of
   :func:`lit_rl.core.pg.clipped_pg_loss` with clip-higher and optional k3 KL;
-* :class:`DenoisingSFTLoss`: masked-denoising SFT (ERILS's SFT baseline, :mod:`lit_rl.algorithms.sft`).
+* :class:`DenoisingSFTLoss`: masked-denoising SFT (ERILS's SFT baseline, :mod:`lit_rl.core.denoising`).
 
 d1 and wd1 live in :mod:`lit_rl.algorithms.d1`.
 """
@@ -20,7 +20,7 @@ from torch import Tensor
 
 from lit_rl import rng
 from lit_rl.algorithms.loss_api import Loss, LossContext, Prepared, kept_rows
-from lit_rl.algorithms.sft import denoising_masks, masked_denoising_loss
+from lit_rl.core.denoising import denoising_masks, masked_denoising_loss
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.advantages import STD_OF
 from lit_rl.core.entropy import masked_entropy_mean, token_entropy
@@ -323,7 +323,7 @@ class SFTBatch(Prepared):
 
 
 class DenoisingSFTLoss(Loss):
-    """Masked-denoising SFT (LLaDA's SFT objective, :mod:`lit_rl.algorithms.sft`) on the batch's external rows:
+    """Masked-denoising SFT (LLaDA's SFT objective, :mod:`lit_rl.core.denoising`) on the batch's external rows:
     per row ``t ~ U(eps, 1]``, each token masked w.p. ``t``, cross-entropy on masked tokens weighted by
     ``1/t`` and normalised by the row's length; a mean over rows. No reward is used.
 
@@ -338,7 +338,7 @@ class DenoisingSFTLoss(Loss):
     @staticmethod
     def check_args(eps: float = 1e-3) -> None:
         """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`),
-        and :class:`~lit_rl.algorithms.sft_module.DenoisingSFT`'s ``eps``."""
+        and :class:`~lit_rl.algorithms.denoising_sft.DenoisingSFT`'s ``eps``."""
         if not 0.0 < eps < 1.0:
             raise FieldError("eps", f"must be in (0, 1), got {eps}")
 

@@ -3,7 +3,7 @@
 
 :class:`SPGSurrogate` draws each rollout's noise masks (:mod:`lit_rl.core.masks`, block-wise for on-policy
 rows and uniformly random for external rows, as the SPG reference code), scores the original tokens under
-each noisy input and returns ``(loss, stats)``. The pure functions are re-exported here for existing imports.
+each noisy input and returns ``(loss, stats)``.
 """
 
 from __future__ import annotations
@@ -27,16 +27,13 @@ from lit_rl.core.masks import (
 )
 from lit_rl.core.sources import Source, describe, known, rows_where
 from lit_rl.batch import RolloutBatch
-from lit_rl.core.spg import (  # noqa: F401  (re-exported)
-    d1_loss,
+from lit_rl.core.spg import (
     elbo,
     eubo,
     mix,
-    sequence_logprob_sum,
     spg_loss,
     spg_select,
     token_logprobs_from_logits,
-    wd1_loss,
 )
 
 __all__ = ["SPGSurrogate", "LogitsFn"]

@@ -12,9 +12,6 @@ from lit_rl.errors import ConfigError
 __all__ = ["ConfigView", "fail", "load_yaml_with_lines", "parse_command_line"]
 
 
-Path_ = tuple  # a config key path, e.g. ("data", "init_args", "generation", "gen_length")
-
-
 @dataclass
 class ConfigView:
     data: dict[str, Any]

@@ -7,7 +7,7 @@ Studies:
   rollouts (:mod:`lit_rl.reproduce.erils`); ``--task countdown``: the main comparison, the thread spread and
   the capacity check on miniature Countdown, with the pool a real external model wrote.
 * ``double-rollout``: DR vs GRPO vs GRPO-large on the chain-sum testbed with seeds, ρ / N sweeps, the
-  length bonus vs the Arora-Zanette penalty, the reliability table (:mod:`lit_rl.reproduce.double_rollout`);
+  length bonus vs the Arora-Zanette penalty, the reliability table (:mod:`lit_rl.reproduce.dr`);
   ``--testbed guess``: the same comparison where its premise holds (lucky guesses on the starting model), with
   the ρ / N trends over every seed, the premise statistics and the reliability study in the paper's protocol.
 
@@ -62,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.task != "sudoku" and args.study != "erils":
         parser.error(f"--task {args.task}: only the erils study has tasks")
 
-    from lit_rl.reproduce import double_rollout, dr_report, erils, erils_report
+    from lit_rl.reproduce import dr, dr_report, erils, erils_report
     from lit_rl.reproduce.runner import jobs_to_run, run_jobs, seconds_of
 
-    study, report = (erils, erils_report) if args.study == "erils" else (double_rollout, dr_report)
+    study, report = (erils, erils_report) if args.study == "erils" else (dr, dr_report)
 
     suffix = "".join(f"_{v}" for v, default in ((args.testbed, "chainsum"), (args.task, "sudoku")) if v != default)
     out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{suffix}{'_quick' if args.quick else ''}")

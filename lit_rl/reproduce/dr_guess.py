@@ -204,7 +204,7 @@ def progress_sections(out: Path, jobs: dict[str, RunData], curves: dict[str, lis
 def trend_sections(out: Path, jobs: dict[str, RunData], metric: str, seeds: Sequence[int],
                    summary: dict[str, Any]) -> list[str]:
     """ρ and N with the spread over seeds (DR Tables 2-3 in miniature)."""
-    from lit_rl.reproduce.double_rollout import GUESS_N, GUESS_RHO
+    from lit_rl.reproduce.dr import GUESS_N, GUESS_RHO
 
     rho = trend_rows(jobs, metric, "rho", GUESS_RHO, seeds, {0.9: "dr"})
     n = trend_rows(jobs, metric, "n", GUESS_N, seeds, {4: "dr", 1: "grpo"})

@@ -201,7 +201,7 @@ def _trend_points(runs_by_job, trials, metric, key, main_value, main_job, extra=
 def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False,
           testbed: str = "chainsum") -> dict[str, Any]:
     """Write the report into ``out`` from ``out/mlflow.db``; returns the summary (also ``summary.json``)."""
-    from lit_rl.reproduce.double_rollout import EXPERIMENT, GREEDY, METHODS, METRIC
+    from lit_rl.reproduce.dr import EXPERIMENT, GREEDY, METHODS, METRIC
 
     if not (out / "mlflow.db").exists():
         raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report_only first)")
@@ -216,7 +216,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
               for st in ("rho", "n")}
     methods = list(METHODS)
     if testbed == "guess":
-        from lit_rl.reproduce.double_rollout import GUESS_EXTRA
+        from lit_rl.reproduce.dr import GUESS_EXTRA
 
         methods += list(GUESS_EXTRA)
     summary: dict[str, Any] = {"metric": METRIC, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [],
@@ -314,7 +314,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
 
     # 4. accuracy vs tokens
     length_key = METRIC.rsplit("/", 1)[0] + "/length_mean"
-    from lit_rl.reproduce.double_rollout import LENGTH_RUNS
+    from lit_rl.reproduce.dr import LENGTH_RUNS
 
     pts = []
     wanted = [f"{n}_s{s0}" for n in LENGTH_RUNS]  # this plan's length runs (not those of an older plan)

@@ -22,7 +22,7 @@ On a failure that retries cannot fix, ``generate`` raises :class:`BackendError`;
 * ``vllm`` (:class:`VLLMPoolBackend`): vLLM's offline engine ``vllm.LLM`` (``pip install lit-rl[vllm]``);
 * ``hf`` (:class:`HFPoolBackend`): Hugging Face ``generate`` with any local causal LM (or a tiny random
   Llama built from a config, with the character tokenizer, for tests);
-* ``scripted`` (:class:`ScriptedBackend`): the scripted solver of :mod:`lit_rl.rollouts.scripted`, with a
+* ``scripted`` (:class:`ScriptedBackend`): the scripted solver of :mod:`lit_rl.tasks.scripted`, with a
   verbose first stage and a compact rewrite, so the embedded demo exercises two-stage length control.
 
 Per-request seeds make every backend deterministic given the request (vLLM and the HTTP server honour
@@ -297,7 +297,7 @@ class HFPoolBackend(Backend):
 # Scripted solver
 # --------------------------------------------------------------------------------------------------------
 class ScriptedBackend(Backend):
-    """The scripted solver (:mod:`lit_rl.rollouts.scripted`) behind the backend interface.
+    """The scripted solver (:mod:`lit_rl.tasks.scripted`) behind the backend interface.
 
     ``generate`` requests get a *verbose* trace (an explanation per deduction, a few hundred to a
     thousand characters, like an AR model's uncontrolled first stage); ``rewrite`` requests get the

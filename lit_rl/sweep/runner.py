@@ -23,7 +23,7 @@ import yaml
 from lit_rl.sweep.errors import ObjectiveNotLoggedError, SweepConfigError, _bad
 from lit_rl.sweep.pruning import StepPruningCallback
 from lit_rl.sweep.schema import Objective, SweepConfig
-from lit_rl.sweep.tracking import StudyTracker
+from lit_rl.sweep.mlflow_study import StudyTracker
 
 SURPLUS_KEY = "lit_rl:slot"
 

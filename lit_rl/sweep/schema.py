@@ -152,7 +152,7 @@ class SweepConfig:
                   where: dict[tuple, str] | None = None) -> "SweepConfig":
         """Build and check a sweep. A problem raises :class:`SweepConfigError`; with ``source`` (the sweep file)
         its message starts with ``<file>:<line>`` of the key (``where``: key path → ``file:line``, as
-        :func:`lit_rl.reliability.load_yaml_with_lines` returns it)."""
+        :func:`lit_rl.config.lines.load_yaml_with_lines` returns it)."""
         try:
             return cls._from_dict(raw)
         except SweepConfigError as e:

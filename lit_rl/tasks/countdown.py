@@ -11,7 +11,7 @@ exact value is an integer in ``[1, 100]`` becomes the target (the test targets s
 
 Reward (d1/SPG ``countdown_reward_func``, §4): the LAST ``<answer>...</answer>`` block (stripped); none: 0.
 Its numbers (every ``\\d+``) must be exactly the given multiset, else ``wrong_numbers_reward`` (0.1). It must
-be plain arithmetic (see :mod:`lit_rl.tasks.arith`, evaluated safely), and its value within 1e-5 of the
+be plain arithmetic (see :mod:`lit_rl.tasks.countdown_arith`, evaluated safely), and its value within 1e-5 of the
 target: 1.0; not evaluable, or a wrong value: ``wrong_result_reward`` (0.1). So any answer block that is not a
 hit earns 0.1, an empty or malformed one included. ERILS's text describes 0 for wrong numbers:
 ``CountdownTask(wrong_numbers_reward=0.0)``.
@@ -45,7 +45,7 @@ import re
 from typing import Any, Sequence
 
 from lit_rl.errors import FieldError
-from lit_rl.tasks.arith import safe_eval, uses_exactly
+from lit_rl.tasks.countdown_arith import safe_eval, uses_exactly
 from lit_rl.tasks.countdown_problems import (  # noqa: F401  (solve: the task's public solver)
     NUMBER_RANGE,
     TARGET_RANGE,

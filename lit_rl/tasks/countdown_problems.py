@@ -13,7 +13,7 @@ import re
 from fractions import Fraction
 from typing import Sequence
 
-from lit_rl.tasks.arith import safe_eval
+from lit_rl.tasks.countdown_arith import safe_eval
 
 NUMBER_RANGE = (1, 100)
 TARGET_RANGE = (1, 100)

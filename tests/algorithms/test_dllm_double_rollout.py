@@ -1,5 +1,5 @@
 """conf/spg_double_rollout.yaml through the real CLI on the tiny dLLM: the double-rollout estimate runs as a
-processor of the ERILS module with the dLLM's continuations (issue #19 item 1)."""
+processor of the ERILS module with the dLLM's continuations."""
 
 from pathlib import Path
 

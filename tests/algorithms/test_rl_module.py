@@ -1,5 +1,5 @@
 """The shared optimisation skeleton: both algorithms inherit it and differ only in their loss/advantages.
-(Its NaN guard is exercised end to end in tests/reliability/test_nan_guards.py, its greedy evaluation in
+(Its NaN guard is exercised end to end in tests/robustness/test_nan_guards.py, its greedy evaluation in
 the fit tests of both modules.)"""
 
 from __future__ import annotations

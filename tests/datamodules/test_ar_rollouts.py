@@ -13,7 +13,7 @@ import torch
 from datamodules.ar_rollouts import ARRolloutDataModule, ProfilingSettings, policy_key
 from lit_rl.generation.ar import ARBackend
 from lit_rl.models.ar import SamplingSettings, TinyCausalLM
-from lit_rl.rollouts.scripted import countdown_completion
+from lit_rl.tasks.scripted import countdown_completion
 from lit_rl.batch import Source
 from lit_rl.tasks import CountdownTask
 

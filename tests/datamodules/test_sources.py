@@ -1,4 +1,4 @@
-"""Rollout sources as a list (``data.init_args.sources``): the same rows as the legacy arguments describe,
+"""Rollout sources as a list (``data.init_args.sources``): the same rows as the g_on / g_ext shorthand describes,
 rows of different widths stacked with their own widths, and a source order the batch keeps."""
 
 from pathlib import Path
@@ -32,19 +32,19 @@ def _policy():
     return TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=256)
 
 
-def test_a_sources_list_gives_the_rows_the_legacy_arguments_give():
-    legacy = _dm(pool_path=POOL, g_on=2, g_ext=2, generation=GEN)
+def test_a_sources_list_gives_the_rows_the_shorthand_gives():
+    shorthand = _dm(pool_path=POOL, g_on=2, g_ext=2, generation=GEN)
     listed = _dm(sources=[DiffusionOnPolicy(2, GEN), ExternalPool(2, POOL, 512, min_width=GEN.gen_length)],
                  generation=GEN)
-    assert [type(s).__name__ for s in legacy.sources] == ["DiffusionOnPolicy", "ExternalPool"]
-    assert [e.id for e in legacy.train_examples] == [e.id for e in listed.train_examples]  # the pool's prompts
+    assert [type(s).__name__ for s in shorthand.sources] == ["DiffusionOnPolicy", "ExternalPool"]
+    assert [e.id for e in shorthand.train_examples] == [e.id for e in listed.train_examples]  # the pool's prompts
     policy = _policy()
-    a, b = (legacy.produce_rollouts(legacy.prompt_batch(3), policy),
+    a, b = (shorthand.produce_rollouts(shorthand.prompt_batch(3), policy),
             listed.produce_rollouts(listed.prompt_batch(3), policy))
     for name in ("input_ids", "attention_mask", "completion_mask", "lengths", "rewards", "source", "group", "gen_width",
                  "hit_limit"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
-    assert a.texts == b.texts and set(legacy.last_stats) == set(listed.last_stats)
+    assert a.texts == b.texts and set(shorthand.last_stats) == set(listed.last_stats)
 
 
 def test_rows_of_different_widths_keep_their_own_width():

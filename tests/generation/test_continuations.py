@@ -1,4 +1,4 @@
-"""Double rollout for the dLLM (issue #19): the decoder resumed from a canvas, DiffusionContinuations against
+"""Double rollout for the dLLM: the decoder resumed from a canvas, DiffusionContinuations against
 the real tiny dLLM, the rebuilt CONTINUATION rows, and their SPG masks."""
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def fit(out: Path, max_steps: int, ckpt_path: Path | None = None, command: str =
         args += [
             f"--trainer.max_steps={max_steps}",
             "--trainer.callbacks+=support.callbacks.BatchCounter",
-            "--trainer.callbacks+=callbacks.reliability.ExactResume",
+            "--trainer.callbacks+=callbacks.resume.ExactResume",
             "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
             f"--trainer.callbacks.dirpath={out}/checkpoints",
             "--trainer.callbacks.save_last=true",

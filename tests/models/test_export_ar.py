@@ -11,7 +11,7 @@ import yaml
 
 from lit_rl.models import LoraSettings
 from lit_rl.models.ar import PretrainedCausalLM, TinyCausalLM
-from lit_rl.models.cli import main as export_main
+from lit_rl.models.export_cli import main as export_main
 
 IDS = torch.tensor([[10, 11, 12, 13, 14, 15, 16]])
 

@@ -302,7 +302,7 @@ def test_paper_policy_path_fits_validates_and_exports_on_the_official_checkpoint
     from peft import PeftModel
 
     from lit_rl.cli import run_lightning_cli
-    from lit_rl.models.cli import main as export_main
+    from lit_rl.models.export_cli import main as export_main
     from support.reference import ROOT
 
     remote = "trust_remote_code: true" if policy_class == "PretrainedDiffusionLM" else ""

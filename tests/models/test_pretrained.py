@@ -188,7 +188,7 @@ def test_export_adapters_in_peft_format_and_merge(fitted, tmp_path):
     # imported in this process (tests/models/test_llada_reference.py) it is registered for every "llada" folder
     from lit_rl.models.remote_compat import load_remote_model
 
-    from lit_rl.models.cli import main
+    from lit_rl.models.export_cli import main
 
     cli, run = fitted
     out = tmp_path / "export"

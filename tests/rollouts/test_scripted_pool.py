@@ -99,7 +99,7 @@ def test_the_cli_writes_the_recipes_trace_gzipped_when_asked(tmp_path, capsys):
 def test_grid_format_warmup_text_copies_givens_and_repeats_the_trace():
     import random
 
-    from lit_rl.rollouts.scripted import format_warmup_text
+    from lit_rl.tasks.registry import format_warmup_text
     from lit_rl.tasks.base import Example
 
     ex = Example(id="x", question="", answer="1234341221434321", meta={"puzzle": "1030040221004300"})

@@ -1,4 +1,4 @@
-"""The Optuna names lit_rl.sweep relies on beyond the public API (issue #21 item 3), pinned by this test.
+"""The Optuna names lit_rl.sweep relies on beyond the public API, pinned by this test.
 
 The runner claims an enqueued trial atomically with ``study._storage.set_trial_state_values`` and wraps it in
 ``optuna.Trial(study, trial._trial_id)`` (``study.ask`` would create a new trial when another worker took the

@@ -343,7 +343,7 @@ def test_a_worker_whose_trials_all_fail_exits_1_and_says_so(tmp_path, monkeypatc
                derived={})
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(raw))
-    # the check against the base config refuses these choices before any trial (tests/sweep/test_sweep_validate.py);
+    # the check against the base config refuses these choices before any trial (tests/sweep/test_validate.py);
     # left out here so that the trials run and fail
     monkeypatch.setattr("lit_rl.sweep.check_against_base", lambda cfg: None)
     monkeypatch.setattr(sys, "argv", ["python -m lit_rl sweep", "--config", str(path)])

@@ -1,4 +1,4 @@
-"""Sweep workers on one PostgreSQL study (issue #21 item 1): the SQLite scenarios of tests/sweep/test_sweep.py on a
+"""Sweep workers on one PostgreSQL study: the SQLite scenarios of tests/sweep/test_sweep.py on a
 ``postgresql+psycopg://`` storage served by a throwaway server (tests/support/postgres.py), plus a server
 restart mid-sweep.
 
@@ -117,7 +117,7 @@ def test_four_workers_finish_every_grid_point_exactly_once(tmp_path, postgres_ur
 def test_max_trials_caps_each_worker_and_a_last_run_takes_the_rest(tmp_path, postgres_url):
     config = _config(tmp_path, postgres_url, "capped")
     logs = [tmp_path / f"worker{i}.log" for i in range(4)]
-    procs = [_worker(config, log, "--max-trials", "2", trial_s=0.5, barrier=4) for log in logs]  # the issue's spelling
+    procs = [_worker(config, log, "--max-trials", "2", trial_s=0.5, barrier=4) for log in logs]  # hyphenated flag
     _wait_all(procs, logs)
     trials = _trials(postgres_url, "capped")
     states = Counter(t.state for t in trials)

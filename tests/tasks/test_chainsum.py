@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from lit_rl.rollouts.scripted import SCRIPTED_POLICIES, TRACE_STYLES
 from lit_rl.tasks import ChainSumTask, get_task
+from lit_rl.tasks.registry import REGISTRY, known_traces
 from lit_rl.tasks.chainsum import (
     GUESS_RATE,
     chainsum_completion,
@@ -77,7 +77,7 @@ def test_teacher_is_right_without_errors_and_slips_with_them():
 
 
 def test_registered_for_warm_starts_and_by_name():
-    assert SCRIPTED_POLICIES["chainsum"] is chainsum_completion and "running" in TRACE_STYLES["chainsum"]
+    assert REGISTRY["chainsum"].default_trace is chainsum_completion and "running" in known_traces("chainsum")
     assert isinstance(get_task("chainsum", num_train=3), ChainSumTask)
 
 
@@ -186,4 +186,4 @@ def test_guessing_teacher_stops_early_and_guesses_the_parity():
     inconclusive = sum(len(t.split("</reasoning>")[0].split()) < e.meta["terms"] - 1
                        for t, e in zip(mixed, task.train_examples())) / len(mixed)
     assert abs(inconclusive - GUESS_RATE) < 0.07
-    assert "guessing" in TRACE_STYLES["chainsum"]
+    assert "guessing" in known_traces("chainsum")

@@ -10,7 +10,7 @@ import pytest
 
 from lit_rl.errors import FieldError
 from lit_rl.tasks import CountdownTask
-from lit_rl.tasks.arith import safe_eval
+from lit_rl.tasks.countdown_arith import safe_eval
 from lit_rl.tasks.countdown_problems import generate_problem, in_order, three_number_expressions
 from lit_rl.tasks.scripted import countdown_ordered_trials_completion, countdown_trials_completion
 
@@ -137,7 +137,7 @@ def test_ordered_teacher_keeps_every_try_and_the_answer_in_the_prompts_order():
 
 
 def test_the_trials_warm_up_copies_the_numbers_in_order_with_random_operators():
-    from lit_rl.tasks.arith import safe_eval
+    from lit_rl.tasks.countdown_arith import safe_eval
     from lit_rl.tasks.registry import format_warmup_text
 
     t = CountdownTask(num_train=60, ordered=True, **MINI)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rl.rollouts.scripted import format_warmup_text
+from lit_rl.tasks.registry import format_warmup_text
 from lit_rl.tasks import PromptTask, get_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,12 +1,11 @@
-"""Issue #42, item 5: nothing silently changed. Each test fails on the code before the fix (eb0de98):
+"""Nothing changes silently:
 
-* prompts longer than ``max_prompt_len`` were cut with no word: now counted (``train/prompts_truncated``) and one
-  warning per run;
-* an external row that cannot fit the policy's positions crashed the first update (``IndexError``): now refused
-  when the pool meets the policy, with the pool's file:line;
-* a surrogate ``block_length`` that does not divide ``L_gen`` was accepted: now the same refusal as in ``generation``;
-* ``prompts_per_batch`` larger than the training set and duplicate prompt ids were accepted: now refused;
-* ``score`` on an empty file reported accuracy 0.0 with exit 0: now one error line, exit 2.
+* prompts longer than ``max_prompt_len`` are cut, counted (``train/prompts_truncated``) and warned about once per run;
+* an external row that cannot fit the policy's positions is refused when the pool meets the policy, with the pool's
+  file:line (not an ``IndexError`` at the first update);
+* a surrogate ``block_length`` that does not divide ``L_gen`` gets the same refusal as in ``generation``;
+* ``prompts_per_batch`` larger than the training set, and duplicate prompt ids, are refused;
+* ``score`` on an empty file is one error line and exit 2 (not accuracy 0.0).
 """
 
 from __future__ import annotations

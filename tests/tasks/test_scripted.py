@@ -7,7 +7,8 @@ import random
 import pytest
 
 from callbacks.ar_warmup import ScriptedSFTWarmup
-from lit_rl.rollouts.scripted import TRACE_STYLES, sudoku_completion, sudoku_grid_completion
+from lit_rl.tasks.registry import known_traces
+from lit_rl.tasks.scripted import sudoku_completion, sudoku_grid_completion
 from lit_rl.tasks import SudokuTask
 from lit_rl.tasks.base import Example
 
@@ -35,7 +36,7 @@ def test_grid_trace_errors_change_one_blank_in_trace_and_answer():
 def test_warmup_trace_styles_resolve_or_fail_with_the_known_names():
     assert ScriptedSFTWarmup().teacher("sudoku") is sudoku_completion  # default: the pool's deduction trace
     assert ScriptedSFTWarmup(trace="grid").teacher("sudoku") is sudoku_grid_completion
-    assert list(TRACE_STYLES["sudoku"]) == ["deduction", "grid", "grid_verbose"]
+    assert list(known_traces("sudoku")) == ["deduction", "grid", "grid_verbose"]
     known = r"\(known: \['search', 'trials'\]\)"
     with pytest.raises(ValueError, match=r"trace: 'grid' is not a countdown trace style " + known):
         ScriptedSFTWarmup(trace="grid").teacher("countdown")

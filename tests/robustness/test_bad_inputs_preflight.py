@@ -1,4 +1,4 @@
-"""Issue #42, item 6: every constructor check is reachable from the preflight, and the checker itself never crashes.
+"""Every constructor check is reachable from the preflight, and the checker itself never crashes.
 
 Each case runs ``python -m lit_rl fit --config conf/erils.yaml --config tests/tiny_overlay.yaml --config <bad>``
 in-process (``lit_rl.cli.main``), as ``test_bad_inputs.py`` does. Each must exit 2 with exactly one ``error:`` line

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from lit_rl.report import RunData
-from lit_rl.reproduce import double_rollout
+from lit_rl.reproduce import dr
 from lit_rl.reproduce.dr_report import cumulative_tokens, latest_finished
 from lit_rl.reproduce.runner import Job, callbacks_of, run_jobs
 
@@ -62,7 +62,7 @@ def test_callbacks_of_takes_the_last_list_like_the_cli():
 
 
 def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
-    plan = double_rollout.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1, cache_dir=str(tmp_path / "c"))
+    plan = dr.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1, cache_dir=str(tmp_path / "c"))
     names = [j.name for j in plan.jobs]
     assert names[:6] == ["dr_s0", "grpo_s0", "grpo_large_s0", "dr_s1", "grpo_s1", "grpo_large_s1"]
     assert {"sweep-rho-w0", "sweep-rho-w1", "sweep-n-w0", "sweep-n-w1", "grpo_verbose_s0", "dr_verbose_s0",
@@ -89,12 +89,12 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
     assert warm["init_args"]["trace"] == "verbose" and warm["init_args"]["max_completion_len"] == 64
     sweep = yaml.safe_load((tmp_path / "sweeps/rho/sweep.yaml").read_text())
     assert sweep["space"]["model.init_args.double_rollout.rho"]["choices"] == [0.5, 0.75, 0.99]
-    assert sweep["objective"]["metric"] == double_rollout.METRIC
+    assert sweep["objective"]["metric"] == dr.METRIC
 
 
 def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(tmp_path):
-    plan = double_rollout.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1,
-                               cache_dir=str(tmp_path / "c"), testbed="guess")
+    plan = dr.plan(tmp_path, seeds=[0, 1], quick=False, workers=2, threads=1,
+                   cache_dir=str(tmp_path / "c"), testbed="guess")
     names = [j.name for j in plan.jobs]
     assert plan.testbed == "guess" and plan.first_alone
     assert names[:6] == ["dr_s0", "grpo_s0", "grpo_large_s0", "dr_s1", "grpo_s1", "grpo_large_s1"]
@@ -104,7 +104,7 @@ def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(
     assert len(names) == 6 + 6 * 2 + 2 * 2 and all(j.argv[0] == "fit" for j in plan.jobs)  # no sweeps or length runs
     assert names[-4:] == ["dr_nemo_s0", "dr_nemo_s1", "grpo_nemo_s0", "grpo_nemo_s1"]
     nemo = {j.name: j for j in plan.jobs[-4:]}
-    assert all(a in nemo["grpo_nemo_s1"].argv for a in double_rollout.NEMO_RL)
+    assert all(a in nemo["grpo_nemo_s1"].argv for a in dr.NEMO_RL)
     assert "conf/grpo_chainsum.yaml" in nemo["grpo_nemo_s1"].argv and "conf/grpo_chainsum.yaml" not in nemo[
         "dr_nemo_s0"].argv
     by = {j.name: j for j in plan.jobs}
@@ -117,7 +117,7 @@ def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(
                 if c["class_path"].endswith("ScriptedSFTWarmup"))
     assert warm["init_args"]["trace"] == "guessing"
     with pytest.raises(ValueError, match="unknown double-rollout testbed 'nope'"):
-        double_rollout.plan(tmp_path, seeds=[0], quick=False, workers=1, threads=1, testbed="nope")
+        dr.plan(tmp_path, seeds=[0], quick=False, workers=1, threads=1, testbed="nope")
 
 
 def _run(name, status, tags, history):

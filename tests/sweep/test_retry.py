@@ -133,7 +133,7 @@ def test_make_storage_retries_only_server_urls(tmp_path):
 def test_the_parent_run_tag_race_between_workers_is_retried(monkeypatch):
     """Two workers setting a new tag on the study's parent run at once: MLflow's SQL store makes the second
     insert fail on the unique key (seen with 4 workers finishing together); the retry then updates it."""
-    import lit_rl.sweep.tracking as tracking
+    import lit_rl.sweep.mlflow_study as tracking
     from mlflow.exceptions import MlflowException
 
     monkeypatch.setattr(tracking.time, "sleep", lambda s: None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_rl.algorithms.sft_module import DenoisingSFT
+from lit_rl.algorithms.denoising_sft import DenoisingSFT
 from lit_rl.models import TinyDiffusionLM
 from lit_rl.batch import RolloutBatch, Source
 

@@ -3,7 +3,7 @@
 import pytest
 
 from lit_rl.tasks import CountdownTask
-from lit_rl.tasks.arith import safe_eval, uses_exactly
+from lit_rl.tasks.countdown_arith import safe_eval, uses_exactly
 from lit_rl.tasks.countdown import countdown_reward, eval_expression, read_cd3_test, solve
 from lit_rl.tasks.base import Example
 

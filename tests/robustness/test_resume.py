@@ -78,17 +78,17 @@ trainer:
   enable_progress_bar: false
   default_root_dir: {run_dir}
   plugins:
-    - class_path: lit_rl.reliability.AtomicCheckpointIO
+    - class_path: lit_rl.checkpoint_io.AtomicCheckpointIO
   logger:
     class_path: lightning.pytorch.loggers.MLFlowLogger
     init_args:
-      experiment_name: reliability
+      experiment_name: resume
       run_name: resume
       tracking_uri: sqlite:///{run_dir}/mlflow.db
   callbacks:
-{warmup}    - class_path: callbacks.reliability.ExactResume
-    - class_path: callbacks.reliability.PromptLedger
-    - class_path: callbacks.reliability.CheckpointOnSigterm
+{warmup}    - class_path: callbacks.resume.ExactResume
+    - class_path: callbacks.resume.PromptLedger
+    - class_path: callbacks.resume.CheckpointOnSigterm
     - class_path: lightning.pytorch.callbacks.ModelCheckpoint
       init_args: {{dirpath: {run_dir}/checkpoints, save_last: true, every_n_train_steps: {MU}}}
 {''.join(f'    - {c}' + chr(10) for c in extra_callbacks)}

@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 from lit_rl.core.double_rollout import split_thinking, split_thinking_text
 from lit_rl.rollouts.pool import PoolFormatError, PoolRecord
-from lit_rl.tasks import (CountdownTask, MathTask, SudokuTask, arith, countdown, math_normalize, math_task, parsing,
-                          sudoku)
+from lit_rl.tasks import (CountdownTask, MathTask, SudokuTask, countdown, countdown_arith, math_normalize, math_task,
+                          parsing, sudoku)
 
 # -- targets ----------------------------------------------------------------------------------------------
 SUDOKU, COUNTDOWN, MATH = SudokuTask(num_train=0), CountdownTask(num_train=0), MathTask()
@@ -83,9 +83,9 @@ TARGETS: dict[str, Callable[[str], Any]] = {
                                           math_normalize.is_equiv(t[:64], "\\frac{1}{2}")),
     "math_task.math_eval_answer": math_task.math_eval_answer,
     "math_task.math_format_reward": math_task.math_format_reward,
-    "arith.safe_eval": lambda t: (arith.safe_eval(t), arith.safe_eval(t[:200])),
-    "arith.numbers_in": arith.numbers_in,
-    "arith.uses_exactly": lambda t: arith.uses_exactly(t, CX_NUMBERS),
+    "countdown_arith.safe_eval": lambda t: (countdown_arith.safe_eval(t), countdown_arith.safe_eval(t[:200])),
+    "countdown_arith.numbers_in": countdown_arith.numbers_in,
+    "countdown_arith.uses_exactly": lambda t: countdown_arith.uses_exactly(t, CX_NUMBERS),
     "countdown.eval_expression": countdown.eval_expression,
     "countdown.equals_lhs": countdown.equals_lhs,
     "split_thinking_text": lambda t: (split_thinking_text(t), split_thinking_text(t, missing="skip"),
@@ -277,8 +277,8 @@ def test_adversarial_answers_score_nothing():
     for name in ("import_os", "eval_builtin", "lambda", "dunder", "pow_tower", "deep_parens_1e5"):
         assert COUNTDOWN.reward(ADVERSARIAL[name], ex) in (0.0, 0.1), name
         assert COUNTDOWN.evaluate(ADVERSARIAL[name], ex).correct == 0, name
-    assert arith.safe_eval("__import__('os').system('id')") is None
-    assert arith.safe_eval("9**9**9") is None
+    assert countdown_arith.safe_eval("__import__('os').system('id')") is None
+    assert countdown_arith.safe_eval("9**9**9") is None
     assert split_thinking_text(ADVERSARIAL["think_at_end_1MB"]) == M
     assert split_thinking_text("no delimiter", missing="skip") is None
 

@@ -1,8 +1,8 @@
-"""Issue #42, items 9/10: ``export`` and ``report`` on bad inputs are one ``error:`` line and exit 2.
+"""``export`` and ``report`` on bad inputs are one ``error:`` line and exit 2.
 
-Before the fix (eb0de98): ``export`` of a missing checkpoint said "no config.yaml next to or above …" (the
-checkpoint is what is missing); ``export --out`` onto a file, ``report --experiment nosuch`` and a garbage
-``mlflow.db`` were tracebacks; ``report`` at a missing sqlite path created an empty database there.
+``export`` of a missing checkpoint names the checkpoint (not a missing config.yaml); ``export --out`` onto a file,
+``report --experiment nosuch`` and a garbage ``mlflow.db`` are errors, not tracebacks; ``report`` at a missing
+sqlite path creates nothing there.
 """
 
 from __future__ import annotations

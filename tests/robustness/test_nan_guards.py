@@ -21,7 +21,8 @@ import torch
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, IterableDataset
 
-from lit_rl.algorithms.advantages import SourceSpecific, group_centered, source_specific_advantages
+from lit_rl.algorithms.advantages import SourceSpecific
+from lit_rl.core.advantages import group_centered, source_specific_advantages
 from lit_rl.algorithms.erils import ERILSModule, NonFiniteUpdateError
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.models import TinyDiffusionLM

@@ -1,9 +1,8 @@
-"""Issue #42, item 7: a sweep is checked against its base config before the first trial (lit_rl/sweep/validate.py).
+"""A sweep is checked against its base config before the first trial (lit_rl/sweep/validate.py).
 
-Before the fix (eb0de98) each of these sweeps was accepted: every trial then failed (a misspelled space key,
-a choice of the wrong type, a derived rule giving a negative count), or every trial trained in full before the
-misspelled objective was found. Now ``python -m lit_rl sweep`` prints one ``error:`` line naming the sweep file's
-line and exits 2, before the study's storage exists.
+Each of these sweeps would fail every trial (a misspelled space key, a choice of the wrong type, a derived rule
+giving a negative count) or train every trial in full before finding a misspelled objective: ``python -m lit_rl
+sweep`` prints one ``error:`` line naming the sweep file's line and exits 2, before the study's storage exists.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Issue #42, item 4: user reward functions. Before the fix (eb0de98) ``None``, a scalar or strings gave a
-``TypeError`` that did not name the function (strings were even taken as numbers), one ``inf`` ended the run with
-``NonFiniteUpdateError … last loss nan``, and a slow function stalled training without a word. Now each is one
-:class:`~lit_rl.errors.RewardError` naming the function and the row (and its prompt id); NaN and ``None`` stay
-the documented skip (no reward, adds nothing); ``reward_timeout`` bounds a call with one warning per function.
+"""User reward functions: ``None`` or a scalar instead of a list, strings (never taken as numbers) or ``inf`` is
+one :class:`~lit_rl.errors.RewardError` naming the function and the row (and its prompt id), not a bare
+``TypeError`` or a ``NonFiniteUpdateError`` later; a NaN or ``None`` row is the documented skip (no reward, adds
+nothing); ``reward_timeout`` bounds a slow call with one warning per function.
 """
 
 from __future__ import annotations

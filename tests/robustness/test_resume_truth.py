@@ -1,4 +1,4 @@
-"""Issue #42 items 1-3: one checkpoint truth, one MLflow run per training run, resume guards.
+"""One checkpoint truth, one MLflow run per training run, resume guards.
 
 Tiny ERILS fits in this process through ``lit_rl.cli.main`` (2 updates per rollout batch, a checkpoint every
 2 updates, ``last.ckpt``, MLflow in sqlite), a few seconds each:

@@ -1,5 +1,5 @@
-"""Test-only fault injection for the reliability tests (imported by ``python -m lit_rl fit`` subprocesses
-through ``PYTHONPATH=tests/reliability``): a real SIGKILL/SIGTERM to the training process at a chosen
+"""Test-only fault injection for the resume tests (imported by ``python -m lit_rl fit`` subprocesses
+through ``PYTHONPATH=tests/robustness``): a real SIGKILL/SIGTERM to the training process at a chosen
 point, and a SIGKILL in the middle of writing a checkpoint."""
 
 from __future__ import annotations

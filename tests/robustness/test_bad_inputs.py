@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from lit_rl import cli, reliability
+from lit_rl import cli
+from lit_rl.config import preflight
 from lit_rl.rollouts import pool as pool_mod
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,7 +216,7 @@ def _params():
         marks = []
         if name in NEEDS_PATCH and not _pool_patched(NEEDS_PATCH[name]):
             marks.append(pytest.mark.xfail(
-                strict=True, reason="needs the lit_rl/rollouts/pool.py reader fix from the reliability report"))
+                strict=True, reason="needs the lit_rl/rollouts/pool.py reader fix from the robustness review"))
         yield pytest.param(name, marks=marks, id=name)
 
 
@@ -307,8 +308,8 @@ def test_unknown_backend_in_pool_build(tmp_path):
                                    ["--config", "conf/erils_external_only.yaml"]],
                          ids=["erils", "spg", "joint", "external_only"])
 def test_shipped_configs_pass_the_preflight(extra):
-    reliability.preflight(["fit", "--config", "conf/erils.yaml", *extra])
-    reliability.preflight(["fit", "--config", "conf/erils.yaml", *extra, "--config", "tests/tiny_overlay.yaml"])
+    preflight(["fit", "--config", "conf/erils.yaml", *extra])
+    preflight(["fit", "--config", "conf/erils.yaml", *extra, "--config", "tests/tiny_overlay.yaml"])
 
 
 def test_print_messages():

@@ -1,0 +1,98 @@
+"""Tests mirror the package: ``lit_rl/a/b.py`` is tested in ``tests/a/test_b.py`` (or ``tests/a/test_b_<aspect>.py``),
+``callbacks/x.py`` in ``tests/callbacks/test_x.py``, ``datamodules/x.py`` in ``tests/datamodules/test_x.py``.
+
+:data:`NOT_MIRRORED` lists the modules that are still tested elsewhere, each with where. The list may only
+shrink: a new module needs its own test file, and a module that gains one must leave the list.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: module -> the test file that exercises it today (through its package, an integration test or a sibling's tests;
+#: ``callbacks/progress.py``, ``callbacks/run_record.py`` and ``lit_rl/models/loading.py`` only run inside fits)
+NOT_MIRRORED = {
+    "callbacks/dr_reliability.py": "tests/reproduce/test_dr.py",
+    "callbacks/progress.py": "tests/test_smoke_config.py",  # the progress bar of every fit
+    "callbacks/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
+    "callbacks/resume.py": "tests/robustness/test_resume.py",
+    "callbacks/run_record.py": "tests/robustness/test_resume_truth.py",
+    "datamodules/stream.py": "tests/datamodules/test_rollouts.py",
+    "lit_rl/algorithms/ar_sft.py": "tests/rollouts/test_external_lm.py",
+    "lit_rl/algorithms/dr_estimate.py": "tests/algorithms/test_dr_stage.py",
+    "lit_rl/algorithms/loss_api.py": "tests/algorithms/test_extensions.py",
+    "lit_rl/algorithms/processors.py": "tests/algorithms/test_extensions.py",
+    "lit_rl/algorithms/sft.py": "tests/test_deprecation.py",  # a moved-name stub
+    "lit_rl/algorithms/sft_module.py": "tests/test_deprecation.py",  # a moved-name stub
+    "lit_rl/config/classes.py": "tests/robustness/test_bad_inputs_preflight.py",
+    "lit_rl/config/lines.py": "tests/robustness/test_bad_inputs_preflight.py",
+    "lit_rl/config/signatures.py": "tests/test_run_params.py",
+    "lit_rl/config/trainer_rules.py": "tests/robustness/test_bad_inputs_preflight.py",
+    "lit_rl/errors.py": "tests/robustness/test_bad_inputs_data.py",
+    "lit_rl/generation/kv_stack.py": "tests/generation/test_cached.py",
+    "lit_rl/generation/settings.py": "tests/generation/test_cached.py",
+    "lit_rl/lightning_cli.py": "tests/test_cli_args.py",
+    "lit_rl/models/export_cli.py": "tests/models/test_export_ar.py",
+    "lit_rl/models/frozen_state.py": "tests/models/test_pretrained.py",
+    "lit_rl/models/loading.py": "tests/models/test_pretrained.py",
+    "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",
+    "lit_rl/models/quantization.py": "tests/models/test_pretrained.py",
+    "lit_rl/models/remote_compat.py": "tests/models/test_llada_reference.py",
+    "lit_rl/models/tokenizer.py": "tests/robustness/test_fuzz_verifiers.py",
+    "lit_rl/optim.py": "tests/robustness/test_nan_guards.py",
+    "lit_rl/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
+    "lit_rl/reproduce/dr_report.py": "tests/reproduce/test_dr.py",
+    "lit_rl/reproduce/erils_report.py": "tests/reproduce/test_erils.py",
+    "lit_rl/reproduce/lengths.py": "tests/reproduce/test_erils.py",
+    "lit_rl/reproduce/runner.py": "tests/reproduce/test_dr.py",
+    "lit_rl/resume.py": "tests/robustness/test_resume_truth.py",
+    "lit_rl/rollouts/backend_types.py": "tests/rollouts/test_backends.py",
+    "lit_rl/rollouts/build_config.py": "tests/rollouts/test_build.py",
+    "lit_rl/rollouts/cli.py": "tests/rollouts/test_external_lm.py",
+    "lit_rl/rollouts/length_control.py": "tests/rollouts/test_build.py",
+    "lit_rl/rollouts/openai_client.py": "tests/rollouts/test_backends.py",
+    "lit_rl/runs.py": "tests/robustness/test_resume.py",
+    "lit_rl/sweep/derived.py": "tests/sweep/test_sweep.py",
+    "lit_rl/sweep/errors.py": "tests/sweep/test_schema.py",
+    "lit_rl/sweep/mlflow_study.py": "tests/sweep/test_retry.py",
+    "lit_rl/sweep/pruning.py": "tests/sweep/test_sweep.py",
+    "lit_rl/sweep/runner.py": "tests/sweep/test_sweep.py",
+    "lit_rl/sweep/space.py": "tests/sweep/test_sweep.py",
+    "lit_rl/tasks/base.py": "tests/tasks/test_registry.py",
+    "lit_rl/tasks/countdown_arith.py": "tests/tasks/test_countdown.py",
+    "lit_rl/tasks/math_normalize.py": "tests/tasks/test_math_task.py",
+}
+
+
+def _mirror(module: Path) -> tuple[Path, str]:
+    rel = module.relative_to(ROOT)
+    parts = rel.parts[1:] if rel.parts[0] == "lit_rl" else rel.parts
+    return ROOT.joinpath("tests", *parts[:-1]), f"test_{module.stem}"
+
+
+def _unmirrored() -> set[str]:
+    """Modules with neither ``test_<name>.py`` nor ``test_<name>_<aspect>.py``, where an aspect file is not
+    another module's own mirror (``test_cli_args.py`` mirrors ``cli_args.py``, not ``cli.py``)."""
+    modules = [m for pkg in ("lit_rl", "callbacks", "datamodules") for m in (ROOT / pkg).rglob("*.py")
+               if not m.name.startswith("__")]
+    own = {_mirror(m)[0] / f"{_mirror(m)[1]}.py" for m in modules}
+    out = set()
+    for module in modules:
+        folder, stem = _mirror(module)
+        aspects = [t for t in folder.glob(f"{stem}_*.py") if t not in own]
+        if not ((folder / f"{stem}.py").exists() or aspects):
+            out.add(module.relative_to(ROOT).as_posix())
+    return out
+
+
+def test_every_module_has_its_mirrored_test_file_or_says_where_it_is_tested():
+    missing = _unmirrored()
+    new, done = sorted(missing - NOT_MIRRORED.keys()), sorted(NOT_MIRRORED.keys() - missing)
+    assert not new, f"modules without tests/<same path>/test_<name>.py: {new}"
+    assert not done, f"mirrored now, take them off NOT_MIRRORED: {done}"
+
+
+def test_the_named_test_files_exist():
+    assert [f for f in NOT_MIRRORED.values() if not (ROOT / f).is_file()] == []
