@@ -6,7 +6,8 @@
   advantages' sign balance, on-policy completion length, format rate, the external rows' ELBO, the share
   of on-policy rows that hit L_gen without EOS, and Pass@k (k = 1..4) at the end;
 * ``report.md`` with the equal-budget table, the seed / thread spread, the length-control comparison and
-  run times; ``summary.json`` with the same numbers.
+  run times; ``summary.json`` with the same numbers; ``curves.json``: every finished job's curves behind the two
+  figures (``job -> metric -> [[step, value], ...]``), so that they can be redrawn without the store.
 """
 
 from __future__ import annotations
@@ -345,4 +346,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     md += [f"Total job time: {total / 60:.1f} min (sum over jobs; two run at once by default)."]
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str) + "\n")
+    keys = [metric, *(k for k, _ in DIAGNOSTICS), *pass_at]
+    curves = {name: {k: [[s, v] for s, v in r.series(k)] for k in keys if r.series(k)} for name, r in jobs.items()}
+    atomic_write_text(out / "curves.json", json.dumps(curves, indent=0) + "\n")
     return summary

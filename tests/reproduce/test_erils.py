@@ -145,6 +145,11 @@ def test_report_tables_from_a_real_mlflow_store(tmp_path):
     assert "**0.850** ± 0.071" in report and "0.400 → 0.600" in report
     for fig in ("curves.png", "diagnostics.png"):
         assert (tmp_path / fig).stat().st_size > 1000
+    curves = json.loads((tmp_path / "curves.json").read_text())  # the figures' data, per job
+    assert curves["erils_s0"][acc] == [[0, 0.25], [14, 0.6], [29, 0.9]]
+    assert curves["erils_s0"]["train/on_policy/reward_mean"][-1] == [6, pytest.approx(0.8)]
+    assert set(curves) == {"erils_s0", "erils_s1", "spg_s0", "spg_s1", "erils_s0_t2", "erils_uncontrolled_s0",
+                           "external_only_uncontrolled_s0", "sft_capacity_s0"}
 
 
 @pytest.mark.slow
