@@ -25,7 +25,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
-sys.path.append(str(ROOT / "tests"))  # conftest.overlay_base: the base an overlay's usage line names
+sys.path.append(str(ROOT / "tests"))  # tests/support, which tests/conftest.py imports
+
+
+def _overlay_base():
+    """``tests/conftest.py``'s ``overlay_base`` (the base an overlay's usage line names), loaded by path: under
+    pytest, ``conftest`` in ``sys.modules`` may be another folder's conftest."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lit_rl_tests_root_conftest", ROOT / "tests" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.overlay_base
 
 
 def _parser():
@@ -69,7 +80,8 @@ def resolve_all(root: Path) -> dict[str, Any]:
     import os
 
     import yaml
-    from conftest import overlay_base
+
+    overlay_base = _overlay_base()
 
     out: dict[str, Any] = {}
     here = os.getcwd()
