@@ -28,30 +28,15 @@ sys.path[:0] = [str(ROOT)]
 sys.path.append(str(ROOT / "tests"))  # tests/support, which tests/conftest.py imports
 
 
-def _overlay_base():
-    """``tests/conftest.py``'s ``overlay_base`` (the base an overlay's usage line names), loaded by path: under
-    pytest, ``conftest`` in ``sys.modules`` may be another folder's conftest."""
+def _tests_conftest():
+    """``tests/conftest.py`` (``overlay_base``: the base an overlay's usage line names; ``training_parser``: the
+    ``fit`` parser), loaded by path: under pytest, ``conftest`` in ``sys.modules`` may be another folder's."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("lit_rl_tests_root_conftest", ROOT / "tests" / "conftest.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.overlay_base
-
-
-def _parser():
-    from jsonargparse import ActionConfigFile
-    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-    from lightning.pytorch.cli import LightningArgumentParser
-
-    parser = LightningArgumentParser()
-    parser.add_argument("--config", action=ActionConfigFile)
-    parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
-    parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
-    parser.add_argument("--seed_everything", type=int | bool | None, default=None)
-    parser.add_argument("--threads", type=int | None, default=None)
-    parser.add_lightning_class_args(Trainer, "trainer")
-    return parser
+    return module
 
 
 def _canonical(value: Any) -> Any:
@@ -81,7 +66,7 @@ def resolve_all(root: Path) -> dict[str, Any]:
 
     import yaml
 
-    overlay_base = _overlay_base()
+    conftest = _tests_conftest()
 
     out: dict[str, Any] = {}
     here = os.getcwd()
@@ -92,11 +77,11 @@ def resolve_all(root: Path) -> dict[str, Any]:
             if not {"model", "data", "trainer"} & raw.keys():
                 continue  # sweeps, pool builds and callback fragments have their own dialects
             rel = path.relative_to(root).as_posix()
-            base = overlay_base(path)
+            base = conftest.overlay_base(path)
             argv = ["--config", rel] if base is None else ["--config", base, "--config", rel]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                resolved = _parser().parse_args(argv).as_dict()
+                resolved = conftest.training_parser().parse_args(argv).as_dict()
             resolved.pop("config", None)  # the files it came from, not what it means
             out[rel] = _canonical(resolved)
     finally:

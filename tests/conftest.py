@@ -43,25 +43,28 @@ def overlay_base(path: Path) -> str | None:
     return base.group(1)
 
 
-@pytest.fixture
-def parse_training_config(monkeypatch):
-    """``parse(path)``: the LightningCLI parse of a training config without building it (an overlay on
-    top of the base its usage line names), run from the repository root."""
+def training_parser():
+    """The arguments of ``python -m lit_rl fit`` as LightningCLI parses them, without building anything."""
     from jsonargparse import ActionConfigFile
     from lightning.pytorch import LightningDataModule, LightningModule, Trainer
     from lightning.pytorch.cli import LightningArgumentParser
 
-    monkeypatch.chdir(ROOT)
+    parser = LightningArgumentParser()
+    parser.add_argument("--config", action=ActionConfigFile)
+    parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
+    parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
+    parser.add_argument("--seed_everything", type=int | bool | None, default=None)
+    parser.add_argument("--threads", type=int | None, default=None)
+    parser.add_lightning_class_args(Trainer, "trainer")
+    return parser
 
-    def make_parser():
-        parser = LightningArgumentParser()
-        parser.add_argument("--config", action=ActionConfigFile)
-        parser.add_lightning_class_args(LightningModule, "model", subclass_mode=True)
-        parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
-        parser.add_argument("--seed_everything", type=int | bool | None, default=None)
-        parser.add_argument("--threads", type=int | None, default=None)
-        parser.add_lightning_class_args(Trainer, "trainer")
-        return parser
+
+@pytest.fixture
+def parse_training_config(monkeypatch):
+    """``parse(path)``: the LightningCLI parse of a training config without building it (an overlay on
+    top of the base its usage line names), run from the repository root."""
+    monkeypatch.chdir(ROOT)
+    make_parser = training_parser
 
     def parse(path: Path):
         parser = make_parser()
