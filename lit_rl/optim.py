@@ -14,6 +14,7 @@ factory                AdamW                                                used
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import torch
@@ -56,3 +57,43 @@ class ConstantWithWarmup(LambdaLR):
         ConstantWithWarmup.check_args(warmup_steps=warmup_steps)
         self.warmup_steps = warmup_steps
         super().__init__(optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0)
+
+
+class WarmupCosine(LambdaLR):
+    """Linear warm-up over ``warmup_steps`` optimizer steps (as :class:`ConstantWithWarmup`), then half a cosine
+    from the peak LR down to ``min_ratio`` x the peak at ``total_steps``, constant after it.
+
+    The LR factor of optimizer step ``s`` (0-based), with ``w = warmup_steps`` and ``T = total_steps``::
+
+        s < w:  (s + 1) / w
+        s >= w: m + (1 - m) * (1 + cos(pi * min(1, (s - w) / (T - w)))) / 2,   m = min_ratio
+
+    Args:
+        optimizer: the wrapped optimizer.
+        total_steps: the step where the cosine reaches ``min_ratio`` (the run's ``trainer.max_steps``).
+        warmup_steps: warm-up optimizer steps (0: the cosine starts at once).
+        min_ratio: the final LR as a fraction of the peak, in [0, 1].
+    """
+
+    @staticmethod
+    def check_args(total_steps: int = 1, warmup_steps: int = 0, min_ratio: float = 0.0) -> None:
+        """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
+        if warmup_steps < 0:
+            raise FieldError("warmup_steps", f"must be >= 0, got {warmup_steps}")
+        if total_steps <= warmup_steps:
+            raise FieldError("total_steps", f"must be > warmup_steps ({warmup_steps}), got {total_steps}")
+        if not 0.0 <= min_ratio <= 1.0:
+            raise FieldError("min_ratio", f"must be in [0, 1], got {min_ratio}")
+
+    def __init__(self, optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, min_ratio: float = 0.0) -> None:
+        WarmupCosine.check_args(total_steps=total_steps, warmup_steps=warmup_steps, min_ratio=min_ratio)
+        self.total_steps, self.warmup_steps, self.min_ratio = total_steps, warmup_steps, min_ratio
+        super().__init__(optimizer, self.factor)
+
+    def factor(self, step: int) -> float:
+        """The LR multiplier of optimizer step ``step`` (the formula above)."""
+        w, T, m = self.warmup_steps, self.total_steps, self.min_ratio
+        if step < w:
+            return (step + 1) / w
+        progress = min(1.0, (step - w) / (T - w))
+        return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -1,0 +1,71 @@
+"""lit_rl/optim.py: the LR schedules' factors against hand-computed values, through a real optimizer."""
+
+import math
+
+import pytest
+import torch
+
+from lit_rl.errors import FieldError
+from lit_rl.optim import ConstantWithWarmup, WarmupCosine, erils_adamw
+
+
+def _lrs(make, steps):
+    """The LR each of ``steps`` optimizer steps uses (peak LR 1.0)."""
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = make(opt)
+    out = []
+    for _ in range(steps):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return out
+
+
+def test_constant_with_warmup_ramps_then_holds():
+    assert _lrs(lambda o: ConstantWithWarmup(o, warmup_steps=4), 6) == pytest.approx([0.25, 0.5, 0.75, 1, 1, 1])
+    assert _lrs(lambda o: ConstantWithWarmup(o), 2) == [1.0, 1.0]
+
+
+def test_warmup_cosine_by_hand():
+    # w 2, T 10, m 0.1: 1/2, 2/2, then 0.1 + 0.9 (1 + cos(pi (s - 2) / 8)) / 2, constant 0.1 from step 10
+    lrs = _lrs(lambda o: WarmupCosine(o, total_steps=10, warmup_steps=2, min_ratio=0.1), 13)
+    assert lrs[:3] == pytest.approx([0.5, 1.0, 1.0])
+    assert lrs[6] == pytest.approx(0.55)  # halfway down the cosine
+    assert lrs[4] == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2)  # 0.868...
+    assert lrs[10:] == pytest.approx([0.1, 0.1, 0.1])
+    assert all(a >= b for a, b in zip(lrs[1:], lrs[2:]))  # never rises after the warm-up
+
+
+def test_warmup_cosine_without_warmup_starts_at_the_peak_and_resumes_from_its_state():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+    sched = WarmupCosine(opt, total_steps=4)
+    assert opt.param_groups[0]["lr"] == 2.0
+    for _ in range(2):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(1.0)  # cos(pi / 2): half the peak
+    opt2 = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+    resumed = WarmupCosine(opt2, total_steps=4)
+    resumed.load_state_dict(sched.state_dict())
+    opt2.step()
+    resumed.step()
+    opt.step()
+    sched.step()
+    assert opt2.param_groups[0]["lr"] == pytest.approx(opt.param_groups[0]["lr"])
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"total_steps": 5, "warmup_steps": 5}, "total_steps"),
+    ({"total_steps": 5, "warmup_steps": -1}, "warmup_steps"),
+    ({"total_steps": 5, "min_ratio": 1.5}, "min_ratio"),
+])
+def test_warmup_cosine_refuses_bad_settings(kwargs, field):
+    with pytest.raises(FieldError) as err:
+        WarmupCosine(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), **kwargs)
+    assert err.value.field == field
+
+
+def test_erils_default_optimizer_is_table_viii():
+    opt = erils_adamw([torch.nn.Parameter(torch.zeros(1))])
+    g = opt.param_groups[0]
+    assert (g["lr"], g["betas"], g["weight_decay"]) == (3e-6, (0.9, 0.99), 0.1)
