@@ -1,7 +1,7 @@
 """Every YAML under conf/ parses, and every training config validates with the LightningCLI parser.
 
-An overlay (a training config without ``model.class_path``) is validated on top of the base config its
-usage line names (``--config conf/<base>.yaml --config conf/<overlay>.yaml``).
+An overlay (a training config without ``model.class_path``) is validated on top of the configs its usage
+line names before it (``--config conf/<base>.yaml [--config conf/<overlay>.yaml ...] --config conf/<this>.yaml``).
 """
 
 from pathlib import Path
@@ -27,11 +27,9 @@ def test_training_config_validates_with_lightning_cli(path, parse_training_confi
     assert cfg.model.class_path and cfg.data.class_path
 
 
-def _merged(path: Path, base: str | None) -> dict:
-    """The raw YAML of a training config, on top of ``base`` when it is an overlay (dicts merged, lists replaced)."""
-    raw = yaml.safe_load(path.read_text())
-    if base is None:
-        return raw
+def _merged(path: Path, bases: list[str]) -> dict:
+    """The raw YAML of a training config on top of its ``bases`` when it is an overlay (dicts merged, lists
+    replaced)."""
 
     def merge(a, b):
         if isinstance(a, dict) and isinstance(b, dict):
@@ -39,7 +37,10 @@ def _merged(path: Path, base: str | None) -> dict:
                     | {k: v for k, v in a.items() if k not in b})
         return b
 
-    return merge(yaml.safe_load((ROOT / base).read_text()), raw)
+    merged: dict = {}
+    for file in [*(ROOT / b for b in bases), path]:
+        merged = merge(merged, yaml.safe_load(Path(file).read_text()))
+    return merged
 
 
 # eval set sizes of configs with ``eval_size: null`` (the whole set): MATH500, Sudoku
@@ -51,7 +52,7 @@ FULL_EVAL_SIZES = {"lit_rl.tasks.MathTask": 500, "lit_rl.tasks.SudokuTask": 256,
 def test_every_rank_gets_an_eval_batch(path, parse_training_config):
     """Under DDP/FSDP each rank takes every W-th eval batch and needs at least one (a rank without any makes
     Lightning fail at fit start): ceil(eval_size / eval_batch_size) >= devices * num_nodes."""
-    cfg = _merged(path, parse_training_config.base(path))
+    cfg = _merged(path, parse_training_config.bases(path))
     trainer, data = cfg.get("trainer") or {}, (cfg.get("data") or {}).get("init_args") or {}
     devices = trainer.get("devices", 1)
     world = (devices if isinstance(devices, int) else 1) * int(trainer.get("num_nodes", 1) or 1)
@@ -136,8 +137,8 @@ def test_training_config_passes_the_preflight(path, parse_training_config, monke
     from lit_rl.config.preflight import preflight
 
     monkeypatch.chdir(ROOT)
-    base = parse_training_config.base(path)
-    argv = ["fit"] + (["--config", base] if base else []) + ["--config", str(path.relative_to(ROOT))]
+    bases = parse_training_config.bases(path)
+    argv = ["fit", *(a for base in bases for a in ("--config", base)), "--config", str(path.relative_to(ROOT))]
     assert preflight(argv, data=False) is not None
 
 

@@ -40,7 +40,7 @@ def test_paper_fsdp_config_builds_model_parallel_strategy_over_8_gpus(parse_trai
     from jsonargparse import ArgumentParser
     from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 
-    assert parse_training_config.base(CONF) == "conf/paper/erils_sudoku.yaml"  # an overlay on the paper ERILS config
+    assert parse_training_config.bases(CONF) == ["conf/paper/erils_sudoku.yaml"]  # an overlay on the paper ERILS config
     cfg = parse_training_config(CONF)
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.devices == 8 and cfg.trainer.precision == "bf16-mixed"
     assert cfg.model.class_path == "lit_rl.algorithms.erils.ERILSModule"  # the base's model, data, budget
