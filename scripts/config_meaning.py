@@ -83,10 +83,25 @@ def resolve_all(root: Path) -> dict[str, Any]:
                 warnings.simplefilter("ignore")
                 resolved = conftest.training_parser().parse_args(argv).as_dict()
             resolved.pop("config", None)  # the files it came from, not what it means
-            out[rel] = _canonical(resolved)
+            out[rel] = _canonical(_default_checkpoint_dirs(resolved))
     finally:
         os.chdir(here)
     return out
+
+
+def _default_checkpoint_dirs(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A ``ModelCheckpoint`` whose ``dirpath`` is ``<trainer.default_root_dir>/checkpoints`` written out means what
+    no ``dirpath`` means (:func:`lit_rl.lightning_cli.resolve_checkpoint_dirs`): both become ``None``."""
+    import posixpath
+
+    trainer = resolved.get("trainer") or {}
+    root = trainer.get("default_root_dir")
+    for cb in trainer.get("callbacks") or []:
+        args = cb.get("init_args") or {} if isinstance(cb, dict) else {}
+        if str(cb.get("class_path", "")).endswith("ModelCheckpoint") and root is not None and args.get("dirpath") \
+                and posixpath.normpath(args["dirpath"]) == posixpath.normpath(posixpath.join(root, "checkpoints")):
+            args["dirpath"] = None
+    return resolved
 
 
 def first_differences(a: Any, b: Any, prefix: str = "", limit: int = 3) -> list[str]:

@@ -49,7 +49,7 @@ def test_paper_fsdp_config_builds_model_parallel_strategy_over_8_gpus(parse_trai
     assert policy.quantization is None and policy.dtype == "bfloat16" and policy.lora.r == 128  # bf16 base + LoRA
     assert cfg.trainer.default_root_dir == "runs/paper/erils_sudoku_fsdp"
     ckpt = [c for c in cfg.trainer.callbacks if c.class_path.endswith("ModelCheckpoint")]
-    assert ckpt[0].init_args.dirpath == "runs/paper/erils_sudoku_fsdp/checkpoints"
+    assert ckpt[0].init_args.dirpath is None  # lit_rl saves under <default_root_dir>/checkpoints
     # every rank runs the same number of (collective) forwards: greedy eval batches split evenly over the GPUs
     data = cfg.data.init_args
     assert data.eval_size % data.eval_batch_size == 0 and data.eval_size // data.eval_batch_size == cfg.trainer.devices
