@@ -9,7 +9,7 @@ of the answer changed), so the warmed-up policy also makes that mistake sometime
 fix besides the arithmetic.
 
 This is the documented command that produces the embedded default's starting policy: it runs on the fly
-inside ``python -m lit_rl fit --config conf/double_rollout.yaml`` (and ``conf/grpo.yaml``), and the
+inside ``python -m lit_rl fit --config conf/double_rollout.yaml`` (and its ``conf/grpo.yaml`` overlay), and the
 warmed-up weights are cached under ``cache_dir`` keyed by a hash of the initial weights, the task and
 every warm-up setting, so every later run (and the GRPO baseline, which has the same policy and warm-up)
 starts from the same weights without redoing it. To keep a copy, the cache file is a plain

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CURVES = [
     ("erils", ["conf/erils.yaml"], []),
     ("double_rollout", ["conf/double_rollout.yaml"], []),
-    ("grpo", ["conf/grpo.yaml"], []),
+    ("grpo", ["conf/double_rollout.yaml", "conf/grpo.yaml"], []),
     ("double_rollout_chainsum", ["conf/double_rollout_chainsum.yaml"], []),
     ("grpo_chainsum", ["conf/double_rollout_chainsum.yaml", "conf/grpo_chainsum.yaml"], []),
     ("erils_double_rollout", ["conf/erils.yaml", "conf/erils_double_rollout.yaml"], ["--trainer.max_steps", "60"]),

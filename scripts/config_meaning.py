@@ -29,8 +29,9 @@ sys.path.append(str(ROOT / "tests"))  # tests/support, which tests/conftest.py i
 
 
 def _tests_conftest():
-    """``tests/conftest.py`` (``overlay_base``: the base an overlay's usage line names; ``training_parser``: the
-    ``fit`` parser), loaded by path: under pytest, ``conftest`` in ``sys.modules`` may be another folder's."""
+    """``tests/conftest.py`` (``overlay_bases``: the configs an overlay's usage line puts under it;
+    ``training_parser``: the ``fit`` parser), loaded by path: under pytest, ``conftest`` in ``sys.modules`` may be
+    another folder's."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("lit_rl_tests_root_conftest", ROOT / "tests" / "conftest.py")
@@ -77,16 +78,30 @@ def resolve_all(root: Path) -> dict[str, Any]:
             if not {"model", "data", "trainer"} & raw.keys():
                 continue  # sweeps, pool builds and callback fragments have their own dialects
             rel = path.relative_to(root).as_posix()
-            base = conftest.overlay_base(path)
-            argv = ["--config", rel] if base is None else ["--config", base, "--config", rel]
+            argv = [*(a for base in conftest.overlay_bases(path) for a in ("--config", base)), "--config", rel]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 resolved = conftest.training_parser().parse_args(argv).as_dict()
             resolved.pop("config", None)  # the files it came from, not what it means
-            out[rel] = _canonical(resolved)
+            out[rel] = _canonical(_default_checkpoint_dirs(resolved))
     finally:
         os.chdir(here)
     return out
+
+
+def _default_checkpoint_dirs(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A ``ModelCheckpoint`` whose ``dirpath`` is ``<trainer.default_root_dir>/checkpoints`` written out means what
+    no ``dirpath`` means (:func:`lit_rl.lightning_cli.resolve_checkpoint_dirs`): both become ``None``."""
+    import posixpath
+
+    trainer = resolved.get("trainer") or {}
+    root = trainer.get("default_root_dir")
+    for cb in trainer.get("callbacks") or []:
+        args = cb.get("init_args") or {} if isinstance(cb, dict) else {}
+        if str(cb.get("class_path", "")).endswith("ModelCheckpoint") and root is not None and args.get("dirpath") \
+                and posixpath.normpath(args["dirpath"]) == posixpath.normpath(posixpath.join(root, "checkpoints")):
+            args["dirpath"] = None
+    return resolved
 
 
 def first_differences(a: Any, b: Any, prefix: str = "", limit: int = 3) -> list[str]:

@@ -31,16 +31,22 @@ import yaml  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def overlay_base(path: Path) -> str | None:
-    """The base config an overlay names in its usage line (``--config conf/<base>.yaml --config conf/...``);
-    ``None`` for a full config (it has ``model.class_path`` and ``data.class_path``)."""
+def overlay_bases(path: Path) -> list[str]:
+    """The configs an overlay goes on top of, in order, as the first usage line that names it gives them
+    (``--config conf/<base>.yaml [--config conf/<overlay>.yaml ...] --config <this file>``); ``[]`` for a full
+    config (it has ``model.class_path`` and ``data.class_path``)."""
     raw = yaml.safe_load(path.read_text()) or {}
     # a full config names both classes; an overlay may switch the module class (e.g. the SFT baseline)
     if (raw.get("model") or {}).get("class_path") is not None and (raw.get("data") or {}).get("class_path") is not None:
-        return None
-    base = re.search(r"--config (conf/\S+\.yaml) --config conf/", path.read_text())
-    assert base, f"{path}: an overlay must name its base in a usage line (--config conf/<base>.yaml --config ...)"
-    return base.group(1)
+        return []
+    where = Path(path).resolve().as_posix()
+    for line in path.read_text().splitlines():
+        configs = re.findall(r"--config (\S+\.yaml)", line)
+        own = [i for i, c in enumerate(configs) if i and where.endswith("/" + c)]
+        if own:
+            return configs[: own[0]]
+    raise AssertionError(f"{path}: an overlay must name the configs it goes on in a usage line "
+                         f"(--config conf/<base>.yaml --config conf/<this overlay>.yaml)")
 
 
 def training_parser():
@@ -62,18 +68,18 @@ def training_parser():
 @pytest.fixture
 def parse_training_config(monkeypatch):
     """``parse(path)``: the LightningCLI parse of a training config without building it (an overlay on
-    top of the base its usage line names), run from the repository root."""
+    top of the configs its usage line names), run from the repository root."""
     monkeypatch.chdir(ROOT)
     make_parser = training_parser
 
     def parse(path: Path):
         parser = make_parser()
-        base = overlay_base(path)
-        if base is None:
+        bases = overlay_bases(path)
+        if not bases:
             return parser.parse_path(str(path))
-        return parser.parse_args(["--config", base, "--config", str(path)])
+        return parser.parse_args([*(a for base in bases for a in ("--config", base)), "--config", str(path)])
 
-    parse.base = overlay_base
+    parse.bases = overlay_bases
     parse.argv = lambda argv: make_parser().parse_args(list(argv))  # a `fit` command line, without `fit`
     return parse
 

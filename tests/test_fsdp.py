@@ -40,7 +40,7 @@ def test_paper_fsdp_config_builds_model_parallel_strategy_over_8_gpus(parse_trai
     from jsonargparse import ArgumentParser
     from lightning.pytorch.strategies import ModelParallelStrategy, Strategy
 
-    assert parse_training_config.base(CONF) == "conf/paper/erils_sudoku.yaml"  # an overlay on the paper ERILS config
+    assert parse_training_config.bases(CONF) == ["conf/paper/erils_sudoku.yaml"]  # an overlay on the paper ERILS config
     cfg = parse_training_config(CONF)
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.devices == 8 and cfg.trainer.precision == "bf16-mixed"
     assert cfg.model.class_path == "lit_rl.algorithms.erils.ERILSModule"  # the base's model, data, budget
@@ -49,7 +49,7 @@ def test_paper_fsdp_config_builds_model_parallel_strategy_over_8_gpus(parse_trai
     assert policy.quantization is None and policy.dtype == "bfloat16" and policy.lora.r == 128  # bf16 base + LoRA
     assert cfg.trainer.default_root_dir == "runs/paper/erils_sudoku_fsdp"
     ckpt = [c for c in cfg.trainer.callbacks if c.class_path.endswith("ModelCheckpoint")]
-    assert ckpt[0].init_args.dirpath == "runs/paper/erils_sudoku_fsdp/checkpoints"
+    assert ckpt[0].init_args.dirpath is None  # lit_rl saves under <default_root_dir>/checkpoints
     # every rank runs the same number of (collective) forwards: greedy eval batches split evenly over the GPUs
     data = cfg.data.init_args
     assert data.eval_size % data.eval_batch_size == 0 and data.eval_size // data.eval_batch_size == cfg.trainer.devices

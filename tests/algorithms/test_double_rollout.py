@@ -293,11 +293,12 @@ def digit_reward(prompts, completions, **kwargs):
     return [min(1.0, 0.1 * sum(ch.isdigit() for ch in completion_text(c))) for c in completions]
 
 
-def _fit(tmp_path, config, monkeypatch, *extra):
+def _fit(tmp_path, configs, monkeypatch, *extra):
+    """``configs``: one config file or a list (a base and its overlays)."""
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # makes `test_double_rollout.digit_reward` importable
     args = [
         "fit",
-        "--config", str(ROOT / config),
+        *(a for c in ([configs] if isinstance(configs, str) else configs) for a in ("--config", str(ROOT / c))),
         "--config", str(ROOT / "tests/tiny_dr_overlay.yaml"),
         f"--trainer.default_root_dir={tmp_path}",
         f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
@@ -340,7 +341,7 @@ def test_tiny_double_rollout_fit_updates_weights_and_logs_metrics(tmp_path, monk
 
 def test_tiny_grpo_baseline_has_no_second_stage(tmp_path, monkeypatch):
     cli = _fit(
-        tmp_path, "conf/grpo.yaml", monkeypatch,
+        tmp_path, ["conf/double_rollout.yaml", "conf/grpo.yaml"], monkeypatch,
         # a backend factory from the command line: the class with its other args, called with the policy
         "--data.init_args.backend.class_path=lit_rl.generation.ar.HFBackend",
         "--data.init_args.backend.init_args.share_prefix=false",

@@ -42,7 +42,8 @@ def _fit(tmp_path, monkeypatch, overlay: dict, *extra: str):
     path = tmp_path / "ext.yaml"
     path.write_text(yaml.safe_dump(overlay))
     return run_lightning_cli([
-        "fit", "--config", str(ROOT / "conf/grpo.yaml"), "--config", str(ROOT / "tests/tiny_dr_overlay.yaml"),
+        "fit", "--config", str(ROOT / "conf/double_rollout.yaml"), "--config", str(ROOT / "conf/grpo.yaml"),
+        "--config", str(ROOT / "tests/tiny_dr_overlay.yaml"),
         "--config", str(path), f"--trainer.default_root_dir={tmp_path}",
         f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
         "--data.init_args.task.init_args.num_train=50", *extra,
