@@ -56,8 +56,6 @@ NOT_MIRRORED = {
     "lit_rl/sweep/mlflow_study.py": "tests/sweep/test_retry.py",
     "lit_rl/sweep/runner.py": "tests/sweep/test_sweep.py",
     "lit_rl/tasks/base.py": "tests/tasks/test_registry.py",
-    "lit_rl/tasks/countdown_arith.py": "tests/tasks/test_countdown.py",
-    "lit_rl/tasks/math_normalize.py": "tests/tasks/test_math_task.py",
 }
 
 
