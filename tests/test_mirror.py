@@ -21,8 +21,6 @@ NOT_MIRRORED = {
     "callbacks/run_record.py": "tests/robustness/test_resume_truth.py",
     "datamodules/stream.py": "tests/datamodules/test_rollouts.py",
     "lit_rl/algorithms/ar_sft.py": "tests/rollouts/test_external_lm.py",
-    "lit_rl/algorithms/loss_api.py": "tests/algorithms/test_extensions.py",
-    "lit_rl/algorithms/processors.py": "tests/algorithms/test_extensions.py",
     "lit_rl/algorithms/sft.py": "tests/test_deprecation.py",  # a moved-name stub
     "lit_rl/algorithms/sft_module.py": "tests/test_deprecation.py",  # a moved-name stub
     "lit_rl/config/classes.py": "tests/robustness/test_bad_inputs_preflight.py",
