@@ -1,9 +1,9 @@
-"""Countdown: reward (§4), eval parsing (§5), safe arithmetic, generator and solver."""
+"""Countdown: reward (§4), eval parsing (§5), generator and solver."""
 
 import pytest
 
 from lit_rl.tasks import CountdownTask
-from lit_rl.tasks.countdown_arith import safe_eval, uses_exactly
+from lit_rl.tasks.countdown_arith import safe_eval
 from lit_rl.tasks.countdown import countdown_reward, eval_expression, read_cd3_test, solve
 from lit_rl.tasks.base import Example
 
@@ -102,17 +102,6 @@ def test_eval_expression_rules():
 def test_reward_parser_for_eval(task):
     assert task.evaluate("<answer>\\boxed{49 + 55 - 53}</answer>", ex(), parser="reward") == (0, 1)
     assert task.evaluate("<answer>49 + 55 - 53</answer>", ex(), parser="reward") == (1, 1)
-
-
-def test_safe_eval():
-    assert safe_eval("1 + 2 * 3") == 7
-    assert safe_eval("(1 + 2) * 3") == 9
-    assert safe_eval("7 / 2") == 3.5
-    assert safe_eval(" 1+2") == 3  # eval() ignores leading spaces
-    for bad in ["2**3", "1/0", "1 2", "abs(1)", "x", "1;2", "[1]", "1 if 1 else 2", "", "(" * 300 + "1" + ")" * 300,
-                "-" * 2000 + "1"]:
-        assert safe_eval(bad) is None, bad
-    assert uses_exactly("(3 + 3) * 4", [3, 4, 3]) and not uses_exactly("3 * 4", [3, 4, 3])
 
 
 def test_test_set(task):
