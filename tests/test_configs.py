@@ -82,10 +82,13 @@ def test_paper_spg_configs_follow_the_stated_batch_reading_and_spg_mix_betas(nam
     assert "Batch reading" in (ROOT / "conf/paper" / f"erils_{task}.yaml").read_text()
 
 
-@pytest.mark.parametrize("base", ["conf/erils.yaml", "conf/paper/erils_sudoku.yaml"])
+@pytest.mark.parametrize("base", ["conf/erils.yaml --config conf/erils_study_recipe.yaml",
+                                  "conf/paper/erils_sudoku.yaml"])
 def test_fast_rollouts_overlay_caches_rollouts_only(base, parse_training_config):
-    plain = parse_training_config.argv(["--config", base])
-    cfg = parse_training_config.argv(["--config", base, "--config", "conf/fast_rollouts.yaml"])
+    base = base.split(" --config ")
+    plain = parse_training_config.argv([a for b in base for a in ("--config", b)])
+    argv = [a for b in base for a in ("--config", b)]
+    cfg = parse_training_config.argv(argv + ["--config", "conf/fast_rollouts.yaml"])
     gen, plain_gen = cfg.data.init_args.generation, plain.data.init_args.generation
     assert gen.cache == "dual" and plain_gen.cache == "none"
     assert (gen.gen_length, gen.steps, gen.temperature) == (plain_gen.gen_length, plain_gen.steps,
@@ -93,17 +96,33 @@ def test_fast_rollouts_overlay_caches_rollouts_only(base, parse_training_config)
     assert cfg.data.init_args.eval_generation == plain.data.init_args.eval_generation
 
 
-def test_embedded_default_evaluates_with_the_threshold_and_the_exact_overlay_restores_the_reference(
+def test_embedded_default_decodes_with_the_cache_and_threshold_and_the_overlays_restore_the_reference(
         parse_training_config):
     fast = parse_training_config.argv(["--config", "conf/erils.yaml"]).data.init_args
     exact = parse_training_config.argv(["--config", "conf/erils.yaml", "--config", "conf/exact_decoding.yaml"])
     exact = exact.data.init_args
-    assert (fast.generation.cache, fast.generation.threshold) == ("none", None)  # rollouts: the exact decoder
+    gen = fast.generation  # rollouts: dual cache + threshold over the fixed schedule
+    assert (gen.cache, gen.threshold, gen.threshold_floor, gen.steps) == ("dual", 0.9, "schedule", 12)
     ev = fast.eval_generation  # greedy evaluation: uncached, threshold over the fixed schedule
     assert (ev.cache, ev.threshold, ev.threshold_floor, ev.steps) == ("none", 0.9, "schedule", 24)
     for g in (exact.generation, exact.eval_generation):
         assert (g.cache, g.threshold) == ("none", None)  # the reference decoder
-    assert (exact.generation.steps, exact.eval_generation.steps) == (fast.generation.steps, ev.steps)
+    assert (exact.generation.steps, exact.eval_generation.steps) == (gen.steps, ev.steps)
+
+
+def test_embedded_default_lr_schedule_and_the_study_recipe(parse_training_config):
+    """conf/erils.yaml: lr 2e-3 peak, 8 warm-up updates, cosine to 0 at max_steps; conf/erils_study_recipe.yaml
+    restores what the committed studies ran (constant 1e-3, exact rollouts) and nothing else."""
+    new = parse_training_config.argv(["--config", "conf/erils.yaml"])
+    old = parse_training_config.argv(["--config", "conf/erils.yaml", "--config", "conf/erils_study_recipe.yaml"])
+    sched = new.model.init_args.scheduler
+    assert sched.class_path == "lit_rl.optim.WarmupCosine" and new.model.init_args.optimizer.init_args.lr == 0.002
+    assert (sched.init_args.warmup_steps, sched.init_args.total_steps) == (8, new.trainer.max_steps)
+    assert old.model.init_args.scheduler.class_path == "lit_rl.optim.ConstantWithWarmup"
+    assert old.model.init_args.optimizer.init_args.lr == 0.001
+    assert (old.data.init_args.generation.cache, old.data.init_args.generation.threshold) == ("none", None)
+    assert old.data.init_args.eval_generation == new.data.init_args.eval_generation
+    assert old.trainer == new.trainer and old.data.init_args.g_ext == new.data.init_args.g_ext
 
 
 PAPER_GRPO = ["double_rollout_math", "grpo_math", "grpo_large_math"]

@@ -184,8 +184,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     budget = ("a few steps (`--quick`: a smoke run of the pipeline, not `conf/erils.yaml`'s budget; the "
               "numbers below say nothing about the methods)" if quick else
               "`conf/erils.yaml`'s budget (same updates, rollout batches, warm start)")
-    if task != "sudoku":
-        budget = budget.replace("`conf/erils.yaml`'s", f"`conf/erils.yaml` + `{setup.overlays[0]}`'s")
+    budget = budget.replace("`conf/erils.yaml`'s", f"`conf/erils.yaml` + `{setup.overlays[0]}`'s")
     md = [f"# {setup.title}"
           f"{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", "",
           f"{setup.measure.capitalize()} = `{metric}` on {setup.eval_set} (chance {chance:.3g}). Every "

@@ -43,9 +43,10 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
     fit, before = {j.name: j for j in plan.jobs}["erils_s1"], ev.digest
     fit.argv = [*fit.argv, "--trainer.max_steps=8"]
     assert ev.argv == [*ev.argv] and ev.digest != before
-    # the base learning rate the report labels the main runs with is the config's
-    assert yaml.safe_load((ROOT / erils.BASE).read_text())["model"]["init_args"]["optimizer"]["init_args"]["lr"] \
-        == erils.BASE_LR
+    # the base learning rate the report labels the main runs with is the study recipe's (the committed runs')
+    recipe = yaml.safe_load((ROOT / erils.STUDY_RECIPE).read_text())
+    assert recipe["model"]["init_args"]["optimizer"]["init_args"]["lr"] == erils.BASE_LR
+    assert erils.TASKS["sudoku"].overlays == (erils.STUDY_RECIPE,)
     assert plan.first_alone and not plan.boost_first  # the thread count is part of the result: never raised
     jobs = {j.name: j for j in plan.jobs}
     assert "--threads=2" in jobs["erils_s0_t2"].argv and jobs["erils_s0_t2"].tags["threads"] == "2"
@@ -326,7 +327,7 @@ def test_countdown_plan_puts_the_task_overlay_under_each_methods_own(tmp_path, p
                   "sft_capacity": (0, 1)}  # (g_on, g_ext): ERILS's rollouts per prompt, split as each method does
         assert (d.g_on, d.g_ext) == groups[name.rsplit("_s", 1)[0]], name
     # the Sudoku plan is unchanged by the task option
-    assert erils.method_configs("spg") == (["conf/erils.yaml", "conf/spg.yaml"], [])
+    assert erils.method_configs("spg") == (["conf/erils.yaml", erils.STUDY_RECIPE, "conf/spg.yaml"], [])
 
 
 def test_expression_chance_by_hand():

@@ -123,8 +123,12 @@ MOVED: dict[str, tuple[bytes, int, list[str], tuple[str, ...]]] = {
         b"model:\n  init_args:\n    advantages:\n      init_args:\n        nan_policy: skip\n", 5,
         ["model.init_args.advantages.init_args.nan_policy", "must be 'drop' or 'raise', got 'skip'"], ERILS),
     "ConstantWithWarmup": (
-        b"model:\n  init_args:\n    scheduler:\n      init_args:\n        warmup_steps: -1\n", 5,
+        b"model:\n  init_args:\n    scheduler:\n      class_path: lit_rl.optim.ConstantWithWarmup\n      init_args:\n"
+        b"        warmup_steps: -1\n", 6,
         ["model.init_args.scheduler.init_args.warmup_steps", "must be >= 0, got -1"], ERILS),
+    "WarmupCosine": (
+        b"model:\n  init_args:\n    scheduler:\n      init_args:\n        total_steps: 4\n", 5,
+        ["model.init_args.scheduler.init_args.total_steps", "must be > warmup_steps (8), got 4"], ERILS),
     "ARRolloutDataModule": (
         b"data:\n  init_args:\n    num_generations: 0\n", 3,
         ["data.init_args.num_generations", "must be >= 1, got 0"], AR),
