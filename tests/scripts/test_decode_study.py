@@ -40,7 +40,29 @@ def test_decode_study_groups_runs_by_decoder_and_reads_each_runs_figures(tmp_pat
     assert thr[0]["passes_mean"] == 22 and thr[0]["passes_first"] == 35 and thr[0]["passes_last"] == 9
     assert thr[0]["agreement_completion_start"] == 1.0 and thr[0]["agreement_completion_end"] == 0.25
     assert thr[0]["confidence_first"] == 0.5 and thr[0]["confidence_last"] == 0.9
-    assert any(line.startswith("| exact | 2 | 0.850 ± 0.071 | 12.0 ± 2.8 |") for line in out)
+    assert any(line.startswith("| exact | 2 | – | – | – | – | 0.850 ± 0.071 | 12.0 ± 2.8 |") for line in out)
     assert (tmp_path / "fig.png").stat().st_size > 0
     with pytest.raises(SystemExit):
         load_script("scripts", "decode_study").main(["--mode", "exact"])
+
+
+def test_one_store_split_into_groups_by_run_folder_with_the_curve_points_and_figure(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/all.db"
+    client = MlflowClient(uri)
+    exp_id = client.create_experiment("lit_rl-embedded")
+    runs = [("/r/D/s0", [0.25, 0.6, 0.97]), ("/r/D/s1", [0.25, 0.5, 0.95]), ("/r/E/s0", [0.25, 0.4, 0.9])]
+    for folder, curve in runs:
+        run_id = client.create_run(exp_id).info.run_id
+        client.log_param(run_id, "trainer.default_root_dir", folder)
+        for step, acc in zip([0, 60, 300], curve):
+            client.log_metric(run_id, "val/sudoku/greedy/accuracy", acc, step=step)
+        client.set_terminated(run_id)
+    summary = load_script("scripts", "decode_study").main(
+        ["--mode", "D", f"{uri}#/D/", "--mode", "E", f"{uri}#/E/", "--out", str(tmp_path / "fig.png"),
+         "--curves", str(tmp_path / "curves.png")])
+    d, e = summary["modes"]["D"], summary["modes"]["E"]
+    assert sorted(f["at_60"] for f in d) == [0.5, 0.6] and [f["final"] for f in e] == [0.9]
+    assert all(f["at_120"] is None for f in d + e)  # not logged: no value, not a zero
+    out = capsys.readouterr().out
+    assert "| D | 2 | 0.550 ± 0.071 | – | – | – | 0.960 ± 0.014 |" in out
+    assert (tmp_path / "curves.png").stat().st_size > 0
