@@ -115,6 +115,35 @@ def _merge(base: Any, new: Any) -> Any:
     return new
 
 
+def _resolve_appends(base: Any, new: Any, where: dict[tuple, str], path: tuple = ()) -> Any:
+    """A YAML ``key+: [items]`` (jsonargparse's list append, e.g. ``trainer: {callbacks+: [...]}`` in an overlay)
+    becomes ``key: base list + items``; ``where`` (file:line by path) is rewritten to the appended positions, so
+    a problem in an appended item is reported at its own line. One item without a list is one item appended."""
+    if not isinstance(new, dict):
+        return new
+    out: dict = {}
+    for k, v in new.items():
+        if isinstance(k, str) and k.endswith("+") and len(k) > 1:
+            key, old = k[:-1], base.get(k[:-1]) if isinstance(base, dict) else None
+            items = v if isinstance(v, list) else [v]
+            start = len(old) if isinstance(old, list) else 0
+            moved = {p: w for p, w in where.items() if p[: len(path) + 1] == path + (k,)}
+            for p, w in moved.items():
+                del where[p]
+                rest = p[len(path) + 1:]
+                if rest and isinstance(rest[0], int) and isinstance(v, list):
+                    where[path + (key, start + rest[0]) + rest[1:]] = w
+                elif not rest:
+                    where[path + (key,)] = w
+                else:  # a single item without a list
+                    where[path + (key, start) + rest] = w
+            out[key] = [*(old if isinstance(old, list) else []), *items]
+        else:
+            sub = base.get(k) if isinstance(base, dict) else None
+            out[k] = _resolve_appends(sub, v, where, path + (k,))
+    return out
+
+
 def _set_override(cfg: ConfigView, dotted: str, raw: str) -> None:
     """Apply ``--a.b.c=value`` (``a.b`` of a ``class_path`` node may skip ``init_args``, as in jsonargparse)."""
     import yaml
@@ -168,6 +197,7 @@ def parse_command_line(argv: Sequence[str]) -> tuple[str | None, ConfigView] | N
         if key == "config":
             cfg.files.append(val)
             data, where = load_yaml_with_lines(Path(val))
+            data = _resolve_appends(cfg.data, data, where)
             cfg.data = _merge(cfg.data, data)
             cfg.where.update(where)
         else:

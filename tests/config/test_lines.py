@@ -1,0 +1,68 @@
+"""lit_rl/config/lines.py: the preflight's merged view of a command line, with each value's file:line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lit_rl.config.lines import parse_command_line
+from lit_rl.errors import ConfigError
+
+BASE = b"""trainer:
+  max_steps: 8
+  callbacks:
+    - class_path: callbacks.RolloutTracker
+    - class_path: callbacks.ExactResume
+"""
+
+
+def _write(path: Path, text: bytes) -> str:
+    path.write_bytes(text)
+    return str(path)
+
+
+def test_an_overlay_appends_to_a_list_with_key_plus_and_each_item_keeps_its_line(tmp_path):
+    base = _write(tmp_path / "base.yaml", BASE)
+    over = _write(tmp_path / "over.yaml", b"""trainer:
+  max_steps: 4
+  callbacks+:
+    - class_path: callbacks.PromptLedger
+    - class_path: callbacks.passk.PassAtKEvaluation
+      init_args:
+        start_step: 3
+""")
+    sub, cfg = parse_command_line(["fit", "--config", base, "--config", over])
+    cbs = cfg.data["trainer"]["callbacks"]
+    assert sub == "fit" and cfg.data["trainer"]["max_steps"] == 4
+    assert [c["class_path"] for c in cbs] == ["callbacks.RolloutTracker", "callbacks.ExactResume",
+                                              "callbacks.PromptLedger", "callbacks.passk.PassAtKEvaluation"]
+    assert "callbacks+" not in cfg.data["trainer"]
+    assert cfg.loc(("trainer", "callbacks", 1)) == f"{base}:5"  # the base's items keep the base's lines
+    assert cfg.loc(("trainer", "callbacks", 3, "init_args", "start_step")) == f"{over}:7"
+
+
+def test_a_single_item_without_a_list_is_appended_and_a_missing_list_starts_empty(tmp_path):
+    over = _write(tmp_path / "over.yaml", b"trainer:\n  callbacks+:\n    class_path: callbacks.PromptLedger\n")
+    _, cfg = parse_command_line(["fit", "--config", _write(tmp_path / "base.yaml", BASE), "--config", over])
+    assert [c["class_path"] for c in cfg.data["trainer"]["callbacks"]][-1] == "callbacks.PromptLedger"
+    assert len(cfg.data["trainer"]["callbacks"]) == 3
+    _, alone = parse_command_line(["fit", "--config", over])
+    assert alone.data["trainer"]["callbacks"] == [{"class_path": "callbacks.PromptLedger"}]
+    assert alone.loc(("trainer", "callbacks", 0, "class_path")) == f"{over}:3"
+
+
+def test_an_appended_callbacks_bad_argument_is_reported_at_its_own_line(tmp_path):
+    from lit_rl.config.preflight import preflight
+
+    root = Path(__file__).resolve().parents[2]
+    over = _write(tmp_path / "eval.yaml", b"""trainer:
+  callbacks+:
+    - class_path: callbacks.passk.PassAtKEvaluation
+      init_args:
+        every_n_steps: 4
+        start_step: -3
+""")
+    where = rf"^{over}:6: trainer\.callbacks\[\d+\]\.init_args\.start_step: must be >= 0"
+    with pytest.raises(ConfigError, match=where):
+        preflight(["fit", "--config", str(root / "conf/erils.yaml"), "--config", over], data=False)
