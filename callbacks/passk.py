@@ -89,7 +89,7 @@ class PassAtKEvaluation(Callback):
         num_logged_samples: prompts per configuration whose completions are saved with each evaluation.
         run_on_validate: run in ``trainer.validate`` / ``trainer.test`` (``python -m lit_rl validate``).
         name: a label in this evaluation's file names (``passk_<name>_table.csv``, ...), so that a second
-            evaluation beside the config's own (``--trainer.callbacks+=conf/eval/erils_lengths.yaml``) does
+            evaluation beside the config's own (``--config conf/eval/erils_lengths.yaml`` after the run's config) does
             not overwrite its files; ``None``: ``passk_table.csv``, ...
     """
 

@@ -228,7 +228,7 @@ def lengths_job(fit: Job, out: Path, quick: bool = False) -> Job:
     entry = LENGTHS_EVAL
     if quick:
         cb = yaml.safe_load(Path(LENGTHS_EVAL).read_text())
-        cb["init_args"].update(subset_size=8, batch_size=8)
+        cb["trainer"]["callbacks+"][0]["init_args"].update(subset_size=8, batch_size=8)
         Path(out).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(out) / "erils_lengths_quick.yaml", yaml.safe_dump(cb, sort_keys=False))
         entry = str(Path(out) / "erils_lengths_quick.yaml")

@@ -1,7 +1,7 @@
 """Table XI's protocol in miniature: read the three-length evaluations of finished runs.
 
 Each run's final checkpoint is decoded deterministically at three generation lengths by
-``python -m lit_rl validate --config <run>/config.yaml --trainer.callbacks+=conf/eval/erils_lengths.yaml
+``python -m lit_rl validate --config <run>/config.yaml --config conf/eval/erils_lengths.yaml
 --ckpt_path <run>/checkpoints/last.ckpt`` (:func:`lit_rl.reproduce.runner.validate_job`); the callback writes
 ``<run>/eval/passk_lengths_validate_report.json``. This module turns those files into table rows.
 """

@@ -244,9 +244,9 @@ def fit_job(
 def validate_job(name: str, run_folder: Path, callback_files: Sequence[str], tags: dict[str, str],
                  ckpt: str = "checkpoints/last.ckpt", after: Job | None = None) -> Job:
     """A ``validate`` job on a finished fit's checkpoint: the fit's saved ``config.yaml`` (its MLflow store, run
-    folder and settings) plus ``callback_files`` appended to its callbacks (``--trainer.callbacks+=``). Its log
+    folder and settings) plus ``callback_files``, overlays that append to its callbacks (``callbacks+``). Its log
     and ``done.json`` go to ``<run folder>/<name>``; the evaluation's files to the run's ``eval/`` folder. ``after``:
     the fit job (its command line enters this job's digest, so a changed fit makes its evaluation run again)."""
     argv = ["validate", "--config", str(run_folder / "config.yaml"),
-            *(f"--trainer.callbacks+={f}" for f in callback_files), f"--ckpt_path={run_folder / ckpt}"]
+            *(a for f in callback_files for a in ("--config", str(f))), f"--ckpt_path={run_folder / ckpt}"]
     return Job(name, argv, run_folder / name, tags, after=after)

@@ -35,7 +35,7 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
     assert set(evals) == {f"{j.name}_lengths" for j in plan.jobs if j.tags["group"] in ("main", "spg_lr")}
     ev = evals["erils_s1_lengths"]
     assert ev.argv == ["validate", "--config", str(tmp_path / "runs/erils_s1/config.yaml"),
-                       f"--trainer.callbacks+={erils.LENGTHS_EVAL}",
+                       "--config", erils.LENGTHS_EVAL,
                        f"--ckpt_path={tmp_path / 'runs/erils_s1/checkpoints/last.ckpt'}"]
     assert ev.folder == tmp_path / "runs/erils_s1/erils_s1_lengths" and ev.tags["group"] == "lengths"
     assert ev.tags["evaluates"] == "erils_s1" and ev.tags["lit_rl.job"] == "erils_s1_lengths"
@@ -168,7 +168,8 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
                     "Table XI's protocol: three generation lengths"):
         assert section in report
     # the text says it is a smoke run, not the study's budget, and claims nothing about the thread count
-    assert "not `conf/erils.yaml`'s budget" in report and "changed the run" not in report
+    assert "not `conf/erils.yaml` + `conf/erils_study_recipe.yaml`'s budget" in report
+    assert "changed the run" not in report
     import re
 
     starts = re.findall(r"\[reproduce\] start \S+ \((\d+)/(\d+)\)", proc.stdout)  # one count over the study
