@@ -70,30 +70,46 @@ class WarmupCosine(LambdaLR):
 
     Args:
         optimizer: the wrapped optimizer.
-        total_steps: the step where the cosine reaches ``min_ratio`` (the run's ``trainer.max_steps``).
+        total_steps: the step where the cosine reaches ``min_ratio``; ``None`` (default): the run's
+            ``trainer.max_steps``, which the module sets when it builds the optimizer (:meth:`set_total_steps`),
+            so a run made longer or shorter on the command line decays over its own length.
         warmup_steps: warm-up optimizer steps (0: the cosine starts at once).
         min_ratio: the final LR as a fraction of the peak, in [0, 1].
     """
 
     @staticmethod
-    def check_args(total_steps: int = 1, warmup_steps: int = 0, min_ratio: float = 0.0) -> None:
+    def check_args(total_steps: int | None = None, warmup_steps: int = 0, min_ratio: float = 0.0) -> None:
         """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`)."""
         if warmup_steps < 0:
             raise FieldError("warmup_steps", f"must be >= 0, got {warmup_steps}")
-        if total_steps <= warmup_steps:
+        if total_steps is not None and total_steps <= warmup_steps:
             raise FieldError("total_steps", f"must be > warmup_steps ({warmup_steps}), got {total_steps}")
         if not 0.0 <= min_ratio <= 1.0:
             raise FieldError("min_ratio", f"must be in [0, 1], got {min_ratio}")
 
-    def __init__(self, optimizer: Optimizer, total_steps: int, warmup_steps: int = 0, min_ratio: float = 0.0) -> None:
+    def __init__(self, optimizer: Optimizer, total_steps: int | None = None, warmup_steps: int = 0,
+                 min_ratio: float = 0.0) -> None:
         WarmupCosine.check_args(total_steps=total_steps, warmup_steps=warmup_steps, min_ratio=min_ratio)
         self.total_steps, self.warmup_steps, self.min_ratio = total_steps, warmup_steps, min_ratio
         super().__init__(optimizer, self.factor)
 
+    def set_total_steps(self, total_steps: int) -> None:
+        """Fix ``total_steps`` when it was left ``None`` (the module passes ``trainer.max_steps``)."""
+        if total_steps is None or total_steps < 0:
+            raise FieldError("total_steps", "is unset and trainer.max_steps is unlimited: set one of them (the "
+                             "cosine needs to know where it ends)")
+        WarmupCosine.check_args(total_steps=total_steps, warmup_steps=self.warmup_steps, min_ratio=self.min_ratio)
+        self.total_steps = total_steps
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+            group["lr"] = lr
+
     def factor(self, step: int) -> float:
-        """The LR multiplier of optimizer step ``step`` (the formula above)."""
+        """The LR multiplier of optimizer step ``step`` (the formula above; the peak until ``total_steps`` is
+        known)."""
         w, T, m = self.warmup_steps, self.total_steps, self.min_ratio
         if step < w:
             return (step + 1) / w
+        if T is None:
+            return 1.0
         progress = min(1.0, (step - w) / (T - w))
         return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress))

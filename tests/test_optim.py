@@ -69,3 +69,33 @@ def test_erils_default_optimizer_is_table_viii():
     opt = erils_adamw([torch.nn.Parameter(torch.zeros(1))])
     g = opt.param_groups[0]
     assert (g["lr"], g["betas"], g["weight_decay"]) == (3e-6, (0.9, 0.99), 0.1)
+
+
+def test_warmup_cosine_without_total_steps_holds_the_peak_until_told_where_it_ends():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = WarmupCosine(opt, warmup_steps=2)
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == 1.0  # step 4, past the warm-up, no end known: the peak
+    sched.set_total_steps(10)  # the current step's LR follows at once: 0.5 (1 + cos(pi 2 / 8))
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    with pytest.raises(FieldError, match="trainer.max_steps is unlimited"):
+        WarmupCosine(opt).set_total_steps(-1)
+
+
+def test_a_fit_decays_the_cosine_over_its_own_max_steps(tmp_path):
+    """conf/erils.yaml leaves total_steps unset: the module gives the schedule trainer.max_steps, so a run made
+    shorter on the command line still ends its cosine at its last update."""
+    from pathlib import Path
+
+    from lit_rl.cli import run_lightning_cli
+
+    root = Path(__file__).resolve().parents[1]
+    cli = run_lightning_cli([
+        "fit", "--config", str(root / "conf/erils.yaml"), "--config", str(root / "tests/tiny_overlay.yaml"),
+        f"--trainer.default_root_dir={tmp_path}", f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/m.db",
+        "--model.init_args.scheduler.init_args.warmup_steps=1", "--trainer.max_steps=4"])
+    sched = cli.trainer.lr_scheduler_configs[0].scheduler
+    assert isinstance(sched, WarmupCosine) and sched.total_steps == 4 and sched.last_epoch == 4
+    assert cli.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # the cosine's end

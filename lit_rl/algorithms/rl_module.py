@@ -197,7 +197,10 @@ class RLModule(L.LightningModule):
         opt = self.optimizer_factory(params)
         if self.scheduler_factory is None:
             return opt
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
+        sched = self.scheduler_factory(opt)
+        if getattr(sched, "total_steps", 0) is None and hasattr(sched, "set_total_steps"):
+            sched.set_total_steps(self.trainer.max_steps)  # a schedule that ends with the run (WarmupCosine)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # -- the training step ------------------------------------------------------------------------------
     def training_step(self, batch: PromptBatch, batch_idx: int) -> Tensor:
