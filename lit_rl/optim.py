@@ -94,12 +94,12 @@ class WarmupCosine(LambdaLR):
         super().__init__(optimizer, self.factor)
 
     def set_total_steps(self, total_steps: int) -> None:
-        """Fix ``total_steps`` when it was left ``None`` (the module passes ``trainer.max_steps``)."""
+        """Fix ``total_steps`` when it was left ``None`` (the module passes ``trainer.max_steps``). A run no longer
+        than the warm-up ends inside it, as under :class:`ConstantWithWarmup`."""
         if total_steps is None or total_steps < 0:
             raise FieldError("total_steps", "is unset and trainer.max_steps is unlimited: set one of them (the "
                              "cosine needs to know where it ends)")
-        WarmupCosine.check_args(total_steps=total_steps, warmup_steps=self.warmup_steps, min_ratio=self.min_ratio)
-        self.total_steps = total_steps
+        self.total_steps = total_steps  # a run shorter than the warm-up never leaves it (as ConstantWithWarmup)
         for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
             group["lr"] = lr
 
@@ -111,5 +111,5 @@ class WarmupCosine(LambdaLR):
             return (step + 1) / w
         if T is None:
             return 1.0
-        progress = min(1.0, (step - w) / (T - w))
+        progress = min(1.0, (step - w) / (T - w)) if T > w else 1.0
         return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -82,6 +82,14 @@ def test_warmup_cosine_without_total_steps_holds_the_peak_until_told_where_it_en
     assert opt.param_groups[0]["lr"] == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
     with pytest.raises(FieldError, match="trainer.max_steps is unlimited"):
         WarmupCosine(opt).set_total_steps(-1)
+    short = _lrs(lambda o: _bound(WarmupCosine(o, warmup_steps=8), 4), 4)  # a 4-update run inside the warm-up
+    assert short == pytest.approx([1 / 8, 2 / 8, 3 / 8, 4 / 8])
+    assert _bound(WarmupCosine(opt, warmup_steps=8, min_ratio=0.1), 4).factor(9) == 0.1  # past both: the end
+
+
+def _bound(sched, total):
+    sched.set_total_steps(total)
+    return sched
 
 
 def test_a_fit_decays_the_cosine_over_its_own_max_steps(tmp_path):
