@@ -156,6 +156,7 @@ def fsdp2_run(tmp_path_factory):
         f"--trainer.default_root_dir={tmp}",
         f"--trainer.callbacks={json.dumps(callbacks)}",
         f"--data.init_args.pool_path={POOL}",
+        "--data.init_args.generation.cache=none",  # FSDP2-sharded weights: no KV-cached forward
         "--data.init_args.eval_size=8", "--data.init_args.eval_batch_size=2",  # 2 eval batches per rank
     ]
     env = dict(os.environ,

@@ -280,6 +280,7 @@ def test_fit_with_incompatible_remote_code_prints_the_shim_error_not_jsonargpars
     overlay.write_text(
         "model:\n  init_args:\n    policy:\n      class_path: lit_rl.models.PretrainedDiffusionLM\n"
         f"      init_args: {{path: {copy}, mask_id: null, eos_id: null, dtype: float32}}\n"
+        "data:\n  init_args:\n    generation: {cache: none, threshold: null}\n"  # its own forward: no KV cache
     )
     from support.reference import ROOT
 
@@ -331,6 +332,7 @@ data:
   init_args:
     max_prompt_len: 64
     pool_path: {ROOT}/data/pools/sudoku_scripted.jsonl.gz
+    generation: {{cache: none, threshold: null}}   # a checkpoint's own forward has no KV cache
 """)
     common = [
         "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "tests/tiny_overlay.yaml"),
