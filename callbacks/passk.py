@@ -164,7 +164,10 @@ class PassAtKEvaluation(Callback):
     # -- checkpointed state -------------------------------------------------------------------------
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(configs=[c.name for c in self.configs], every_n_steps=self.every_n_steps)
+        # an unnamed one keeps the key older checkpoints hold; a named one (an eval overlay) gets its own
+        extra = {"name": self.name} if self.name else {}
+        return self._generate_state_key(configs=[c.name for c in self.configs], every_n_steps=self.every_n_steps,
+                                        **extra)
 
     def state_dict(self) -> dict[str, Any]:
         return {"rows": self.table.state(), "last_step": self.last_step}

@@ -91,6 +91,7 @@ class WarmupCosine(LambdaLR):
                  min_ratio: float = 0.0) -> None:
         WarmupCosine.check_args(total_steps=total_steps, warmup_steps=warmup_steps, min_ratio=min_ratio)
         self.total_steps, self.warmup_steps, self.min_ratio = total_steps, warmup_steps, min_ratio
+        self.total_from_run = False  # set_total_steps gave total_steps (trainer.max_steps): a resume keeps it
         super().__init__(optimizer, self.factor)
 
     def set_total_steps(self, total_steps: int) -> None:
@@ -100,8 +101,24 @@ class WarmupCosine(LambdaLR):
             raise FieldError("total_steps", "is unset and trainer.max_steps is unlimited: set one of them (the "
                              "cosine needs to know where it ends)")
         self.total_steps = total_steps  # a run shorter than the warm-up never leaves it (as ConstantWithWarmup)
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+        self.total_from_run = True
+        self._apply_current_lr()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the step (and the rest of the schedule) from a checkpoint, but keep a ``total_steps`` that this
+        run took from its own ``trainer.max_steps``: a run resumed with a larger ``max_steps`` decays over its new
+        length instead of training at the old end's LR. The optimizer's LR is set to this step's value at once."""
+        own = self.total_steps if self.total_from_run else None
+        super().load_state_dict(state_dict)
+        if own is not None:
+            self.total_steps, self.total_from_run = own, True
+            self._apply_current_lr()
+
+    def _apply_current_lr(self) -> None:
+        lrs = [base * self.factor(self.last_epoch) for base in self.base_lrs]
+        for group, lr in zip(self.optimizer.param_groups, lrs):
             group["lr"] = lr
+        self._last_lr = lrs
 
     def factor(self, step: int) -> float:
         """The LR multiplier of optimizer step ``step`` (the formula above; the peak until ``total_steps`` is

@@ -26,15 +26,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# (name, configs, extra arguments): every embedded recipe whose curve is committed, at its step count
+# (name, configs, extra arguments): every embedded recipe whose curve is committed, at its step count (the ERILS
+# ones with the recipe the committed studies ran, conf/erils_study_recipe.yaml)
 CURVES = [
-    ("erils", ["conf/erils.yaml"], []),
+    ("erils", ["conf/erils.yaml", "conf/erils_study_recipe.yaml"], []),
     ("double_rollout", ["conf/double_rollout.yaml"], []),
     ("grpo", ["conf/double_rollout.yaml", "conf/grpo.yaml"], []),
     ("double_rollout_chainsum", ["conf/double_rollout_chainsum.yaml"], []),
     ("grpo_chainsum", ["conf/double_rollout_chainsum.yaml", "conf/grpo_chainsum.yaml"], []),
-    ("erils_double_rollout", ["conf/erils.yaml", "conf/erils_double_rollout.yaml"], ["--trainer.max_steps", "60"]),
-    ("erils_d1", ["conf/erils.yaml", "conf/erils_d1.yaml"], ["--trainer.max_steps", "60"]),
+    ("erils_double_rollout", ["conf/erils.yaml", "conf/erils_study_recipe.yaml", "conf/erils_double_rollout.yaml"],
+     ["--trainer.max_steps", "60"]),
+    ("erils_d1", ["conf/erils.yaml", "conf/erils_study_recipe.yaml", "conf/erils_d1.yaml"],
+     ["--trainer.max_steps", "60"]),
 ]
 # wall-clock and machine measurements: they differ between any two runs
 SKIP = re.compile(r"(^|[/_])(time|times|wall|sec|secs|seconds|throughput|tokens_per_s|rss|memory|mem)([/_]|$)|_s$")

@@ -79,9 +79,11 @@ def main(argv: list[str] | None = None) -> dict:
             ap.error(f"--mode {name}: give at least one MLflow store")
         for uri in uris:
             store, flt = select(uri)
-            for r, wall in runs_with_wall(store, KEYS):
-                if flt is None or flt in r.params.get("trainer.default_root_dir", ""):
-                    modes.setdefault(name, []).append((r, run_figures(r, wall)))
+            picked = [(r, wall) for r, wall in runs_with_wall(store, KEYS)
+                      if flt is None or flt in r.params.get("trainer.default_root_dir", "")]
+            if not picked:
+                ap.error(f"--mode {name}: no finished run in {uri}")
+            modes.setdefault(name, []).extend((r, run_figures(r, wall)) for r, wall in picked)
     cols = [*((f"update {u}", f"at_{u}", 3) for u in CURVE_POINTS), ("final greedy", "final", 3),
             ("rollout generation s", "generation_s", 1),
             ("passes / rollout", "passes_mean", 1),

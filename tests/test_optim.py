@@ -107,3 +107,24 @@ def test_a_fit_decays_the_cosine_over_its_own_max_steps(tmp_path):
     sched = cli.trainer.lr_scheduler_configs[0].scheduler
     assert isinstance(sched, WarmupCosine) and sched.total_steps == 4 and sched.last_epoch == 4
     assert cli.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # the cosine's end
+
+
+def test_a_resume_keeps_the_runs_own_total_steps_and_sets_the_lr_of_its_step():
+    """A checkpoint of a 300-update run resumed with trainer.max_steps 600: the cosine now ends at 600 (the
+    checkpoint's 300 would leave the lr at 0 for the rest of the run), from the checkpoint's step."""
+    old_opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    old = WarmupCosine(old_opt)
+    old.set_total_steps(300)
+    for _ in range(300):
+        old_opt.step()
+        old.step()
+    assert old_opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
+    new_opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    new = WarmupCosine(new_opt)
+    new.set_total_steps(600)  # what configure_optimizers does, before Lightning restores the scheduler
+    new.load_state_dict(old.state_dict())
+    assert new.last_epoch == 300 and new.total_steps == 600
+    assert new_opt.param_groups[0]["lr"] == pytest.approx(0.5) == new.get_last_lr()[0]  # cos(pi/2): halfway
+    same = WarmupCosine(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), total_steps=300)
+    same.load_state_dict(old.state_dict())  # an explicit total_steps is the checkpoint's, as any setting
+    assert same.total_steps == 300

@@ -124,6 +124,9 @@ def _resolve_appends(base: Any, new: Any, where: dict[tuple, str], path: tuple =
     out: dict = {}
     for k, v in new.items():
         if isinstance(k, str) and k.endswith("+") and len(k) > 1:
+            if k[:-1] in new:
+                raise ConfigError(f"{where.get(path + (k,), 'a config file')}: {_dotted(path + (k,))}: the same file "
+                                  f"also sets {k[:-1]}: set the list, or append to the base's, not both")
             key, old = k[:-1], base.get(k[:-1]) if isinstance(base, dict) else None
             items = v if isinstance(v, list) else [v]
             start = len(old) if isinstance(old, list) else 0

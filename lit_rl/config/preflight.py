@@ -36,22 +36,24 @@ _TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_pat
 _INPUT_PATHS = {"pool_path", "train_path", "eval_path", "test_csv", "data_path"}
 
 
-def _named_base(overlay: str) -> str | None:
-    """The base config an overlay's header names (``--config BASE --config <the overlay>``), if it does."""
+def _named_bases(overlay: str) -> list[str]:
+    """The configs an overlay's header puts under it, in order (``--config A [--config B ...] --config <the
+    overlay>``), if its header names them."""
     import re
 
     name = Path(overlay).name
     try:
         lines = Path(overlay).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
-        return None
+        return []
     for line in lines:
         if not line.startswith("#"):
             break
-        for base, top in re.findall(r"--config\s+(\S+)\s+--config\s+(\S+)", line):
-            if Path(top).name == name:
-                return base
-    return None
+        configs = re.findall(r"--config\s+(\S+)", line)
+        own = [i for i, c in enumerate(configs) if i and Path(c).name == name]
+        if own:
+            return configs[: own[0]]
+    return []
 
 
 def _check_base(cfg: ConfigView) -> None:
@@ -64,8 +66,9 @@ def _check_base(cfg: ConfigView) -> None:
     if not missing or not cfg.files:
         return
     last = cfg.files[-1]
-    base = _named_base(last)
-    how = (f"put its base first: --config {base} --config {last}" if base
+    bases = _named_bases(last)
+    chain = " ".join(f"--config {b}" for b in bases)
+    how = (f"put its base first: {chain} --config {last}" if bases
            else "put its base config first: --config BASE --config " + last)
     raise ConfigError(f"{last}: no {missing[0]}.class_path in the configs given: it is an overlay; {how}")
 

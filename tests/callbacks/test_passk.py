@@ -300,3 +300,18 @@ def test_a_named_evaluation_writes_its_own_files_beside_the_default_one():
     with pytest.raises(FieldError, match="name") as e:
         PassAtKEvaluation(name="../x")
     assert "'../x'" in str(e.value)
+
+
+def test_a_named_evaluation_has_its_own_state_key_and_an_unnamed_one_keeps_the_old_key():
+    """An eval overlay (conf/eval/paper.yaml: name paper) appended beside a config's own Pass@k with the same
+    configurations: Lightning refuses two stateful callbacks with one key; the unnamed key is the one older
+    checkpoints hold."""
+    from lightning.pytorch.trainer.connectors.callback_connector import _validate_callbacks_list
+
+    own, overlay = PassAtKEvaluation(every_n_steps=100), PassAtKEvaluation(every_n_steps=100, name="paper")
+    configs = [c.name for c in own.configs]
+    assert own.state_key == f"PassAtKEvaluation{{'configs': {configs}, 'every_n_steps': 100}}"
+    assert overlay.state_key != own.state_key and "'name': 'paper'" in overlay.state_key
+    _validate_callbacks_list([own, overlay])  # no "more than one stateful callback"
+    with pytest.raises(RuntimeError, match="more than one"):
+        _validate_callbacks_list([own, PassAtKEvaluation(every_n_steps=100)])

@@ -66,3 +66,14 @@ def test_an_appended_callbacks_bad_argument_is_reported_at_its_own_line(tmp_path
     where = rf"^{over}:6: trainer\.callbacks\[\d+\]\.init_args\.start_step: must be >= 0"
     with pytest.raises(ConfigError, match=where):
         preflight(["fit", "--config", str(root / "conf/erils.yaml"), "--config", over], data=False)
+
+
+def test_one_file_that_sets_a_list_and_appends_to_it_is_refused(tmp_path):
+    both = _write(tmp_path / "both.yaml", b"""trainer:
+  callbacks:
+    - class_path: callbacks.RolloutTracker
+  callbacks+:
+    - class_path: callbacks.PromptLedger
+""")
+    with pytest.raises(ConfigError, match=rf"^{both}:4: trainer\.callbacks\+: the same file also sets callbacks"):
+        parse_command_line(["fit", "--config", _write(tmp_path / "base.yaml", BASE), "--config", both])
