@@ -23,7 +23,6 @@ NOT_MIRRORED = {
     "lit_rl/algorithms/ar_sft.py": "tests/rollouts/test_external_lm.py",
     "lit_rl/algorithms/sft.py": "tests/test_deprecation.py",  # a moved-name stub
     "lit_rl/algorithms/sft_module.py": "tests/test_deprecation.py",  # a moved-name stub
-    "lit_rl/config/classes.py": "tests/robustness/test_bad_inputs_preflight.py",
     "lit_rl/lightning_cli.py": "tests/test_cli_args.py",
     "lit_rl/models/export_cli.py": "tests/models/test_export_ar.py",
     "lit_rl/models/frozen_state.py": "tests/models/test_pretrained.py",
