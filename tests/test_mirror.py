@@ -28,7 +28,6 @@ NOT_MIRRORED = {
     "lit_rl/models/frozen_state.py": "tests/models/test_pretrained.py",
     "lit_rl/models/loading.py": "tests/models/test_pretrained.py",
     "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",
-    "lit_rl/models/quantization.py": "tests/models/test_pretrained.py",
     "lit_rl/models/remote_compat.py": "tests/models/test_llada_reference.py",
     "lit_rl/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
     "lit_rl/reproduce/dr_report.py": "tests/reproduce/test_dr.py",
