@@ -25,7 +25,6 @@ NOT_MIRRORED = {
     "lit_rl/algorithms/sft_module.py": "tests/test_deprecation.py",  # a moved-name stub
     "lit_rl/lightning_cli.py": "tests/test_cli_args.py",
     "lit_rl/models/export_cli.py": "tests/models/test_export_ar.py",
-    "lit_rl/models/frozen_state.py": "tests/models/test_pretrained.py",
     "lit_rl/models/loading.py": "tests/models/test_pretrained.py",
     "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",
     "lit_rl/models/remote_compat.py": "tests/models/test_llada_reference.py",
