@@ -38,7 +38,6 @@ NOT_MIRRORED = {
     "lit_rl/runs.py": "tests/robustness/test_resume.py",
     "lit_rl/sweep/mlflow_study.py": "tests/sweep/test_retry.py",
     "lit_rl/sweep/runner.py": "tests/sweep/test_sweep.py",
-    "lit_rl/tasks/base.py": "tests/tasks/test_registry.py",
 }
 
 
