@@ -34,7 +34,6 @@ NOT_MIRRORED = {
     "lit_rl/reproduce/lengths.py": "tests/reproduce/test_erils.py",
     "lit_rl/reproduce/runner.py": "tests/reproduce/test_dr.py",
     "lit_rl/resume.py": "tests/robustness/test_resume_truth.py",
-    "lit_rl/rollouts/cli.py": "tests/rollouts/test_external_lm.py",
     "lit_rl/runs.py": "tests/robustness/test_resume.py",
     "lit_rl/sweep/mlflow_study.py": "tests/sweep/test_retry.py",
     "lit_rl/sweep/runner.py": "tests/sweep/test_sweep.py",
