@@ -31,7 +31,6 @@ NOT_MIRRORED = {
     "lit_rl/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
     "lit_rl/reproduce/dr_report.py": "tests/reproduce/test_dr.py",
     "lit_rl/reproduce/erils_report.py": "tests/reproduce/test_erils.py",
-    "lit_rl/reproduce/runner.py": "tests/reproduce/test_dr.py",
     "lit_rl/resume.py": "tests/robustness/test_resume_truth.py",
     "lit_rl/runs.py": "tests/robustness/test_resume.py",
     "lit_rl/sweep/mlflow_study.py": "tests/sweep/test_retry.py",
