@@ -29,7 +29,6 @@ NOT_MIRRORED = {
     "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",
     "lit_rl/models/remote_compat.py": "tests/models/test_llada_reference.py",
     "lit_rl/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
-    "lit_rl/reproduce/dr_report.py": "tests/reproduce/test_dr.py",
     "lit_rl/reproduce/erils_report.py": "tests/reproduce/test_erils.py",
     "lit_rl/resume.py": "tests/robustness/test_resume_truth.py",
     "lit_rl/runs.py": "tests/robustness/test_resume.py",

@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_rl.report import RunData
 from lit_rl.reproduce import dr
-from lit_rl.reproduce.dr_report import cumulative_tokens, latest_finished
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,23 +74,6 @@ def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(
     assert warm["init_args"]["trace"] == "guessing"
     with pytest.raises(ValueError, match="unknown double-rollout testbed 'nope'"):
         dr.plan(tmp_path, seeds=[0], quick=False, workers=1, threads=1, testbed="nope")
-
-
-def _run(name, status, tags, history):
-    return RunData(run_id=name, name=name, label=name, status=status, tags=tags, params={}, final={}, history=history)
-
-
-def test_report_keeps_the_last_finished_attempt_and_sums_both_stages():
-    runs = [
-        _run("a", "FINISHED", {"lit_rl.job": "dr_s0"}, {}),
-        _run("b", "FINISHED", {"lit_rl.job": "dr_s0"}, {}),
-        _run("c", "FAILED", {"lit_rl.job": "dr_s0"}, {}),  # a later crashed attempt does not replace b
-    ]
-    assert latest_finished(runs, "lit_rl.job")["dr_s0"].run_id == "b"
-    # per-problem tokens per rollout batch x 4 prompts: (10 + 30) * 4, then + (20 + 0) * 4
-    r = _run("x", "FINISHED", {}, {"train/cost/tokens_stage1": [(0, 10.0), (1, 20.0)],
-                                   "train/cost/tokens_stage2": [(0, 30.0)]})
-    assert cumulative_tokens(r, prompts_per_batch=4) == [(0, 160.0), (1, 240.0)]
 
 
 @pytest.mark.slow
