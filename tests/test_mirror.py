@@ -19,7 +19,6 @@ NOT_MIRRORED = {
     "callbacks/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
     "callbacks/resume.py": "tests/robustness/test_resume.py",
     "callbacks/run_record.py": "tests/robustness/test_resume_truth.py",
-    "datamodules/stream.py": "tests/datamodules/test_rollouts.py",
     "lit_rl/algorithms/ar_sft.py": "tests/rollouts/test_external_lm.py",
     "lit_rl/algorithms/sft.py": "tests/test_deprecation.py",  # a moved-name stub
     "lit_rl/algorithms/sft_module.py": "tests/test_deprecation.py",  # a moved-name stub
