@@ -30,7 +30,6 @@ NOT_MIRRORED = {
     "lit_rl/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
     "lit_rl/reproduce/erils_report.py": "tests/reproduce/test_erils.py",
     "lit_rl/resume.py": "tests/robustness/test_resume_truth.py",
-    "lit_rl/runs.py": "tests/robustness/test_resume.py",
     "lit_rl/sweep/mlflow_study.py": "tests/sweep/test_retry.py",
     "lit_rl/sweep/runner.py": "tests/sweep/test_sweep.py",
 }
