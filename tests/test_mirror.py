@@ -19,32 +19,19 @@ NOT_MIRRORED = {
     "callbacks/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
     "callbacks/resume.py": "tests/robustness/test_resume.py",
     "callbacks/run_record.py": "tests/robustness/test_resume_truth.py",
-    "datamodules/stream.py": "tests/datamodules/test_rollouts.py",
     "lit_rl/algorithms/ar_sft.py": "tests/rollouts/test_external_lm.py",
     "lit_rl/algorithms/sft.py": "tests/test_deprecation.py",  # a moved-name stub
     "lit_rl/algorithms/sft_module.py": "tests/test_deprecation.py",  # a moved-name stub
-    "lit_rl/config/classes.py": "tests/robustness/test_bad_inputs_preflight.py",
-    "lit_rl/config/signatures.py": "tests/test_run_params.py",
-    "lit_rl/config/trainer_rules.py": "tests/robustness/test_bad_inputs_preflight.py",
     "lit_rl/lightning_cli.py": "tests/test_cli_args.py",
     "lit_rl/models/export_cli.py": "tests/models/test_export_ar.py",
-    "lit_rl/models/frozen_state.py": "tests/models/test_pretrained.py",
     "lit_rl/models/loading.py": "tests/models/test_pretrained.py",
     "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",
-    "lit_rl/models/quantization.py": "tests/models/test_pretrained.py",
     "lit_rl/models/remote_compat.py": "tests/models/test_llada_reference.py",
-    "lit_rl/models/tokenizer.py": "tests/robustness/test_fuzz_verifiers.py",
     "lit_rl/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
-    "lit_rl/reproduce/dr_report.py": "tests/reproduce/test_dr.py",
     "lit_rl/reproduce/erils_report.py": "tests/reproduce/test_erils.py",
-    "lit_rl/reproduce/lengths.py": "tests/reproduce/test_erils.py",
-    "lit_rl/reproduce/runner.py": "tests/reproduce/test_dr.py",
     "lit_rl/resume.py": "tests/robustness/test_resume_truth.py",
-    "lit_rl/rollouts/cli.py": "tests/rollouts/test_external_lm.py",
-    "lit_rl/runs.py": "tests/robustness/test_resume.py",
     "lit_rl/sweep/mlflow_study.py": "tests/sweep/test_retry.py",
     "lit_rl/sweep/runner.py": "tests/sweep/test_sweep.py",
-    "lit_rl/tasks/base.py": "tests/tasks/test_registry.py",
 }
 
 

@@ -23,19 +23,6 @@ def _dm(**kw):
     return dm
 
 
-def test_stream_is_seeded_and_covers_every_prompt_once_per_pass():
-    dm = _dm(prompts_per_batch=4)
-    n = len(dm.train_examples)
-    assert n == 1000
-    steps = n // 4
-    ids = [e.id for s in range(steps) for e in dm.prompt_batch(s).examples]
-    assert len(ids) == len(set(ids)) == n  # one full pass: nothing repeated, nothing skipped
-    again = _dm(prompts_per_batch=4)
-    assert [e.id for e in again.prompt_batch(5).examples] == [e.id for e in dm.prompt_batch(5).examples]
-    other = _dm(prompts_per_batch=4, seed=7)
-    assert [e.id for e in other.prompt_batch(0).examples] != [e.id for e in dm.prompt_batch(0).examples]
-
-
 def test_ranks_get_disjoint_prompts_with_aligned_external_rollouts():
     dm = _dm()
     # rank r of W takes positions [s*B*W + r*B, ...): two ranks never share a prompt in a step
@@ -67,16 +54,6 @@ def test_produce_rollouts_tags_sources_and_scores_with_the_verifier():
     assert torch.equal(again.input_ids, ro.input_ids)
 
 
-def test_cursor_state_round_trip_and_seed_mismatch():
-    dm = _dm()
-    dm.cursor = 17
-    other = _dm()
-    other.load_state_dict(dm.state_dict())
-    assert other.cursor == 17
-    with pytest.raises(ValueError, match="data.seed"):
-        _dm(seed=3).load_state_dict(dm.state_dict())
-
-
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -103,16 +80,6 @@ def test_decode_settings_validation_names_the_field():
         DecodeSettings(gen_length=60, block_length=32, steps=30)
     with pytest.raises(ValueError, match="steps .* divisible by the number of blocks"):
         DecodeSettings(gen_length=64, block_length=32, steps=5)
-
-
-def test_eval_batches_split_over_ranks_and_too_few_batches_fail_clearly(monkeypatch):
-    dm = _dm(eval_size=8, eval_batch_size=2)  # 4 eval batches
-    monkeypatch.setattr(dm, "_world", lambda: (1, 2))
-    assert [b.step for b in dm.val_dataloader()] == [-2, -4]  # rank 1 of 2 takes batches 1 and 3
-    dm = _dm(eval_size=4, eval_batch_size=4)  # 1 batch for 2 ranks: rank 1 would get none
-    monkeypatch.setattr(dm, "_world", lambda: (1, 2))
-    with pytest.raises(ValueError, match=r"data.eval_size \(4\) / data.eval_batch_size \(4\) gives 1 eval batch"):
-        dm.val_dataloader()
 
 
 def _tiny_policy() -> TinyDiffusionLM:
@@ -159,18 +126,6 @@ def test_cut_external_rows_are_rewarded_on_the_text_that_is_trained_on():
         assert (ro.lengths[i].item() == 32 and bool(ro.hit_limit[i])
                 and policy.eos_id not in ro.completion_ids[i].tolist())
     assert dm.last_stats["train/external/cut_frac"] == 1.0
-
-
-def test_generation_seeds_differ_across_ranks_and_repeat_per_step(monkeypatch):
-    dm = _dm()
-    seeds = {}
-    for rank in (0, 1):
-        monkeypatch.setattr(type(dm), "_world", lambda self, r=rank: (r, 2))
-        seeds[rank] = [dm.generation_seed(s) for s in range(3)]
-    assert seeds[0] != seeds[1] and not set(seeds[0]) & set(seeds[1])
-    assert len(set(seeds[0])) == 3
-    monkeypatch.setattr(type(dm), "_world", lambda self: (1, 2))
-    assert [dm.generation_seed(s) for s in range(3)] == seeds[1]  # a resumed rank re-derives its seeds
 
 
 @pytest.mark.parametrize("max_external_len, cut", [(36, True), (37, False)])

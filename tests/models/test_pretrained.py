@@ -21,7 +21,7 @@ import torch
 bnb = pytest.importorskip("bitsandbytes")
 
 from lit_rl.models import PretrainedDiffusionLM  # noqa: E402
-from lit_rl.models.quantization import PACKING_FLAG, disable_cpu_weight_packing, linear4bit_modules, packed_layers  # noqa: E402
+from lit_rl.models.quantization import PACKING_FLAG, linear4bit_modules, packed_layers  # noqa: E402
 from support.pretrained import (  # noqa: E402
     PROMPTS, adapter_grads, assert_trap, build_pretrained, eval_pass, fit_tiny_erils, randomize_adapters)
 
@@ -122,27 +122,6 @@ def test_gradient_check_catches_the_trap_without_the_guard(native, monkeypatch):
     assert_trap(trained, adapter_grads(fresh))  # wrong gradients, or (native AVX512-BF16) the fused kernel's error
 
 
-def test_guard_unpacks_weights_that_were_already_packed(monkeypatch):
-    monkeypatch.setattr(bnb.nn.modules, "has_avx512bf16", lambda: True)
-    monkeypatch.setattr("lit_rl.models.quantization.disable_cpu_weight_packing", lambda model: 0)
-    p = build()
-    ids, mask = p.encode_prompts(PROMPTS)
-    p.train()
-    with torch.no_grad():
-        before = p(ids, mask)
-    eval_pass(p)
-    assert packed_layers(p)
-    monkeypatch.undo()
-    from lit_rl.models import quantization
-
-    assert quantization.disable_cpu_weight_packing(p) == 2 * len(BLOCK_TARGETS)
-    assert packed_layers(p) == []
-    with torch.no_grad():
-        after = p(ids, mask)
-    # absmax went through bfloat16 in the packed layout: equal up to that rounding
-    torch.testing.assert_close(after, before, atol=0.05, rtol=0.05)
-
-
 def test_gradient_checkpointing_gives_the_same_gradients():
     plain = build()
     randomize_adapters(plain)
@@ -152,10 +131,6 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     a, b = adapter_grads(plain), adapter_grads(ckpt)
     for n in a:
         torch.testing.assert_close(b[n], a[n])
-
-
-def test_disable_cpu_weight_packing_on_a_model_without_4bit_layers():
-    assert disable_cpu_weight_packing(torch.nn.Linear(4, 4)) == 0
 
 
 # -- ERILS through the CLI, then export -----------------------------------------------------------------
@@ -216,20 +191,3 @@ def test_export_adapters_in_peft_format_and_merge(fitted, tmp_path):
         torch.testing.assert_close(merged(ids).logits, peft_model(ids).logits, atol=1e-4, rtol=1e-4)
         plain = load_remote_model(str(FIXTURE), dtype=torch.float32).eval()
         assert not torch.allclose(merged(ids).logits, plain(ids).logits, atol=1e-4)  # the adapters mattered
-
-
-def test_frozen_4bit_lookup_does_not_import_bitsandbytes():
-    """A checkpoint save of a model without 4-bit layers must not import bitsandbytes (1.5-2 s of start-up and a
-    kernels warning on CPU machines): the lookup reads ``sys.modules``; the same call finds the layers once
-    bitsandbytes is imported (the test above)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, torch\n"
-        "from lit_rl.models.frozen_state import frozen_4bit_prefixes\n"
-        "assert frozen_4bit_prefixes(torch.nn.Sequential(torch.nn.Linear(2, 2))) == []\n"
-        "print('bitsandbytes' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False", out.stderr

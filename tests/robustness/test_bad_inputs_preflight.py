@@ -225,18 +225,6 @@ def test_a_check_args_rule_has_one_home():
         SPGSurrogate(num_t=0)
 
 
-def test_val_check_interval_zero_is_refused_when_the_trainer_is_built():
-    """The same rule guards a trainer built without the preflight (``LitRLCLI`` in code, sweeps' trial runs)."""
-    from lit_rl.config.trainer_rules import check_trainer_args
-    from lit_rl.errors import FieldError
-
-    check_trainer_args(val_check_interval=1)
-    check_trainer_args(val_check_interval=0.5)
-    for bad in (0, -2, 1.5, 0.0):
-        with pytest.raises(FieldError, match="val_check_interval"):
-            check_trainer_args(val_check_interval=bad)
-
-
 @pytest.mark.parametrize("policy,cache,ok", [
     ("lit_rl.models.NativeLLaDA", "dual", True), ("lit_rl.models.NativeDream", "prefix", True),
     ("lit_rl.models.PretrainedDiffusionLM", "dual", False), ("lit_rl.models.PretrainedDiffusionLM", "none", True)])

@@ -1,7 +1,5 @@
 """TRL-style reward callables, the registry and the shared Task API."""
 
-import math
-
 import pytest
 
 from lit_rl.tasks import CountdownTask, MathTask, SudokuTask, get_task, resolve_reward_funcs
@@ -49,21 +47,6 @@ def test_total_reward_adds_extra_funcs():
     assert CALLS == [["answer", "prompt_id", "puzzle", "solution"]]  # dataset columns as kwargs
 
 
-def test_task_reward_funcs_are_trl_callables():
-    cd = CountdownTask(num_train=0)
-    f = cd.reward_func()
-    assert f.__name__ == "countdown_reward"
-    exs = cd.eval_examples()[:2]
-    kw = cd.reward_kwargs(exs)
-    comps = [[{"role": "assistant", "content": "<answer>93 + 30 - 100</answer>"}], "<answer>1</answer>"]
-    assert f([cd.messages(e) for e in exs], comps, **kw, trainer_state=None) == [1.0, 0.1]
-    m = MathTask()
-    g = m.reward_func()
-    assert g(["p"], ["<answer>\\boxed{2}</answer>"], answer=["2"]) == [3.0]
-    with pytest.raises(ValueError, match="answer"):
-        g(["p"], ["x"])
-
-
 def test_registry():
     assert isinstance(get_task("sudoku", num_train=0), SudokuTask)
     assert isinstance(get_task("countdown", num_train=0), CountdownTask)
@@ -72,10 +55,3 @@ def test_registry():
         get_task("chess")
     assert [SudokuTask.max_reward, CountdownTask.max_reward, MathTask.max_reward] == [1.0, 1.0, 3.0]
     assert [SudokuTask.correct_reward, CountdownTask.correct_reward, MathTask.correct_reward] == [1.0, 1.0, 2.0]
-
-
-def test_eval_score_fraction():
-    from lit_rl.tasks import EvalScore
-
-    assert EvalScore(3, 4).fraction == 0.75 and EvalScore(0, 0).fraction == 0.0
-    assert math.isclose(EvalScore(1, 3).fraction, 1 / 3)

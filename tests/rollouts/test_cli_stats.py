@@ -1,5 +1,5 @@
-"""Pool statistics (ERILS Tables IV, V, XII) on hand-made pools with known answers; files next to the
-pool; MLflow logging (sqlite); the ``rollouts stats`` / ``rollouts build`` CLI."""
+"""lit_rl/rollouts/cli.py: pool statistics (ERILS Tables IV, V, XII) on hand-made pools with known answers; files
+next to the pool; MLflow logging (sqlite); the ``rollouts stats`` / ``rollouts build`` CLI."""
 
 import json
 import os
