@@ -34,6 +34,7 @@ def fit(out: Path, max_steps: int, ckpt_path: Path | None = None, command: str =
         "--config", str(ROOT / "conf/erils.yaml"),
         "--config", str(ROOT / "tests/tiny_overlay.yaml"),
         "--config", str(overlay or ROOT / "tests/models/tiny_llada_4bit.yaml"),
+        "--config", str(ROOT / "tests/exact_rollouts.yaml"),  # the remote-code fixture has no KV-cached forward
         f"--model.init_args.policy.init_args.path={path}",
         f"--trainer.default_root_dir={out}",
         f"--trainer.logger.init_args.tracking_uri=sqlite:///{out}/mlflow.db",

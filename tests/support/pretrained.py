@@ -100,6 +100,5 @@ def fit_tiny_erils(fixture: Path, overlay: str, out: Path):
         "--trainer.num_sanity_val_steps=1",
         f"--trainer.logger.init_args.tracking_uri=sqlite:///{out}/mlflow.db",
         f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz",
-        "--data.init_args.generation.cache=none",  # exact rollouts: a checkpoint's own forward has no KV cache
-        "--data.init_args.generation.threshold=null",
+        "--config", str(ROOT / "tests/exact_rollouts.yaml"),  # a checkpoint's own forward has no KV cache
     ])
