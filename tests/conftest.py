@@ -32,19 +32,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def overlay_bases(path: Path) -> list[str]:
-    """The configs an overlay goes on top of, in order, as the first usage line that names it gives them
+    """The configs an overlay goes on top of, in order, as the first header line that names it gives them
     (``--config conf/<base>.yaml [--config conf/<overlay>.yaml ...] --config <this file>``); ``[]`` for a full
     config (it has ``model.class_path`` and ``data.class_path``)."""
     raw = yaml.safe_load(path.read_text()) or {}
     # a full config names both classes; an overlay may switch the module class (e.g. the SFT baseline)
     if (raw.get("model") or {}).get("class_path") is not None and (raw.get("data") or {}).get("class_path") is not None:
         return []
-    where = Path(path).resolve().as_posix()
-    for line in path.read_text().splitlines():
-        configs = re.findall(r"--config (\S+\.yaml)", line)
-        own = [i for i, c in enumerate(configs) if i and where.endswith("/" + c)]
-        if own:
-            return configs[: own[0]]
+    from lit_rl.config.preflight import named_bases  # the rule `fit` uses to name an overlay's bases
+
+    bases = named_bases(path)
+    if bases:
+        return bases
     raise AssertionError(f"{path}: an overlay must name the configs it goes on in a usage line "
                          f"(--config conf/<base>.yaml --config conf/<this overlay>.yaml)")
 

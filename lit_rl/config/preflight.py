@@ -36,9 +36,9 @@ _TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_pat
 _INPUT_PATHS = {"pool_path", "train_path", "eval_path", "test_csv", "data_path"}
 
 
-def _named_bases(overlay: str) -> list[str]:
-    """The configs an overlay's header puts under it, in order (``--config A [--config B ...] --config <the
-    overlay>``), if its header names them."""
+def named_bases(overlay: str | Path) -> list[str]:
+    """The configs an overlay's header puts under it, in order, from the first header line that names the overlay
+    after another config (``--config A [--config B ...] --config <the overlay>``); ``[]`` if none does."""
     import re
 
     name = Path(overlay).name
@@ -66,7 +66,7 @@ def _check_base(cfg: ConfigView) -> None:
     if not missing or not cfg.files:
         return
     last = cfg.files[-1]
-    bases = _named_bases(last)
+    bases = named_bases(last)
     chain = " ".join(f"--config {b}" for b in bases)
     how = (f"put its base first: {chain} --config {last}" if bases
            else "put its base config first: --config BASE --config " + last)
