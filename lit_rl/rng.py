@@ -15,6 +15,11 @@ So every draw in the package goes through the functions below (a test walks the 
   device-specific (CPU and CUDA differ): exact repeatability holds per device type. ``benchmarks/sampler_noise.py``
   measures both options.
 
+Per-row streams: :class:`RowStreams` holds one CPU generator per row of a batch; a :func:`uniform` draw over the
+batch (``row_dim`` names the rows' axis) takes row ``i``'s slice from generator ``i``, exactly the numbers a draw
+of that row alone would give, so each row's randomness does not depend on which rows share its batch, while the
+arithmetic after the draw runs over the whole batch at once.
+
 Seeds: :func:`derive_seed` hashes ``(base, *parts)`` (e.g. ``(seed, rank, step, row)``) into an independent
 63-bit seed, so DDP ranks, steps and rollouts never share a stream and a resumed run re-derives the same.
 """
@@ -28,6 +33,7 @@ from typing import Sequence
 import torch
 
 __all__ = [
+    "RowStreams",
     "Stream",
     "derive_seed",
     "seed_for",
@@ -83,7 +89,40 @@ def device_generator(seed: int, device: torch.device | str) -> torch.Generator:
     return torch.Generator(device=torch.device(device)).manual_seed(int(seed))
 
 
-def _source_device(generator: torch.Generator | None, device: torch.device | str | None) -> torch.device:
+class RowStreams:
+    """One CPU generator per row of a batch (see the module docstring).
+
+    ``draw(shape, row_dim, dtype)`` returns ``torch.cat`` over rows of each generator's own ``torch.rand`` of
+    ``shape`` with ``shape[row_dim] = 1``: bitwise what ``B`` separate one-row draws give, in one tensor.
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(self, generators: Sequence[torch.Generator]) -> None:
+        self.generators = list(generators)
+        if not self.generators:
+            raise ValueError("RowStreams needs at least one generator (one per row)")
+
+    @classmethod
+    def from_seeds(cls, seeds: Sequence[int]) -> "RowStreams":
+        """Row ``i`` draws from :func:`cpu_generator` ``(seeds[i])``."""
+        return cls([cpu_generator(s) for s in seeds])
+
+    def __len__(self) -> int:
+        return len(self.generators)
+
+    def draw(self, shape: Sequence[int], row_dim: int, dtype: torch.dtype) -> torch.Tensor:
+        """``U[0, 1)`` of ``shape`` with row ``i`` of axis ``row_dim`` from generator ``i`` (on CPU)."""
+        one = list(shape)
+        if one[row_dim] != len(self.generators):
+            raise ValueError(f"a draw of shape {tuple(shape)} has {one[row_dim]} rows on axis {row_dim}, but the "
+                             f"streams hold {len(self.generators)} generators (one per row)")
+        one[row_dim] = 1
+        return torch.cat([torch.rand(one, generator=g, dtype=dtype) for g in self.generators], dim=row_dim)
+
+
+def _source_device(generator: torch.Generator | RowStreams | None,
+                   device: torch.device | str | None) -> torch.device:
     if generator is not None:
         return generator.device
     return torch.device("cpu") if device is None else torch.device(device)
@@ -92,12 +131,19 @@ def _source_device(generator: torch.Generator | None, device: torch.device | str
 def uniform(
     shape: Sequence[int],
     *,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | RowStreams | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
+    row_dim: int | None = None,
 ) -> torch.Tensor:
     """``U[0, 1)`` draws of ``shape``, drawn on the generator's device and moved to ``device`` (no generator:
-    the output device's global stream, nothing copied)."""
+    the output device's global stream, nothing copied). With :class:`RowStreams`, ``row_dim`` is the axis of
+    the rows: row ``i`` comes from the ``i``-th generator."""
+    if isinstance(generator, RowStreams):
+        if row_dim is None:
+            raise ValueError("a draw from RowStreams needs row_dim (the axis of the rows)")
+        out = generator.draw(shape, row_dim, dtype)
+        return out if device is None else out.to(device)
     out = torch.rand(tuple(shape), generator=generator, dtype=dtype, device=_source_device(generator, device))
     return out if device is None else out.to(device)
 

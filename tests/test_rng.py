@@ -159,3 +159,17 @@ def test_seed_for_separates_streams_ranks_steps_and_rows():
     # blake2b of the little-endian 64-bit parts: the same value on every machine and Python (pinned)
     assert rng.derive_seed(0) == PINNED_0
     assert base == PINNED_MASKS
+
+
+def test_row_streams_give_each_row_its_own_generators_numbers_on_the_named_axis():
+    from lit_rl.rng import RowStreams, cpu_generator, uniform
+
+    streams = RowStreams.from_seeds([3, 4, 5])
+    got = uniform((2, 3, 4), generator=streams, row_dim=1, dtype=torch.float64)  # (num_t, B, L)
+    for i, seed in enumerate((3, 4, 5)):
+        assert torch.equal(got[:, i:i + 1], torch.rand((2, 1, 4), generator=cpu_generator(seed), dtype=torch.float64))
+    assert not torch.equal(got[:, 0], got[:, 1])
+    with pytest.raises(ValueError, match="needs row_dim"):
+        uniform((2, 3), generator=streams)
+    with pytest.raises(ValueError, match="has 2 rows on axis 0, but the streams hold 3"):
+        uniform((2, 3), generator=streams, row_dim=0)

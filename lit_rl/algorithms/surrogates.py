@@ -190,12 +190,17 @@ class SPGSurrogate(LikelihoodEstimator):
             raise ValueError(f"seeds must hold one seed per row ({B}), got {len(seeds)}")
         widths = [L] * B if gen_width is None else [int(w) for w in gen_width.tolist()]
         sources = source.tolist()
+        keys = sorted(set(zip(sources, widths)))
+        members = [[i for i in range(B) if (sources[i], widths[i]) == k] for k in keys]
         if seeds is None:  # rows of one (source, width) draw together from the shared generator
-            keys = sorted(set(zip(sources, widths)))
-            groups = [([i for i in range(B) if (sources[i], widths[i]) == k], *k, generator) for k in keys]
-        else:
+            groups = [(rows, *k, generator) for rows, k in zip(members, keys)]
+        else:  # rows of one (source, width) together, each from its own stream (bitwise the one-row draws)
             seed_list = seeds.tolist() if isinstance(seeds, torch.Tensor) else list(seeds)
-            groups = [([i], sources[i], widths[i], rng.cpu_generator(seed_list[i])) for i in range(B)]
+            if self.block_choice in BLOCK_CHOICES or self.block_choice in BLOCK_CHOICES.values():
+                groups = [(rows, *k, rng.RowStreams.from_seeds([seed_list[i] for i in rows]))
+                          for rows, k in zip(members, keys)]
+            else:  # a user's block choice draws with a torch.Generator: one row at a time
+                groups = [([i], sources[i], widths[i], rng.cpu_generator(seed_list[i])) for i in range(B)]
         device = completion_mask.device
         comp = torch.zeros(self.num_t, B, L, dtype=torch.bool, device=device)
         loss = torch.zeros_like(comp)

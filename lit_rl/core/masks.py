@@ -3,7 +3,9 @@
 Spec: docs/erils.md; ERILS §IV and App. A; the SPG reference code (facebookresearch/SPG,
 ``SPGTrainer.forward_process``, ``forward_type="block_random"`` for on-policy rollouts and ``"random"`` for
 uniformly random masks). All functions are pure given a ``torch.Generator`` and vectorised over draws and
-rows (the reference loops over rows in Python).
+rows (the reference loops over rows in Python). A :class:`lit_rl.rng.RowStreams` in place of the generator
+gives each row its own stream (row ``i`` draws exactly what it would draw alone from generator ``i``) while
+the arithmetic still runs over the whole batch at once.
 
 Conventions. ``completion_mask (B, L)`` is True on the completion tokens up to and including the first
 EOS; ``L`` is the padded completion width and completion position ``j`` sits at sequence position
@@ -52,7 +54,7 @@ BlockChoice = Callable[[torch.Tensor, int, int, torch.Generator | None], torch.T
 
 def _randperm_rows(rows: int, n: int, generator, device) -> torch.Tensor:
     """An independent random permutation of ``range(n)`` per row. Shape: ``(rows, n)``."""
-    return rng.uniform((rows, n), generator=generator, device=device).argsort(-1)  # (rows, n)
+    return rng.uniform((rows, n), generator=generator, device=device, row_dim=0).argsort(-1)  # (rows, n)
 
 
 def spg_block_choice(
@@ -76,7 +78,8 @@ def uniform_block_choice(
     valid_blocks: torch.Tensor, num_blocks: int, num_t: int, generator: torch.Generator | None
 ) -> torch.Tensor:
     """Independent uniform choice among the row's non-empty blocks for each draw (with replacement)."""
-    u = rng.uniform((num_t, valid_blocks.shape[0]), generator=generator, device=valid_blocks.device)  # (num_t, B)
+    u = rng.uniform((num_t, valid_blocks.shape[0]), generator=generator, device=valid_blocks.device,
+                    row_dim=1)  # (num_t, B)
     return (u * valid_blocks[None, :]).floor().long().clamp(max=valid_blocks[None, :] - 1)  # (num_t, B)
 
 
@@ -86,10 +89,10 @@ BLOCK_CHOICES: dict[str, BlockChoice] = {"spg": spg_block_choice, "uniform": uni
 def _random_subset(candidates: torch.Tensor, counts: torch.Tensor, generator) -> torch.Tensor:
     """Choose ``counts`` positions uniformly without replacement among ``candidates`` (True), per row.
 
-    ``candidates (..., L)`` bool, ``counts (...)`` long with ``counts <= candidates.sum(-1)``.
-    Returns ``(..., L)`` bool.
+    ``candidates (num_t, B, L)`` bool, ``counts (num_t, B)`` long with ``counts <= candidates.sum(-1)``.
+    Returns ``(num_t, B, L)`` bool.
     """
-    scores = rng.uniform(candidates.shape, generator=generator, device=candidates.device)  # (..., L)
+    scores = rng.uniform(candidates.shape, generator=generator, device=candidates.device, row_dim=1)  # (num_t, B, L)
     scores = scores.masked_fill(~candidates, 2.0)  # non-candidates rank last
     rank = scores.argsort(-1).argsort(-1)  # (..., L) rank of each position
     return (rank < counts[..., None]) & candidates
@@ -97,11 +100,11 @@ def _random_subset(candidates: torch.Tensor, counts: torch.Tensor, generator) ->
 
 def _uniform_count(upper: torch.Tensor, generator, min_frac: float = 0.0, max_frac: float = 1.0) -> torch.Tensor:
     """``n ~ U{lo..hi}`` per entry with SPG's bounds ``lo = max(int(upper*min_frac), 1)``,
-    ``hi = min(int(upper*max_frac), upper)``; 0 where ``upper == 0``."""
+    ``hi = min(int(upper*max_frac), upper)``; 0 where ``upper == 0``. Shapes: ``upper (num_t, B)``."""
     lo = (upper.double() * min_frac).long().clamp(min=1)
     hi = torch.minimum((upper.double() * max_frac).long(), upper)
     hi = torch.maximum(hi, lo)
-    u = rng.uniform(upper.shape, generator=generator, device=upper.device, dtype=torch.float64)
+    u = rng.uniform(upper.shape, generator=generator, device=upper.device, dtype=torch.float64, row_dim=1)
     n = lo + (u * (hi - lo + 1)).floor().long()
     return torch.where(upper > 0, n.clamp(max=hi), torch.zeros_like(n))
 
@@ -180,7 +183,7 @@ def spg_block_masks(
 
     masked = masked_in_block | after
     if p_mask_clean > 0:
-        u = rng.uniform((num_t, B, L), generator=generator, device=device)
+        u = rng.uniform((num_t, B, L), generator=generator, device=device, row_dim=1)
         masked = masked | (before & valid & (u < p_mask_clean))
     loss = masked & valid
     completion = masked | ~valid  # after-EOS positions are masked in the input
@@ -221,8 +224,8 @@ def uniform_random_masks(
         n = _uniform_count(lengths, generator, min_t, max_t)  # (num_t, B)
         selected = _random_subset(valid, n, generator)  # (num_t, B, L)
     elif rule == "bernoulli":
-        t = rng.uniform((num_t, B, 1), generator=generator, device=device)
-        u = rng.uniform((num_t, B, L), generator=generator, device=device)
+        t = rng.uniform((num_t, B, 1), generator=generator, device=device, row_dim=1)
+        u = rng.uniform((num_t, B, L), generator=generator, device=device, row_dim=1)
         selected = (u < t) & valid
         none = (selected.sum(-1) == 0) & (lengths > 0)  # (num_t, B)
         one = _random_subset(valid, none.long(), generator)
@@ -256,7 +259,7 @@ def mask_prompt_tokens(
     pm = prompt_mask.bool()[None].expand(num_t, *prompt_mask.shape)  # (num_t, B, P)
     if p <= 0:
         return masks._replace(prompt=torch.zeros_like(pm))
-    u = rng.uniform(pm.shape, generator=generator, device=pm.device)
+    u = rng.uniform(pm.shape, generator=generator, device=pm.device, row_dim=1)
     return masks._replace(prompt=pm & (u < p))
 
 

@@ -175,3 +175,46 @@ def test_length_weighting_is_eq10_with_the_sum_form_elbo_times_one_factor_per_ba
     assert torch.allclose(-g_len, torch.tensor([10 / 110, 100 / 110]))
     assert torch.allclose(g_len, g_eq10 * 2 / 110)  # one factor, B / Σ L, for the whole batch
     assert torch.allclose(-g_rollout, torch.tensor([0.5, 0.5]))
+
+
+@pytest.mark.parametrize("external_rule", ["count", "bernoulli"])
+def test_seeded_masks_drawn_together_are_bitwise_each_rows_own_draw_alone(external_rule):
+    """The rows of one kind draw through one RowStreams (one generator per row, the arithmetic batched): every
+    row's masks equal the pure functions run on that row alone with a torch.Generator from its seed (the
+    one-row-at-a-time path this replaced), with prompt and clean-token masking on, mixed widths and kinds."""
+    from lit_rl import rng
+    from lit_rl.core.masks import mask_prompt_tokens, spg_block_masks, uniform_random_masks
+
+    B, L, P, bl, num_t = 24, 20, 5, 4, 3
+    g = torch.Generator().manual_seed(7)
+    cm = torch.arange(L)[None, :] < torch.randint(1, L + 1, (B,), generator=g)[:, None]  # (B, L)
+    pm = torch.arange(P)[None, :] >= torch.randint(0, 3, (B,), generator=g)[:, None]  # (B, P) left-padded
+    source = torch.tensor([0, 1, 0, 1, 1, 0] * 4)
+    width = torch.tensor([20, 16, 12, 20, 20, 16] * 4)  # each row's own generation width
+    seeds = [rng.derive_seed(5, i) for i in range(B)]
+    spg = SPGSurrogate(num_t=num_t, block_length=bl, mask_id=9, p_mask_prompt=0.3, p_mask_clean=0.2,
+                       external_rule=external_rule)
+    got = spg.build_masks(cm, pm, source, seeds=seeds, gen_width=width)
+    for b in range(B):
+        gen = rng.cpu_generator(seeds[b])
+        if source[b] == 0:
+            want = spg_block_masks(cm[b:b + 1], bl, num_t, gen, p_mask_clean=0.2, gen_width=int(width[b]))
+        else:
+            want = uniform_random_masks(cm[b:b + 1], num_t, gen, rule=external_rule)
+        want = mask_prompt_tokens(want, pm[b:b + 1], 0.3, gen)
+        for name in ("completion", "loss", "prompt"):
+            assert torch.equal(getattr(got, name)[:, b], getattr(want, name)[:, 0]), (b, name)
+    assert got.prompt.any() and got.loss.any()  # the draws were live
+
+
+def test_a_users_block_choice_still_draws_with_a_torch_generator():
+    calls = []
+
+    def first_block(valid_blocks, num_blocks, num_t, generator):
+        calls.append(type(generator))
+        return torch.zeros(num_t, valid_blocks.shape[0], dtype=torch.long)
+
+    _, attn, cm, source, _ = _batch()
+    spg = SPGSurrogate(num_t=2, block_length=4, mask_id=9, block_choice=first_block)
+    spg.build_masks(cm, attn[:, :2], source, seeds=[1, 2, 3])
+    assert calls == [torch.Generator, torch.Generator]  # the two on-policy rows, one at a time
