@@ -15,6 +15,14 @@ positions run through the layers and the wall time:
 
     python benchmarks/eval_decoders.py runs/erils/checkpoints/last.ckpt runs/cache/format_warmup_sudoku_*.pt
     python benchmarks/eval_decoders.py --quick          # seconds: random weights, 8 puzzles (the test's run)
+    python benchmarks/eval_decoders.py --samples 4 runs/erils/checkpoints/last.ckpt    # the sampled Pass@k
+
+``--samples N`` decodes instead as the embedded run's checkpoint Pass@k does (``conf/erils.yaml``'s
+``PassAtKEvaluation`` config ``multi``): temperature 0.9, the first 64 puzzles, N samples with seeds
+``--first-seed`` .. ``--first-seed + N - 1`` (1001..: the callback's), scored by the callback's own
+:class:`~lit_rl.evaluation.ConfigScorer` (pass@1..N: best-of-k cell accuracy pooled over blank cells, and the
+mean accuracy). Sampled scores move with the seeds: run ``exact`` again with another ``--first-seed`` for the
+noise floor a decoder's change is read against.
 
 A checkpoint is a Lightning ``.ckpt`` (the policy's ``policy.*`` weights are read) or a ``torch.save``'d policy
 state dict (the format warm-up's cache). The model is the embedded ``TinyDiffusionLM`` (``conf/erils.yaml``).
@@ -30,6 +38,7 @@ import time
 
 import torch
 
+from lit_rl.evaluation import FIRST_SEED, ConfigScorer, EvalConfig, run_config
 from lit_rl.generation.diffusion import DecodeStats
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.models import TinyDiffusionLM
@@ -75,6 +84,36 @@ def evaluate(policy: TinyDiffusionLM, task: SudokuTask, settings: DecodeSettings
             "forward_tokens": stats.forward_tokens, "seconds": round(seconds, 3), "puzzles": len(examples)}
 
 
+class _Counted:
+    """The policy, with every ``generate`` call's passes counted into ``stats`` (for :func:`run_config`)."""
+
+    def __init__(self, policy: TinyDiffusionLM, stats: DecodeStats) -> None:
+        self.policy, self.stats = policy, stats
+
+    def __getattr__(self, name: str):
+        return getattr(self.policy, name)
+
+    def generate(self, ids: torch.Tensor, mask: torch.Tensor, settings: DecodeSettings, seed: int) -> torch.Tensor:
+        return self.policy.generate(ids, mask, settings, seed, stats=self.stats)
+
+
+def evaluate_sampled(policy: TinyDiffusionLM, task: SudokuTask, settings: DecodeSettings, batch_size: int,
+                     limit: int, samples: int, first_seed: int) -> dict[str, float]:
+    """The checkpoint Pass@k of one decoder: ``samples`` sampled completions of each of the first ``limit``
+    puzzles, scored as ``callbacks.PassAtKEvaluation`` scores them (pass@1..n, accuracy)."""
+    examples = task.eval_examples()[:limit]
+    config = EvalConfig(name="multi", generation=settings, num_samples=samples,
+                        seeds=[first_seed + i for i in range(samples)])
+    stats, scorer = DecodeStats(), ConfigScorer(config)
+    batches = [examples[i:i + batch_size] for i in range(0, len(examples), batch_size)]
+    t0 = time.perf_counter()
+    scorer.update(run_config(_Counted(policy, stats), task, batches, config, 64))
+    seconds = time.perf_counter() - t0
+    out = {k: round(v, 4) for k, v in scorer.compute().items() if k.startswith("pass@") or k == "accuracy"}
+    return {**out, "passes_per_row": round(stats.passes_per_row(), 3), "forward_tokens": stats.forward_tokens,
+            "seconds": round(seconds, 3), "puzzles": len(examples)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoints", nargs="*", help="Lightning .ckpt files or policy state dicts")
@@ -82,6 +121,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batch-size", type=int, default=128, help="the config's eval_batch_size")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="random weights, a tiny model, 8 puzzles")
+    ap.add_argument("--samples", type=int, default=0,
+                    help="sampled Pass@k instead of greedy: samples per puzzle at temperature 0.9 (the config's 4)")
+    ap.add_argument("--subset", type=int, default=64, help="puzzles of the sampled Pass@k (the config's 64)")
+    ap.add_argument("--first-seed", type=int, default=FIRST_SEED, help="the sampled Pass@k's first seed")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     names = args.decoders.split(",")
@@ -91,24 +134,32 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.checkpoints and not args.quick:
         ap.error("give checkpoints, or --quick")
     task = SudokuTask(system_prompt="", question_template="{puzzle}", num_train=1000)
-    limit = 8 if args.quick else None
+    if args.samples < 0 or args.subset < 1:
+        ap.error("--samples must be >= 0 and --subset >= 1")
+    sampled = args.samples > 0
+    limit = 8 if args.quick else (args.subset if sampled else None)
+    # the score each row compares: greedy accuracy, or the sampled Pass@k's best-of-n
+    key = f"pass@{args.samples}" if sampled else "accuracy"
     results: dict[str, dict[str, dict[str, float]]] = {}
-    print("| checkpoint | decoder | accuracy | vs exact | passes/row | forward tokens | seconds |")
+    print(f"| checkpoint | decoder | {key} | vs exact | passes/row | forward tokens | seconds |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for path in args.checkpoints or [None]:
         policy, label = load_policy(path, args.quick), path or "random init"
         rows = results[label] = {}
         for name in names:
-            rows[name] = evaluate(policy, task, DecodeSettings(gen_length=48, block_length=16, steps=24,
-                                                               temperature=0.0, **DECODERS[name]),
-                                  args.batch_size, limit)
+            settings = DecodeSettings(gen_length=48, block_length=16, steps=24, temperature=0.9 if sampled else 0.0,
+                                      **DECODERS[name])
+            rows[name] = (evaluate_sampled(policy, task, settings, args.batch_size, limit, args.samples,
+                                           args.first_seed) if sampled
+                          else evaluate(policy, task, settings, args.batch_size, limit))
             if "exact" in rows:
-                rows[name]["delta"] = round(rows[name]["accuracy"] - rows["exact"]["accuracy"], 4)
+                rows[name]["delta"] = round(rows[name][key] - rows["exact"][key], 4)
             r = rows[name]
-            print(f"| {label} | {name} | {r['accuracy']:.3f} | {r.get('delta', float('nan')):+.3f} | "
+            print(f"| {label} | {name} | {r[key]:.3f} | {r.get('delta', float('nan')):+.3f} | "
                   f"{r['passes_per_row']:.2f} | {r['forward_tokens']} | {r['seconds']:.1f} |", flush=True)
     summary = {"benchmark": "eval_decoders", "threads": args.threads, "decoders": {n: DECODERS[n] for n in names},
-               "results": results}
+               "mode": {"samples": args.samples, "subset": limit, "first_seed": args.first_seed, "temperature": 0.9}
+               if sampled else {"greedy": True}, "results": results}
     print(json.dumps(summary))
     return summary
 
