@@ -210,6 +210,19 @@ def test_eval_decoders_quick_compares_every_decoder_on_the_same_puzzles(capsys):
     assert all(r["puzzles"] == 8 and 0 <= r["accuracy"] <= 1 for r in rows.values())
 
 
+def test_eval_decoders_sampled_mode_scores_pass_at_k_as_the_callback_does(capsys):
+    """``--samples 2``: two sampled completions per puzzle, scored as PassAtKEvaluation scores them (pass@1 <=
+    pass@2, the mean accuracy), each decoder compared with exact on the best of the two."""
+    summary = _load("eval_decoders").main(["--quick", "--samples", "2", "--decoders", "exact,threshold"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == json.loads(json.dumps(summary))
+    assert summary["mode"] == {"samples": 2, "subset": 8, "first_seed": 1001, "temperature": 0.9}
+    (rows,) = summary["results"].values()
+    for r in rows.values():
+        assert 0 <= r["pass@1"] <= r["pass@2"] <= 1 and 0 <= r["accuracy"] <= 1 and r["puzzles"] == 8
+    assert rows["exact"]["passes_per_row"] == 24 and rows["threshold"]["passes_per_row"] <= 24
+    assert rows["threshold"]["delta"] == round(rows["threshold"]["pass@2"] - rows["exact"]["pass@2"], 4)
+
+
 def test_step_profile_before_ref_checks_out_that_commit_and_removes_it():
     module = _load("step_profile")
     if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
