@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from lit_rl.errors import ConfigError
 
-__all__ = ["ConfigView", "fail", "load_yaml_with_lines", "parse_command_line"]
+__all__ = ["ConfigView", "compose_files", "fail", "load_yaml_with_lines", "parse_command_line"]
 
 
 @dataclass
@@ -176,6 +176,24 @@ def _set_override(cfg: ConfigView, dotted: str, raw: str) -> None:
     cfg.where[path] = f"command line (--{dotted})"
 
 
+def _add_file(cfg: ConfigView, path: str | Path) -> None:
+    """Merge one ``--config`` file into ``cfg`` (its list appends resolved against what ``cfg`` holds)."""
+    cfg.files.append(str(path))
+    data, where = load_yaml_with_lines(Path(path))
+    data = _resolve_appends(cfg.data, data, where)
+    cfg.data = _merge(cfg.data, data)
+    cfg.where.update(where)
+
+
+def compose_files(paths: Sequence[str | Path]) -> ConfigView:
+    """The config that ``--config A --config B ...`` gives, as LightningCLI composes it: mappings merge key by
+    key, a list is replaced by a later file's, or extended by its ``key+`` append."""
+    cfg = ConfigView({}, {})
+    for path in paths:
+        _add_file(cfg, path)
+    return cfg
+
+
 def parse_command_line(argv: Sequence[str]) -> tuple[str | None, ConfigView] | None:
     """``(subcommand, merged config)`` of a LightningCLI command line, or ``None`` if it is not one this
     preflight understands (``--help``, ``--print_config``, list appends ...): the CLI then checks alone."""
@@ -198,11 +216,7 @@ def parse_command_line(argv: Sequence[str]) -> tuple[str | None, ConfigView] | N
             i += 1
         i += 1
         if key == "config":
-            cfg.files.append(val)
-            data, where = load_yaml_with_lines(Path(val))
-            data = _resolve_appends(cfg.data, data, where)
-            cfg.data = _merge(cfg.data, data)
-            cfg.where.update(where)
+            _add_file(cfg, val)
         else:
             _set_override(cfg, key, val)
     return sub, cfg

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from lit_rl.atomic import atomic_write_text
+from lit_rl.config.lines import compose_files
 from lit_rl.tracking import get_or_create_experiment
 
 __all__ = ["Job", "JobResult", "callbacks_of", "fit_job", "init_stores", "run_jobs", "validate_job"]
@@ -86,13 +87,9 @@ def _check(job: Job) -> str | None:
 
 def callbacks_of(config_files: Sequence[str | Path]) -> list[dict[str, Any]]:
     """The ``trainer.callbacks`` list the LightningCLI would build from these files (the last file that
-    sets the list wins, as in jsonargparse), as plain dicts to edit and write into an overlay."""
-    found: list[dict[str, Any]] | None = None
-    for path in config_files:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        cbs = (data.get("trainer") or {}).get("callbacks")
-        if cbs is not None:
-            found = cbs
+    sets the list wins, a ``callbacks+`` extends it, as in jsonargparse; :func:`lit_rl.config.lines.compose_files`),
+    as plain dicts to edit and write into an overlay."""
+    found = compose_files(config_files).get(("trainer", "callbacks"))
     return json.loads(json.dumps(found or []))  # a deep copy
 
 

@@ -53,6 +53,15 @@ def test_callbacks_of_takes_the_last_list_like_the_cli():
     assert names[-1] == "callbacks.ar_warmup.ScriptedSFTWarmup"
 
 
+def test_callbacks_of_keeps_an_overlays_appended_callbacks():
+    """An eval overlay appends with ``callbacks+``: the plan's written list must hold the base's callbacks and the
+    appended one (a list copied from the last file that *sets* the list would silently drop it)."""
+    base = callbacks_of([ROOT / "conf/erils.yaml"])
+    cbs = callbacks_of([ROOT / "conf/erils.yaml", ROOT / "conf/eval/embedded.yaml"])
+    assert cbs[:len(base)] == base and len(cbs) == len(base) + 1
+    assert cbs[-1]["class_path"] == "callbacks.passk.PassAtKEvaluation" and cbs[-1]["init_args"]["name"] == "embedded"
+
+
 def test_a_terminated_runner_terminates_its_jobs(tmp_path):
     """SIGTERM to the runner: its running job is terminated too (not left writing into the folder)."""
     import signal
