@@ -108,12 +108,11 @@ def test_embedded_default_decodes_with_the_cache_and_threshold_and_the_overlays_
     for g in (exact.generation, exact.eval_generation):
         assert (g.cache, g.threshold) == ("none", None)  # the reference decoder
     assert (exact.generation.steps, exact.eval_generation.steps) == (gen.steps, ev.steps)
-    # the sampled checkpoint Pass@k: uncached, the greedy evaluation's threshold (docs/decoding.md)
+    # the sampled checkpoint Pass@k keeps the reference decoder: what the committed studies' pass@k measured
     (passk,) = [c for c in parse_training_config.argv(["--config", "conf/erils.yaml"]).trainer.callbacks
                 if c.class_path == "callbacks.PassAtKEvaluation"]
     (multi,) = passk.init_args.configs
-    assert multi["generation"] == {"gen_length": 48, "block_length": 16, "steps": 24, "temperature": 0.9,
-                                   "threshold": 0.9, "threshold_floor": "schedule"}
+    assert multi["generation"] == {"gen_length": 48, "block_length": 16, "steps": 24, "temperature": 0.9}
 
 
 def test_embedded_default_lr_schedule_and_the_study_recipe(parse_training_config):
