@@ -44,6 +44,9 @@ from lit_rl.generation.settings import DecodeSettings
 from lit_rl.models import TinyDiffusionLM
 from lit_rl.tasks import SudokuTask
 
+MAX_PROMPT_LEN = 64  # conf/erils.yaml's data.max_prompt_len
+SAMPLE_TEMPERATURE = 0.9  # conf/erils.yaml's checkpoint Pass@k (PassAtKEvaluation config "multi")
+
 DECODERS: dict[str, dict] = {
     "exact": {},
     "threshold": {"threshold": 0.9, "threshold_floor": "schedule"},
@@ -74,7 +77,7 @@ def evaluate(policy: TinyDiffusionLM, task: SudokuTask, settings: DecodeSettings
     t0 = time.perf_counter()
     for i in range(0, len(examples), batch_size):
         batch = examples[i:i + batch_size]
-        ids, mask = policy.encode_prompts([task.messages(e) for e in batch], 64)  # (B, P)
+        ids, mask = policy.encode_prompts([task.messages(e) for e in batch], MAX_PROMPT_LEN)  # (B, P)
         texts = policy.decode_completions(policy.generate(ids, mask, settings, 0, stats=stats))
         scores = [task.evaluate(t, e) for t, e in zip(texts, batch)]
         correct, total = correct + sum(s.correct for s in scores), total + sum(s.total for s in scores)
@@ -107,7 +110,7 @@ def evaluate_sampled(policy: TinyDiffusionLM, task: SudokuTask, settings: Decode
     stats, scorer = DecodeStats(), ConfigScorer(config)
     batches = [examples[i:i + batch_size] for i in range(0, len(examples), batch_size)]
     t0 = time.perf_counter()
-    scorer.update(run_config(_Counted(policy, stats), task, batches, config, 64))
+    scorer.update(run_config(_Counted(policy, stats), task, batches, config, MAX_PROMPT_LEN))
     seconds = time.perf_counter() - t0
     out = {k: round(v, 4) for k, v in scorer.compute().items() if k.startswith("pass@") or k == "accuracy"}
     return {**out, "passes_per_row": round(stats.passes_per_row(), 3), "forward_tokens": stats.forward_tokens,
@@ -122,7 +125,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="random weights, a tiny model, 8 puzzles")
     ap.add_argument("--samples", type=int, default=0,
-                    help="sampled Pass@k instead of greedy: samples per puzzle at temperature 0.9 (the config's 4)")
+                    help=f"sampled Pass@k instead of greedy: samples per puzzle at temperature {SAMPLE_TEMPERATURE} "
+                         "(the config's 4)")
     ap.add_argument("--subset", type=int, default=64, help="puzzles of the sampled Pass@k (the config's 64)")
     ap.add_argument("--first-seed", type=int, default=FIRST_SEED, help="the sampled Pass@k's first seed")
     args = ap.parse_args(argv)
@@ -147,8 +151,8 @@ def main(argv: list[str] | None = None) -> dict:
         policy, label = load_policy(path, args.quick), path or "random init"
         rows = results[label] = {}
         for name in names:
-            settings = DecodeSettings(gen_length=48, block_length=16, steps=24, temperature=0.9 if sampled else 0.0,
-                                      **DECODERS[name])
+            settings = DecodeSettings(gen_length=48, block_length=16, steps=24,
+                                      temperature=SAMPLE_TEMPERATURE if sampled else 0.0, **DECODERS[name])
             rows[name] = (evaluate_sampled(policy, task, settings, args.batch_size, limit, args.samples,
                                            args.first_seed) if sampled
                           else evaluate(policy, task, settings, args.batch_size, limit))
@@ -158,7 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"| {label} | {name} | {r[key]:.3f} | {r.get('delta', float('nan')):+.3f} | "
                   f"{r['passes_per_row']:.2f} | {r['forward_tokens']} | {r['seconds']:.1f} |", flush=True)
     summary = {"benchmark": "eval_decoders", "threads": args.threads, "decoders": {n: DECODERS[n] for n in names},
-               "mode": {"samples": args.samples, "subset": limit, "first_seed": args.first_seed, "temperature": 0.9}
+               "mode": {"samples": args.samples, "subset": limit, "first_seed": args.first_seed,
+                        "temperature": SAMPLE_TEMPERATURE}
                if sampled else {"greedy": True}, "results": results}
     print(json.dumps(summary))
     return summary

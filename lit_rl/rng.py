@@ -96,8 +96,6 @@ class RowStreams:
     ``shape`` with ``shape[row_dim] = 1``: bitwise what ``B`` separate one-row draws give, in one tensor.
     """
 
-    device = torch.device("cpu")
-
     def __init__(self, generators: Sequence[torch.Generator]) -> None:
         self.generators = list(generators)
         if not self.generators:
@@ -121,8 +119,7 @@ class RowStreams:
         return torch.cat([torch.rand(one, generator=g, dtype=dtype) for g in self.generators], dim=row_dim)
 
 
-def _source_device(generator: torch.Generator | RowStreams | None,
-                   device: torch.device | str | None) -> torch.device:
+def _source_device(generator: torch.Generator | None, device: torch.device | str | None) -> torch.device:
     if generator is not None:
         return generator.device
     return torch.device("cpu") if device is None else torch.device(device)

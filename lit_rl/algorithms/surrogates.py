@@ -196,7 +196,8 @@ class SPGSurrogate(LikelihoodEstimator):
             groups = [(rows, *k, generator) for rows, k in zip(members, keys)]
         else:  # rows of one (source, width) together, each from its own stream (bitwise the one-row draws)
             seed_list = seeds.tolist() if isinstance(seeds, torch.Tensor) else list(seeds)
-            if self.block_choice in BLOCK_CHOICES or self.block_choice in BLOCK_CHOICES.values():
+            bc = self.block_choice  # a name, or one of the built-in functions (compared by identity: a user's
+            if isinstance(bc, str) or any(bc is f for f in BLOCK_CHOICES.values()):  # callable may not hash)
                 groups = [(rows, *k, rng.RowStreams.from_seeds([seed_list[i] for i in rows]))
                           for rows, k in zip(members, keys)]
             else:  # a user's block choice draws with a torch.Generator: one row at a time

@@ -48,18 +48,21 @@ class DiffusionMasks(NamedTuple):
     prompt: torch.Tensor | None = None  # (num_t, B, P) bool or None
 
 
+Draws = torch.Generator | rng.RowStreams | None
+"""Where a mask function draws: one generator for the batch, one stream per row (:class:`lit_rl.rng.RowStreams`,
+row axis ``B``), or the global stream."""
+
 BlockChoice = Callable[[torch.Tensor, int, int, torch.Generator | None], torch.Tensor]
-"""``(valid_blocks (B,) long >= 1, num_blocks, num_t, generator) -> block index (num_t, B) long``."""
+"""``(valid_blocks (B,) long >= 1, num_blocks, num_t, generator) -> block index (num_t, B) long``. The built-in
+choices also take a :class:`lit_rl.rng.RowStreams`; a user's gets a ``torch.Generator`` (one row at a time)."""
 
 
-def _randperm_rows(rows: int, n: int, generator, device) -> torch.Tensor:
+def _randperm_rows(rows: int, n: int, generator: Draws, device) -> torch.Tensor:
     """An independent random permutation of ``range(n)`` per row. Shape: ``(rows, n)``."""
     return rng.uniform((rows, n), generator=generator, device=device, row_dim=0).argsort(-1)  # (rows, n)
 
 
-def spg_block_choice(
-    valid_blocks: torch.Tensor, num_blocks: int, num_t: int, generator: torch.Generator | None
-) -> torch.Tensor:
+def spg_block_choice(valid_blocks: torch.Tensor, num_blocks: int, num_t: int, generator: Draws) -> torch.Tensor:
     """SPG's choice: a random permutation of ``range(num_blocks)`` per row, taken modulo the row's number
     of non-empty blocks, first ``num_t`` entries. Distinct blocks across draws when the completion spans
     at least ``num_t`` blocks; slightly favours early blocks when ``num_blocks`` is not a multiple of
@@ -74,9 +77,7 @@ def spg_block_choice(
     return (perm[:, :num_t] % valid_blocks[:, None]).T.contiguous()  # (num_t, B)
 
 
-def uniform_block_choice(
-    valid_blocks: torch.Tensor, num_blocks: int, num_t: int, generator: torch.Generator | None
-) -> torch.Tensor:
+def uniform_block_choice(valid_blocks: torch.Tensor, num_blocks: int, num_t: int, generator: Draws) -> torch.Tensor:
     """Independent uniform choice among the row's non-empty blocks for each draw (with replacement)."""
     u = rng.uniform((num_t, valid_blocks.shape[0]), generator=generator, device=valid_blocks.device,
                     row_dim=1)  # (num_t, B)
@@ -86,21 +87,25 @@ def uniform_block_choice(
 BLOCK_CHOICES: dict[str, BlockChoice] = {"spg": spg_block_choice, "uniform": uniform_block_choice}
 
 
-def _random_subset(candidates: torch.Tensor, counts: torch.Tensor, generator) -> torch.Tensor:
+def _random_subset(candidates: torch.Tensor, counts: torch.Tensor, generator: Draws) -> torch.Tensor:
     """Choose ``counts`` positions uniformly without replacement among ``candidates`` (True), per row.
 
     ``candidates (num_t, B, L)`` bool, ``counts (num_t, B)`` long with ``counts <= candidates.sum(-1)``.
     Returns ``(num_t, B, L)`` bool.
     """
+    if candidates.dim() != 3:  # the draw's row axis is 1 (RowStreams): a (B, L) input would draw by column
+        raise ValueError(f"candidates must be (num_t, B, L), got shape {tuple(candidates.shape)}")
     scores = rng.uniform(candidates.shape, generator=generator, device=candidates.device, row_dim=1)  # (num_t, B, L)
     scores = scores.masked_fill(~candidates, 2.0)  # non-candidates rank last
     rank = scores.argsort(-1).argsort(-1)  # (..., L) rank of each position
     return (rank < counts[..., None]) & candidates
 
 
-def _uniform_count(upper: torch.Tensor, generator, min_frac: float = 0.0, max_frac: float = 1.0) -> torch.Tensor:
+def _uniform_count(upper: torch.Tensor, generator: Draws, min_frac: float = 0.0, max_frac: float = 1.0) -> torch.Tensor:
     """``n ~ U{lo..hi}`` per entry with SPG's bounds ``lo = max(int(upper*min_frac), 1)``,
     ``hi = min(int(upper*max_frac), upper)``; 0 where ``upper == 0``. Shapes: ``upper (num_t, B)``."""
+    if upper.dim() != 2:  # the draw's row axis is 1 (RowStreams)
+        raise ValueError(f"upper must be (num_t, B), got shape {tuple(upper.shape)}")
     lo = (upper.double() * min_frac).long().clamp(min=1)
     hi = torch.minimum((upper.double() * max_frac).long(), upper)
     hi = torch.maximum(hi, lo)
@@ -119,7 +124,7 @@ def spg_block_masks(
     completion_mask: torch.Tensor,
     block_length: int,
     num_t: int,
-    generator: torch.Generator | None = None,
+    generator: Draws = None,
     *,
     block_choice: BlockChoice | str = "spg",
     min_t: float = 0.0,
@@ -193,7 +198,7 @@ def spg_block_masks(
 def uniform_random_masks(
     completion_mask: torch.Tensor,
     num_t: int,
-    generator: torch.Generator | None = None,
+    generator: Draws = None,
     *,
     rule: str = "count",
     min_t: float = 0.0,
@@ -247,7 +252,7 @@ def mask_prompt_tokens(
     masks: DiffusionMasks,
     prompt_mask: torch.Tensor,
     p: float,
-    generator: torch.Generator | None = None,
+    generator: Draws = None,
 ) -> DiffusionMasks:
     """Mask each real prompt token (``prompt_mask`` True) independently w.p. ``p`` per draw
     (d1/SPG ``p_mask_prompt``; default 0.15 in their ``train.yaml``). Prompt tokens are never scored.

@@ -7,6 +7,7 @@ import torch
 from lit_rl.core.masks import apply_masks
 from lit_rl.errors import FieldError
 from lit_rl.algorithms.surrogates import SPGSurrogate
+from lit_rl.core.sources import rows_where
 from lit_rl.core.spg import elbo, eubo, mix, spg_loss, spg_select, token_logprobs_from_logits
 
 
@@ -177,44 +178,61 @@ def test_length_weighting_is_eq10_with_the_sum_form_elbo_times_one_factor_per_ba
     assert torch.allclose(-g_rollout, torch.tensor([0.5, 0.5]))
 
 
-@pytest.mark.parametrize("external_rule", ["count", "bernoulli"])
-def test_seeded_masks_drawn_together_are_bitwise_each_rows_own_draw_alone(external_rule):
+@pytest.mark.parametrize("external_rule,block_choice,num_t,continuation",
+                         [("count", "spg", 3, "whole"), ("bernoulli", "spg", 3, "tail"),
+                          ("count", "uniform", 7, "tail")])  # 7 draws: more than the 5 blocks
+def test_seeded_masks_drawn_together_are_bitwise_each_rows_own_draw_alone(external_rule, block_choice, num_t,
+                                                                         continuation):
     """The rows of one kind draw through one RowStreams (one generator per row, the arithmetic batched): every
     row's masks equal the pure functions run on that row alone with a torch.Generator from its seed (the
-    one-row-at-a-time path this replaced), with prompt and clean-token masking on, mixed widths and kinds."""
+    one-row-at-a-time path this replaced), with prompt and clean-token masking on, all four row kinds, mixed
+    widths, continuation rows' kept prefixes and two rows sharing a seed."""
     from lit_rl import rng
     from lit_rl.core.masks import mask_prompt_tokens, spg_block_masks, uniform_random_masks
 
-    B, L, P, bl, num_t = 24, 20, 5, 4, 3
+    B, L, P, bl = 24, 20, 5, 4
     g = torch.Generator().manual_seed(7)
     cm = torch.arange(L)[None, :] < torch.randint(1, L + 1, (B,), generator=g)[:, None]  # (B, L)
     pm = torch.arange(P)[None, :] >= torch.randint(0, 3, (B,), generator=g)[:, None]  # (B, P) left-padded
-    source = torch.tensor([0, 1, 0, 1, 1, 0] * 4)
+    source = torch.tensor([0, 1, 2, 3, 1, 0] * 4)  # on-policy, external, continuation, inpainted
     width = torch.tensor([20, 16, 12, 20, 20, 16] * 4)  # each row's own generation width
+    kept = torch.where(source == 2, torch.randint(0, 8, (B,), generator=g), 0)  # (B,) continuation prefixes
     seeds = [rng.derive_seed(5, i) for i in range(B)]
+    seeds[7] = seeds[1]  # two external rows with one seed draw the same numbers, each from its own stream
     spg = SPGSurrogate(num_t=num_t, block_length=bl, mask_id=9, p_mask_prompt=0.3, p_mask_clean=0.2,
-                       external_rule=external_rule)
-    got = spg.build_masks(cm, pm, source, seeds=seeds, gen_width=width)
+                       external_rule=external_rule, block_choice=block_choice, continuation_masks=continuation)
+    got = spg.build_masks(cm, pm, source, seeds=seeds, gen_width=width, kept_prefix=kept)
+    decoded = rows_where(source, decoded=True)
     for b in range(B):
         gen = rng.cpu_generator(seeds[b])
-        if source[b] == 0:
-            want = spg_block_masks(cm[b:b + 1], bl, num_t, gen, p_mask_clean=0.2, gen_width=int(width[b]))
+        if decoded[b]:
+            want = spg_block_masks(cm[b:b + 1], bl, num_t, gen, block_choice=block_choice, p_mask_clean=0.2,
+                                   gen_width=int(width[b]))
         else:
             want = uniform_random_masks(cm[b:b + 1], num_t, gen, rule=external_rule)
         want = mask_prompt_tokens(want, pm[b:b + 1], 0.3, gen)
-        for name in ("completion", "loss", "prompt"):
-            assert torch.equal(getattr(got, name)[:, b], getattr(want, name)[:, 0]), (b, name)
+        comp, loss = want.completion[:, 0], want.loss[:, 0]
+        if continuation == "tail":  # the kept prefix: clean context, not scored
+            prefix = torch.arange(L) < kept[b]
+            comp, loss = comp & ~prefix, loss & ~prefix
+        assert torch.equal(got.completion[:, b], comp) and torch.equal(got.loss[:, b], loss), b
+        assert torch.equal(got.prompt[:, b], want.prompt[:, 0]), b
     assert got.prompt.any() and got.loss.any()  # the draws were live
 
 
 def test_a_users_block_choice_still_draws_with_a_torch_generator():
+    """A user's callable (here an unhashable one: a dataclass instance) gets a torch.Generator, one row at a time."""
+    import dataclasses
+
     calls = []
 
-    def first_block(valid_blocks, num_blocks, num_t, generator):
-        calls.append(type(generator))
-        return torch.zeros(num_t, valid_blocks.shape[0], dtype=torch.long)
+    @dataclasses.dataclass
+    class FirstBlock:
+        def __call__(self, valid_blocks, num_blocks, num_t, generator):
+            calls.append(type(generator))
+            return torch.zeros(num_t, valid_blocks.shape[0], dtype=torch.long)
 
     _, attn, cm, source, _ = _batch()
-    spg = SPGSurrogate(num_t=2, block_length=4, mask_id=9, block_choice=first_block)
+    spg = SPGSurrogate(num_t=2, block_length=4, mask_id=9, block_choice=FirstBlock())
     spg.build_masks(cm, attn[:, :2], source, seeds=[1, 2, 3])
     assert calls == [torch.Generator, torch.Generator]  # the two on-policy rows, one at a time
