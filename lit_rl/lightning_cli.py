@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -307,6 +308,12 @@ def build_cli(args: list[str] | None, run: bool, extra_commands_help: str,
     silence_benign_warnings()
     if "LIT_RL_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["LIT_RL_THREADS"]))
+    from lit_rl.config.edits import expand_list_edits
+
+    if args is None:  # LightningCLI reads sys.argv itself
+        sys.argv[1:] = expand_list_edits(sys.argv[1:])
+    elif isinstance(args, (list, tuple)):
+        args = expand_list_edits(args)
     return LitRLCLI(
         LightningModule,
         LightningDataModule,

@@ -68,6 +68,7 @@ def resolve_all(root: Path) -> dict[str, Any]:
     import yaml
 
     conftest = _tests_conftest()
+    from lit_rl.config.edits import expand_list_edits  # this checkout's (a --ref's configs have no edits to expand)
 
     out: dict[str, Any] = {}
     here = os.getcwd()
@@ -79,6 +80,7 @@ def resolve_all(root: Path) -> dict[str, Any]:
                 continue  # sweeps, pool builds and callback fragments have their own dialects
             rel = path.relative_to(root).as_posix()
             argv = [*(a for base in conftest.overlay_bases(path) for a in ("--config", base)), "--config", rel]
+            argv = expand_list_edits(argv)  # an overlay's callbacks~ edits, as `python -m lit_rl fit` expands them
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 resolved = conftest.training_parser().parse_args(argv).as_dict()

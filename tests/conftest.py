@@ -71,15 +71,18 @@ def parse_training_config(monkeypatch):
     monkeypatch.chdir(ROOT)
     make_parser = training_parser
 
+    from lit_rl.config.edits import expand_list_edits  # an overlay's callbacks~ edits, as `fit` expands them
+
     def parse(path: Path):
         parser = make_parser()
         bases = overlay_bases(path)
         if not bases:
             return parser.parse_path(str(path))
-        return parser.parse_args([*(a for base in bases for a in ("--config", base)), "--config", str(path)])
+        return parser.parse_args(expand_list_edits([*(a for base in bases for a in ("--config", base)),
+                                                    "--config", str(path)]))
 
     parse.bases = overlay_bases
-    parse.argv = lambda argv: make_parser().parse_args(list(argv))  # a `fit` command line, without `fit`
+    parse.argv = lambda argv: make_parser().parse_args(expand_list_edits(argv))  # a `fit` command line, sans `fit`
     return parse
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -115,19 +116,71 @@ def _merge(base: Any, new: Any) -> Any:
     return new
 
 
+def _class_matches(entry: Any, class_path: str) -> bool:
+    """``entry``'s ``class_path`` is ``class_path``, or ends with it after a dot (``PassAtKEvaluation`` matches
+    ``callbacks.PassAtKEvaluation`` and ``callbacks.passk.PassAtKEvaluation``)."""
+    have = entry.get("class_path") if isinstance(entry, dict) else None
+    if not isinstance(have, str):
+        return False
+    return have == class_path or have.rsplit(".", 1)[-1] == class_path.rsplit(".", 1)[-1]
+
+
+def _edit_list(old: Any, items: Any, label: str, where: dict[tuple, str], path: tuple, key: str) -> list:
+    """``key~: [partial entries]``: each item edits the one entry of the base list ``old`` of its class (and, if
+    several share the class, of its ``init_args.name``); its keys merge into that entry (mappings key by key,
+    lists replaced). ``where`` is rewritten to the edited entries' positions."""
+    k = key + "~"
+    if not isinstance(old, list):
+        raise ConfigError(f"{where.get(path + (k,), label)}: {_dotted(path + (k,))}: edits entries of the base's "
+                          f"{key} list, but no earlier config sets {_dotted(path + (key,))}")
+    out = copy.deepcopy(old)
+    for i, item in enumerate(items if isinstance(items, list) else [items]):
+        at = where.get(path + (k, i), where.get(path + (k,), label))
+        cls = item.get("class_path") if isinstance(item, dict) else None
+        if not isinstance(cls, str):
+            raise ConfigError(f"{at}: {_dotted(path + (k, i))}: an edit names the entry it changes by its "
+                              "class_path (e.g. class_path: callbacks.PassAtKEvaluation)")
+        hits = [j for j, e in enumerate(out) if _class_matches(e, cls)]
+        name = (item.get("init_args") or {}).get("name") if isinstance(item.get("init_args"), dict) else None
+        if len(hits) > 1 and name is not None:
+            hits = [j for j in hits if ((out[j].get("init_args") or {}).get("name")) == name]
+        if len(hits) != 1:
+            what = "no entry" if not hits else f"{len(hits)} entries (give init_args.name to choose one)"
+            raise ConfigError(f"{at}: {_dotted(path + (k, i))}: {cls} matches {what} of the base's "
+                              f"{_dotted(path + (key,))}")
+        j = hits[0]
+        out[j] = _merge(out[j], {**item, "class_path": out[j]["class_path"]})
+        for p_, w in [(p_, w) for p_, w in where.items() if p_[: len(path) + 2] == path + (k, i)]:
+            del where[p_]
+            where[path + (key, j) + p_[len(path) + 2:]] = w
+    where.pop(path + (k,), None)
+    return out
+
+
 def _resolve_appends(base: Any, new: Any, where: dict[tuple, str], path: tuple = ()) -> Any:
     """A YAML ``key+: [items]`` (jsonargparse's list append, e.g. ``trainer: {callbacks+: [...]}`` in an overlay)
     becomes ``key: base list + items``; ``where`` (file:line by path) is rewritten to the appended positions, so
-    a problem in an appended item is reported at its own line. One item without a list is one item appended."""
+    a problem in an appended item is reported at its own line. One item without a list is one item appended.
+
+    A ``key~: [partial entries]`` (lit_rl's keyed edit, e.g. ``trainer: {callbacks~: [{class_path:
+    callbacks.PassAtKEvaluation, init_args: {subset_size: 8}}]}``) becomes ``key:`` the base list with each named
+    entry's arguments changed (:func:`_edit_list`), so an overlay changes one callback without repeating the list.
+    A file may set a list, append to it or edit it, one of the three."""
     if not isinstance(new, dict):
         return new
     out: dict = {}
     for k, v in new.items():
-        if isinstance(k, str) and k.endswith("+") and len(k) > 1:
-            if k[:-1] in new:
+        if isinstance(k, str) and k.endswith(("+", "~")) and len(k) > 1:
+            op, key = k[-1], k[:-1]
+            others = [o for o in (key, key + "+", key + "~") if o != k and o in new]
+            if others:
                 raise ConfigError(f"{where.get(path + (k,), 'a config file')}: {_dotted(path + (k,))}: the same file "
-                                  f"also sets {k[:-1]}: set the list, or append to the base's, not both")
-            key, old = k[:-1], base.get(k[:-1]) if isinstance(base, dict) else None
+                                  f"also sets {others[0]}: set the list, append to the base's or edit it, in one "
+                                  "file each")
+            old = base.get(key) if isinstance(base, dict) else None
+            if op == "~":
+                out[key] = _edit_list(old, v, "a config file", where, path, key)
+                continue
             items = v if isinstance(v, list) else [v]
             start = len(old) if isinstance(old, list) else 0
             moved = {p: w for p, w in where.items() if p[: len(path) + 1] == path + (k,)}

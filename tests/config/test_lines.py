@@ -77,3 +77,79 @@ def test_one_file_that_sets_a_list_and_appends_to_it_is_refused(tmp_path):
 """)
     with pytest.raises(ConfigError, match=rf"^{both}:4: trainer\.callbacks\+: the same file also sets callbacks"):
         parse_command_line(["fit", "--config", _write(tmp_path / "base.yaml", BASE), "--config", both])
+
+
+def test_an_overlay_edits_one_entry_by_class_with_key_tilde_and_keeps_the_rest_of_the_list(tmp_path):
+    base = _write(tmp_path / "base.yaml", BASE + b"""    - class_path: callbacks.passk.PassAtKEvaluation
+      init_args:
+        every_n_steps: 20
+        start_step: 20
+        configs: [{name: a, num_samples: 4}]
+""")
+    over = _write(tmp_path / "over.yaml", b"""trainer:
+  callbacks~:
+    - class_path: PassAtKEvaluation
+      init_args:
+        start_step: 4
+        configs: [{name: b, num_samples: 2}]
+""")
+    _, cfg = parse_command_line(["fit", "--config", base, "--config", over])
+    cbs = cfg.data["trainer"]["callbacks"]
+    assert [c["class_path"] for c in cbs] == ["callbacks.RolloutTracker", "callbacks.ExactResume",
+                                              "callbacks.passk.PassAtKEvaluation"]  # the base's path is kept
+    # merged key by key; a list inside (configs) is replaced, as everywhere
+    assert cbs[2]["init_args"] == {"every_n_steps": 20, "start_step": 4, "configs": [{"name": "b", "num_samples": 2}]}
+    assert "callbacks~" not in cfg.data["trainer"]
+    assert cfg.loc(("trainer", "callbacks", 2, "init_args", "start_step")) == f"{over}:5"
+    assert cfg.loc(("trainer", "callbacks", 2, "init_args", "every_n_steps")) == f"{base}:8"
+
+
+@pytest.mark.parametrize("edit,problem", [
+    (b"    - class_path: callbacks.PromptLedger\n", r"callbacks\.PromptLedger matches no entry of the base's"),
+    (b"    - init_args: {steps: 3}\n", r"an edit names the entry it changes by its class_path"),
+])
+def test_an_edit_that_names_no_entry_is_refused_at_its_line(tmp_path, edit, problem):
+    over = _write(tmp_path / "over.yaml", b"trainer:\n  callbacks~:\n" + edit)
+    with pytest.raises(ConfigError, match=rf"^{over}:3: trainer\.callbacks~\[0\]: {problem}"):
+        parse_command_line(["fit", "--config", _write(tmp_path / "base.yaml", BASE), "--config", over])
+
+
+def test_an_edit_of_two_entries_of_one_class_needs_their_name(tmp_path):
+    base = _write(tmp_path / "base.yaml", b"""trainer:
+  callbacks:
+    - {class_path: callbacks.PassAtKEvaluation, init_args: {name: first, start_step: 1}}
+    - {class_path: callbacks.PassAtKEvaluation, init_args: {name: second, start_step: 2}}
+""")
+    over = _write(tmp_path / "over.yaml", b"trainer:\n  callbacks~:\n    - class_path: PassAtKEvaluation\n"
+                                          b"      init_args: {start_step: 5}\n")
+    with pytest.raises(ConfigError, match=r"matches 2 entries \(give init_args\.name to choose one\)"):
+        parse_command_line(["fit", "--config", base, "--config", over])
+    named = _write(tmp_path / "named.yaml", b"trainer:\n  callbacks~:\n    - class_path: PassAtKEvaluation\n"
+                                            b"      init_args: {name: second, start_step: 5}\n")
+    _, cfg = parse_command_line(["fit", "--config", base, "--config", named])
+    assert [c["init_args"]["start_step"] for c in cfg.data["trainer"]["callbacks"]] == [1, 5]
+
+
+def test_an_edit_without_a_base_list_or_next_to_a_set_list_is_refused(tmp_path):
+    over = _write(tmp_path / "over.yaml", b"trainer:\n  callbacks~:\n    - class_path: callbacks.RolloutTracker\n")
+    with pytest.raises(ConfigError, match=r"no earlier config sets trainer\.callbacks"):
+        parse_command_line(["fit", "--config", over])
+    both = _write(tmp_path / "both.yaml", b"trainer:\n  callbacks:\n    - class_path: callbacks.RolloutTracker\n"
+                                         b"  callbacks~:\n    - class_path: callbacks.RolloutTracker\n")
+    with pytest.raises(ConfigError, match=r"the same file also sets callbacks"):
+        parse_command_line(["fit", "--config", _write(tmp_path / "base.yaml", BASE), "--config", both])
+
+
+def test_an_edited_callbacks_bad_argument_is_reported_at_the_overlays_line(tmp_path):
+    from lit_rl.config.preflight import preflight
+
+    root = Path(__file__).resolve().parents[2]
+    over = _write(tmp_path / "edit.yaml", b"""trainer:
+  callbacks~:
+    - class_path: callbacks.PassAtKEvaluation
+      init_args:
+        start_step: -3
+""")
+    where = rf"^{over}:5: trainer\.callbacks\[\d+\]\.init_args\.start_step: must be >= 0"
+    with pytest.raises(ConfigError, match=where):
+        preflight(["fit", "--config", str(root / "conf/erils.yaml"), "--config", over], data=False)
