@@ -1,5 +1,7 @@
 """Moved import paths (lit_rl.deprecation): each old name is the new object, with a warning that names the new
-path; a config that still names an old class path parses to the class at its new home."""
+path; a config that still names an old class path parses to the class at its new home. The moved-name stubs
+``lit_rl/reliability.py``, ``callbacks/reliability.py``, ``lit_rl/algorithms/sft.py`` and
+``lit_rl/algorithms/sft_module.py`` have the same checks in their own test files (tests/test_reliability.py, ...)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,6 @@ import pytest
 
 #: every public name each module had before it moved (frozen here: a stub that forgets one fails)
 OLD_NAMES = {
-    "lit_rl.reliability": ["AtomicCheckpointIO", "ConfigError", "FieldError", "atomic_torch_save", "capture_rng_state",
-                           "load_yaml_with_lines", "preflight", "restore_rng_state", "tracking_uri_problem"],
-    "callbacks.reliability": ["CheckpointOnSigterm", "ExactResume", "PromptLedger"],
-    "lit_rl.algorithms.sft": ["denoising_masks", "masked_denoising_loss"],
-    "lit_rl.algorithms.sft_module": ["DenoisingSFT"],
     "lit_rl.rollouts.scripted": [
         "Example", "Fraction", "REGISTRY", "SCRIPTED_POLICIES", "TRACE_STYLES", "chainsum_completion",
         "chainsum_verbose_completion", "countdown_completion", "countdown_ordered_trials_completion",
@@ -22,15 +19,6 @@ OLD_NAMES = {
         "sudoku_grid_verbose_completion", "sudoku_trace", "verbose_trace"],
 }
 MOVED = [  # (old module, name, new module): a sample whose new home is checked by hand
-    ("lit_rl.reliability", "AtomicCheckpointIO", "lit_rl.checkpoint_io"),
-    ("lit_rl.reliability", "atomic_torch_save", "lit_rl.checkpoint_io"),
-    ("lit_rl.reliability", "load_yaml_with_lines", "lit_rl.config.lines"),
-    ("lit_rl.reliability", "preflight", "lit_rl.config.preflight"),
-    ("lit_rl.reliability", "FieldError", "lit_rl.errors"),
-    ("lit_rl.reliability", "tracking_uri_problem", "lit_rl.tracking"),
-    ("callbacks.reliability", "ExactResume", "callbacks.resume"),
-    ("callbacks.reliability", "PromptLedger", "callbacks.resume"),
-    ("callbacks.reliability", "CheckpointOnSigterm", "callbacks.resume"),
     ("lit_rl.rollouts.scripted", "sudoku_completion", "lit_rl.tasks.scripted"),
     ("lit_rl.rollouts.scripted", "countdown_completion", "lit_rl.tasks.scripted"),
     ("lit_rl.rollouts.scripted", "format_warmup_text", "lit_rl.tasks.registry"),

@@ -14,24 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 #: module -> the test file that exercises it today (through its package, an integration test or a sibling's tests;
 #: ``callbacks/progress.py``, ``callbacks/run_record.py`` and ``lit_rl/models/loading.py`` only run inside fits)
 NOT_MIRRORED = {
-    "callbacks/dr_reliability.py": "tests/reproduce/test_dr.py",
     "callbacks/progress.py": "tests/test_smoke_config.py",  # the progress bar of every fit
-    "callbacks/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
-    "callbacks/resume.py": "tests/robustness/test_resume.py",
+    "callbacks/resume.py": "tests/robustness/test_resume.py",  # fits killed and resumed, as subprocesses
     "callbacks/run_record.py": "tests/robustness/test_resume_truth.py",
-    "lit_rl/algorithms/ar_sft.py": "tests/rollouts/test_external_lm.py",
-    "lit_rl/algorithms/sft.py": "tests/test_deprecation.py",  # a moved-name stub
-    "lit_rl/algorithms/sft_module.py": "tests/test_deprecation.py",  # a moved-name stub
-    "lit_rl/lightning_cli.py": "tests/test_cli_args.py",
-    "lit_rl/models/export_cli.py": "tests/models/test_export_ar.py",
+    "lit_rl/algorithms/ar_sft.py": "tests/rollouts/test_external_lm.py",  # and callbacks/test_ar_warmup.py
+    "lit_rl/models/export_cli.py": "tests/models/test_export_ar.py",  # the command around lit_rl.models.export
     "lit_rl/models/loading.py": "tests/models/test_pretrained.py",
-    "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",
-    "lit_rl/models/remote_compat.py": "tests/models/test_llada_reference.py",
-    "lit_rl/reliability.py": "tests/test_deprecation.py",  # a moved-name stub
-    "lit_rl/reproduce/erils_report.py": "tests/reproduce/test_erils.py",
-    "lit_rl/resume.py": "tests/robustness/test_resume_truth.py",
-    "lit_rl/sweep/mlflow_study.py": "tests/sweep/test_retry.py",
-    "lit_rl/sweep/runner.py": "tests/sweep/test_sweep.py",
+    "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",  # and test_{llada,dream}_reference.py
 }
 
 

@@ -17,7 +17,8 @@ def test_files_without_edits_pass_through_and_an_edit_becomes_the_whole_list(tmp
     base.write_text("trainer:\n  callbacks:\n    - class_path: callbacks.RolloutTracker\n"
                     "    - {class_path: callbacks.FormatWarmup, init_args: {steps: 250, lr: 0.001}}\n")
     over = tmp_path / "over.yaml"
-    over.write_text("trainer:\n  max_steps: 3\n  callbacks~:\n    - {class_path: FormatWarmup, init_args: {steps: 5}}\n")
+    over.write_text("trainer:\n  max_steps: 3\n  callbacks~:\n"
+                    "    - {class_path: FormatWarmup, init_args: {steps: 5}}\n")
     argv = ["--config", str(base), f"--config={over}", "--trainer.max_steps=4"]
     out = expand_list_edits(argv)
     assert out[:2] == argv[:2] and out[3] == argv[3]  # the base and the flag, untouched

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the evaluation file writer of test_erils (its report test uses it)
-from test_erils import _lengths_report  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))  # the evaluation file writer of test_erils_report (its tests use it)
+from test_erils_report import _lengths_report  # noqa: E402
 
 
 def test_lengths_rows_average_each_length_over_a_groups_runs_and_skip_missing_runs(tmp_path):
