@@ -108,31 +108,32 @@ def _quick_overrides() -> dict[str, Any]:
     }
 
 
-def _edit_callbacks(
-    configs: Sequence[str], folder: Path, cache_dir: str, quick: bool, verbose: bool = False,
-) -> list[dict[str, Any]]:
-    """The configs' callback list with this run's checkpoint folder and cache, smaller in quick mode;
-    ``verbose``: the warm start on the verbose teacher, 64-token completions."""
-    cbs = callbacks_of(configs)
-    for cb in cbs:
-        path, args = cb.get("class_path", ""), cb.setdefault("init_args", {})
-        if path.endswith("ModelCheckpoint"):
-            args["dirpath"] = str(folder / "checkpoints")
-        elif path.endswith("ScriptedSFTWarmup"):
-            args["cache_dir"] = cache_dir
+def _callback_edits(configs: Sequence[str], cache_dir: str, quick: bool, verbose: bool = False) -> list[dict[str, Any]]:
+    """The ``callbacks~`` edits of a job (:func:`~lit_rl.reproduce.runner.fit_job`): the study's warm-start cache,
+    fewer warm-up steps and a smaller Pass@k in quick mode; ``verbose``: the warm start on the verbose teacher and
+    64-token completions. Every other callback stays the configs' own."""
+    edits: list[dict[str, Any]] = []
+    for cb in callbacks_of(configs):
+        path, args = cb.get("class_path", ""), cb.get("init_args") or {}
+        if path.endswith("ScriptedSFTWarmup"):
+            warm: dict[str, Any] = {"cache_dir": cache_dir}
             if quick:
-                args["steps"] = 20
+                warm["steps"] = 20
             if verbose:
-                args.update(trace="verbose", max_completion_len=64)
-        elif path.endswith("PassAtKEvaluation"):
+                warm.update(trace="verbose", max_completion_len=64)
+            edits.append({"class_path": path, "init_args": warm})
+        elif path.endswith("PassAtKEvaluation") and (quick or verbose):
+            passk: dict[str, Any] = {"name": args["name"]} if "name" in args else {}
             if quick:
-                args.update(subset_size=8, batch_size=8, every_n_steps=1000, start_step=1000)
-            for c in args.get("configs", []):
+                passk.update(subset_size=8, batch_size=8, every_n_steps=1000, start_step=1000)
+            configs_ = args.get("configs", [])  # callbacks_of gave a copy; the edit writes the list whole
+            for c in configs_:
                 if quick:
                     c["num_samples"] = 2
                 if verbose:
                     c["generation"]["init_args"]["max_new_tokens"] = 64
-    return cbs
+            edits.append({"class_path": path, "init_args": {**passk, "configs": configs_}})
+    return edits
 
 
 def method_configs(method: str, testbed: str = "chainsum") -> list[str]:
@@ -148,12 +149,12 @@ def _fit_job(
     extra: Sequence[str] = (), tags: dict[str, str] | None = None, verbose: bool = False, testbed: str = "chainsum",
 ) -> Job:
     configs = method_configs(method, testbed)
-    cbs = _edit_callbacks(configs, out / "runs" / name, cache_dir, quick, verbose)
+    edits = _callback_edits(configs, cache_dir, quick, verbose)
     tags = {"lit_rl.reproduce": "double-rollout", "lit_rl.job": name, "method": method, "seed": str(seed),
             **(tags or {})}
     # the warm start stays the same across seeds
     cli = [*(_quick_cli(method) if quick else []), *(LENGTH_CLI if verbose else []), *extra]
-    return fit_job(name, configs, cbs, seed, DATA_SEED + seed, threads, out, EXPERIMENT, tags, cli)
+    return fit_job(name, configs, edits, seed, DATA_SEED + seed, threads, out, EXPERIMENT, tags, cli)
 
 
 def _sweep_jobs(
@@ -162,7 +163,7 @@ def _sweep_jobs(
     folder = out / "sweeps" / study
     folder.mkdir(parents=True, exist_ok=True)
     overrides: dict[str, Any] = _quick_overrides() if quick else {}
-    overrides.setdefault("trainer", {})["callbacks"] = _edit_callbacks([BASE], folder, cache_dir, quick)
+    overrides.setdefault("trainer", {})["callbacks~"] = _callback_edits([BASE], cache_dir, quick)
     overrides.update(seed_everything=0, threads=threads)
     cfg = {
         "study_name": f"reproduce-{study}",

@@ -138,22 +138,20 @@ def _quick_cli() -> list[str]:
     ]
 
 
-def _edit_callbacks(configs: Sequence[str], folder: Path, cache_dir: str, quick: bool) -> list[dict[str, Any]]:
-    """The configs' callback list with this run's checkpoint folder and warm-up cache, smaller in quick mode."""
-    cbs = callbacks_of(configs)
-    for cb in cbs:
-        path, args = cb.get("class_path", ""), cb.setdefault("init_args", {})
-        if path.endswith("ModelCheckpoint"):
-            args["dirpath"] = str(folder / "checkpoints")
-        elif path.endswith("FormatWarmup"):
-            args["cache_dir"] = cache_dir
-            if quick:
-                args["steps"] = 5
+def _callback_edits(configs: Sequence[str], cache_dir: str, quick: bool) -> list[dict[str, Any]]:
+    """The ``callbacks~`` edits of a job (:func:`~lit_rl.reproduce.runner.fit_job`): the study's warm-up cache and,
+    in quick mode, fewer warm-up steps and a smaller Pass@k; every other callback stays the configs' own."""
+    edits: list[dict[str, Any]] = []
+    for cb in callbacks_of(configs):
+        path, args = cb.get("class_path", ""), cb.get("init_args") or {}
+        if path.endswith("FormatWarmup"):
+            edits.append({"class_path": path, "init_args": {"cache_dir": cache_dir, **({"steps": 5} if quick else {})}})
         elif path.endswith("PassAtKEvaluation") and quick:
-            args.update(subset_size=8, batch_size=8, every_n_steps=8, start_step=8)
-            for c in args.get("configs", []):
-                c["num_samples"] = 2
-    return cbs
+            named = {"name": args["name"]} if "name" in args else {}
+            edits.append({"class_path": path, "init_args": {
+                **named, "subset_size": 8, "batch_size": 8, "every_n_steps": 8, "start_step": 8,
+                "configs": [{**c, "num_samples": 2} for c in args.get("configs", [])]}})
+    return edits
 
 
 def method_configs(method: str, task: str = "sudoku") -> tuple[list[str], list[str]]:
@@ -171,10 +169,10 @@ def _fit_job(
     extra: Sequence[str] = (), tags: dict[str, str] | None = None, task: str = "sudoku",
 ) -> Job:
     configs, keys = method_configs(method, task)
-    cbs = _edit_callbacks(configs, out / "runs" / name, cache_dir, quick)
+    edits = _callback_edits(configs, cache_dir, quick)
     tags = {"lit_rl.reproduce": "erils", "lit_rl.job": name, "method": method, "seed": str(seed),
             "threads": str(threads), "task": task, **(tags or {})}
-    return fit_job(name, configs, cbs, seed, DATA_SEED + seed, threads, out, EXPERIMENT, tags,
+    return fit_job(name, configs, edits, seed, DATA_SEED + seed, threads, out, EXPERIMENT, tags,
                    [*(_quick_cli() if quick else []), *keys, *extra])
 
 
@@ -223,15 +221,17 @@ def plan(out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: in
 
 def lengths_job(fit: Job, out: Path, quick: bool = False) -> Job:
     """Table XI's protocol on ``fit``'s final checkpoint: ``python -m lit_rl validate`` with the fit's saved config
-    plus :data:`LENGTHS_EVAL` (quick: the same on the first 8 puzzles); the numbers land in
+    plus :data:`LENGTHS_EVAL` (quick: and an overlay that edits it to the first 8 puzzles); the numbers land in
     ``<run>/eval/passk_lengths_validate_report.json``."""
-    entry = LENGTHS_EVAL
-    if quick:
-        cb = yaml.safe_load(Path(LENGTHS_EVAL).read_text())
-        cb["trainer"]["callbacks+"][0]["init_args"].update(subset_size=8, batch_size=8)
+    entries = [LENGTHS_EVAL]
+    if quick:  # an edit of the appended evaluation: 8 puzzles
+        (cb,) = yaml.safe_load(Path(LENGTHS_EVAL).read_text())["trainer"]["callbacks+"]
+        edit = {"class_path": cb["class_path"], "init_args": {"name": cb["init_args"]["name"], "subset_size": 8,
+                                                              "batch_size": 8}}
         Path(out).mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(out) / "erils_lengths_quick.yaml", yaml.safe_dump(cb, sort_keys=False))
-        entry = str(Path(out) / "erils_lengths_quick.yaml")
-    return validate_job(f"{fit.name}_lengths", fit.folder, [entry],
+        quick_file = Path(out) / "erils_lengths_quick.yaml"
+        atomic_write_text(quick_file, yaml.safe_dump({"trainer": {"callbacks~": [edit]}}, sort_keys=False))
+        entries.append(str(quick_file))
+    return validate_job(f"{fit.name}_lengths", fit.folder, entries,
                         {**fit.tags, "group": "lengths", "lit_rl.job": f"{fit.name}_lengths", "evaluates": fit.name},
                         after=fit)

@@ -208,24 +208,27 @@ def init_stores(out: Path, experiment: str) -> None:
 
 
 def fit_job(
-    name: str, configs: Sequence[str], callbacks: list[dict[str, Any]], seed: int, data_seed: int, threads: int,
-    out: Path, experiment: str, tags: dict[str, str], extra: Sequence[str] = (),
+    name: str, configs: Sequence[str], callback_edits: list[dict[str, Any]], seed: int, data_seed: int,
+    threads: int, out: Path, experiment: str, tags: dict[str, str], extra: Sequence[str] = (),
 ) -> Job:
-    """A ``fit`` job of a study: ``configs`` plus an overlay with this run's ``callbacks`` (written into its
-    folder), its seeds, threads, run folder and the study's MLflow store, then ``extra`` arguments.
+    """A ``fit`` job of a study: ``configs`` plus an overlay that edits this run's callbacks (``callbacks~``,
+    :mod:`lit_rl.config.edits`: ``callback_edits`` are partial entries, each naming the callback it changes;
+    the configs' list stays theirs), written into its folder; then its seeds, threads, run folder (the checkpoints
+    go to ``<folder>/checkpoints``) and the study's MLflow store, then ``extra`` arguments.
 
     The DataModule's own seed draws the prompt order and the rollout noise, the module's seed the masks /
     continuations: ``seed_everything`` alone changes none of them (measured: two seeds gave identical
     runs), so a seed moves all three (seed 0 with ``data_seed`` = the config as shipped)."""
     folder = out / "runs" / name
     folder.mkdir(parents=True, exist_ok=True)
-    overlay = folder / "overlay.yaml"
-    atomic_write_text(overlay, yaml.safe_dump({"trainer": {"callbacks": callbacks}}, sort_keys=False))
     argv = ["fit"]
     for c in configs:
         argv += ["--config", c]
+    if callback_edits:
+        overlay = folder / "overlay.yaml"
+        atomic_write_text(overlay, yaml.safe_dump({"trainer": {"callbacks~": callback_edits}}, sort_keys=False))
+        argv += ["--config", str(overlay)]
     argv += [
-        "--config", str(overlay),
         f"--seed_everything={seed}", f"--data.init_args.seed={data_seed}", f"--model.init_args.seed={seed}",
         f"--threads={threads}",
         f"--trainer.default_root_dir={folder}",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lit_rl.config.lines import compose_files
 from lit_rl.reproduce import dr
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,10 +27,11 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
     assert plan.first_alone  # no cached warm start in the cache folder yet
     fits = [j for j in plan.jobs if j.argv[0] == "fit"]
     assert len({j.folder for j in fits}) == len(fits)
-    for job in fits:
-        overlay = yaml.safe_load((job.folder / "overlay.yaml").read_text())
-        ckpt = [c for c in overlay["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")]
-        assert ckpt[0]["init_args"]["dirpath"] == str(job.folder / "checkpoints")
+    for job in fits:  # the overlay edits the warm start's cache (the list is the configs'), the root is the job's
+        edits = yaml.safe_load((job.folder / "overlay.yaml").read_text())["trainer"]["callbacks~"]
+        (warm,) = [e for e in edits if e["class_path"].endswith("ScriptedSFTWarmup")]
+        assert warm["init_args"]["cache_dir"] == str(tmp_path / "c")
+        assert f"--trainer.default_root_dir={job.folder}" in job.argv
         assert f"--trainer.logger.init_args.tracking_uri=sqlite:///{(tmp_path / 'mlflow.db').resolve()}" in job.argv
     seeds = {j.name: [a for a in j.argv if a.startswith(("--seed_everything", "--data.init_args.seed",
                                                           "--model.init_args.seed"))] for j in fits}
@@ -40,7 +42,7 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path):
     assert ("conf/grpo_chainsum.yaml" in grpo_az.argv
             and "--model.init_args.double_rollout.length_penalty=0.2" in grpo_az.argv)
     assert "--data.init_args.generation.max_new_tokens=64" in grpo_az.argv
-    warm = next(c for c in yaml.safe_load((grpo_az.folder / "overlay.yaml").read_text())["trainer"]["callbacks"]
+    warm = next(c for c in yaml.safe_load((grpo_az.folder / "overlay.yaml").read_text())["trainer"]["callbacks~"]
                 if c["class_path"].endswith("ScriptedSFTWarmup"))
     assert warm["init_args"]["trace"] == "verbose" and warm["init_args"]["max_completion_len"] == 64
     sweep = yaml.safe_load((tmp_path / "sweeps/rho/sweep.yaml").read_text())
@@ -69,9 +71,9 @@ def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(
     configs = [a for a in by["grpo_large_s1"].argv if a.startswith("conf/")]
     assert configs == ["conf/double_rollout_chainsum.yaml", "conf/double_rollout_guess.yaml",
                        "conf/grpo_large_chainsum.yaml"]
-    warm = next(c for c in yaml.safe_load((by["dr_s0"].folder / "overlay.yaml").read_text())["trainer"]["callbacks"]
-                if c["class_path"].endswith("ScriptedSFTWarmup"))
-    assert warm["init_args"]["trace"] == "guessing"
+    composed = compose_files([a for a in by["dr_s0"].argv if a.endswith(".yaml")]).data  # as fit composes them
+    warm = next(c for c in composed["trainer"]["callbacks"] if c["class_path"].endswith("ScriptedSFTWarmup"))
+    assert warm["init_args"]["trace"] == "guessing" and warm["init_args"]["cache_dir"] == str(tmp_path / "c")
     with pytest.raises(ValueError, match="unknown double-rollout testbed 'nope'"):
         dr.plan(tmp_path, seeds=[0], quick=False, workers=1, threads=1, testbed="nope")
 

@@ -62,7 +62,10 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
         cfg = parse_training_config.argv(job.argv[1:])
         assert cfg.trainer.default_root_dir == str(job.folder)
         ckpt = [c for c in cfg.trainer.callbacks if c.class_path.endswith("ModelCheckpoint")]
-        assert ckpt[0].init_args.dirpath == str(job.folder / "checkpoints")
+        assert ckpt[0].init_args.dirpath is None  # <default_root_dir>/checkpoints: the job's own folder
+        # the job's overlay edits only the warm-up's cache; the list itself is the configs'
+        assert yaml.safe_load((job.folder / "overlay.yaml").read_text()) == {"trainer": {"callbacks~": [
+            {"class_path": "callbacks.FormatWarmup", "init_args": {"cache_dir": str(tmp_path / "c")}}]}}
         warm = [c for c in cfg.trainer.callbacks if c.class_path.endswith("FormatWarmup")]
         assert warm[0].init_args.cache_dir == str(tmp_path / "c") and warm[0].init_args.steps == 250
         if job.name in advantages:
