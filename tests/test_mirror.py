@@ -17,8 +17,6 @@ NOT_MIRRORED = {
     "callbacks/progress.py": "tests/test_smoke_config.py",  # the progress bar of every fit
     "callbacks/resume.py": "tests/robustness/test_resume.py",  # fits killed and resumed, as subprocesses
     "callbacks/run_record.py": "tests/robustness/test_resume_truth.py",
-    "lit_rl/algorithms/ar_sft.py": "tests/rollouts/test_external_lm.py",  # and callbacks/test_ar_warmup.py
-    "lit_rl/models/export_cli.py": "tests/models/test_export_ar.py",  # the command around lit_rl.models.export
     "lit_rl/models/loading.py": "tests/models/test_pretrained.py",
     "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",  # and test_{llada,dream}_reference.py
 }

@@ -1,6 +1,5 @@
-"""``export`` and ``report`` on bad inputs are one ``error:`` line and exit 2.
+"""``report`` on bad inputs is one ``error:`` line and exit 2 (``export``'s: tests/models/test_export_cli.py).
 
-``export`` of a missing checkpoint names the checkpoint (not a missing config.yaml); ``export --out`` onto a file,
 ``report --experiment nosuch`` and a garbage ``mlflow.db`` are errors, not tracebacks; ``report`` at a missing
 sqlite path creates nothing there.
 """
@@ -21,21 +20,6 @@ def _run(args: list[str]) -> tuple[int, list[str]]:
         except SystemExit as e:
             rc = e.code if isinstance(e.code, int) else 1
     return rc, err.getvalue().strip().splitlines()
-
-
-def test_export_of_a_missing_checkpoint_names_the_checkpoint(tmp_path):
-    rc, lines = _run(["export", "--ckpt_path", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out")])
-    assert rc == 2 and lines == [f"error: checkpoint not found: {tmp_path / 'nope.ckpt'} (--ckpt_path)"], lines
-    assert not (tmp_path / "out").exists()
-
-
-def test_export_onto_an_existing_file_is_refused(tmp_path):
-    ckpt, out = tmp_path / "last.ckpt", tmp_path / "model.bin"
-    ckpt.write_bytes(b"x")
-    out.write_text("keep me")
-    rc, lines = _run(["export", "--ckpt_path", str(ckpt), "--out", str(out)])
-    assert rc == 2 and len(lines) == 1 and f"--out {out} is a file" in lines[0], lines
-    assert out.read_text() == "keep me"
 
 
 def test_report_at_a_missing_store_does_not_create_it(tmp_path):
