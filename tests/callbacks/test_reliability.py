@@ -4,9 +4,9 @@ tests/test_deprecation.py)."""
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
+
+from support.deprecation import assert_moved, assert_old_names_resolve
 
 #: every public name the module had before it moved (frozen here: a stub that forgets one fails)
 OLD_NAMES = {
@@ -21,19 +21,9 @@ MOVED = [  # (old module, name, new module): a sample whose new home is checked 
 
 @pytest.mark.parametrize("old, name, new", MOVED)
 def test_an_old_name_is_the_new_object_and_warns_with_the_new_path(old, name, new):
-    with pytest.warns(FutureWarning, match=rf"{old}\.{name} moved to {new}\.{name}"):
-        obj = getattr(importlib.import_module(old), name)
-    assert obj is getattr(importlib.import_module(new), name)
+    assert_moved(old, name, new)
 
 
 @pytest.mark.parametrize("old", OLD_NAMES)
 def test_every_old_name_still_resolves_with_a_warning_and_star_imports_them(old):
-    module = importlib.import_module(old)
-    assert sorted(module.__all__) == sorted(OLD_NAMES[old])
-    for name in OLD_NAMES[old]:
-        with pytest.warns(FutureWarning, match=rf"{old}\.{name} "):
-            assert getattr(module, name) is not None
-    with pytest.warns(FutureWarning):
-        namespace: dict = {}
-        exec(f"from {old} import *", namespace)  # noqa: S102
-    assert set(OLD_NAMES[old]) <= namespace.keys()
+    assert_old_names_resolve(old, OLD_NAMES[old])
