@@ -12,11 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: module -> the test file that exercises it today (through its package, an integration test or a sibling's tests;
-#: ``callbacks/progress.py``, ``callbacks/run_record.py`` and ``lit_rl/models/loading.py`` only run inside fits)
+#: ``lit_rl/models/loading.py`` only runs inside policy builds)
 NOT_MIRRORED = {
-    "callbacks/progress.py": "tests/test_smoke_config.py",  # the progress bar of every fit
     "callbacks/resume.py": "tests/robustness/test_resume.py",  # fits killed and resumed, as subprocesses
-    "callbacks/run_record.py": "tests/robustness/test_resume_truth.py",
     "lit_rl/models/loading.py": "tests/models/test_pretrained.py",
     "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",  # and test_{llada,dream}_reference.py
 }
