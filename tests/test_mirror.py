@@ -12,10 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: module -> the test file that exercises it today (through its package, an integration test or a sibling's tests;
-#: ``lit_rl/models/loading.py`` only runs inside policy builds)
+#: ``callbacks/resume.py`` runs in whole fits killed and resumed)
 NOT_MIRRORED = {
     "callbacks/resume.py": "tests/robustness/test_resume.py",  # fits killed and resumed, as subprocesses
-    "lit_rl/models/loading.py": "tests/models/test_pretrained.py",
     "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",  # and test_{llada,dream}_reference.py
 }
 

@@ -35,7 +35,10 @@ def enable_activation_checkpointing(model: nn.Module) -> str:
     import sys
 
     if getattr(model, "supports_gradient_checkpointing", False):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers' name since 5.2x (the old one warns)
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return "hf"
     inner = getattr(model, "model", None)
     if inner is not None and hasattr(inner, "set_activation_checkpointing"):
