@@ -106,9 +106,6 @@ class RowStreams:
         """Row ``i`` draws from :func:`cpu_generator` ``(seeds[i])``."""
         return cls([cpu_generator(s) for s in seeds])
 
-    def __len__(self) -> int:
-        return len(self.generators)
-
     def draw(self, shape: Sequence[int], row_dim: int, dtype: torch.dtype) -> torch.Tensor:
         """``U[0, 1)`` of ``shape`` with row ``i`` of axis ``row_dim`` from generator ``i`` (on CPU)."""
         one = list(shape)

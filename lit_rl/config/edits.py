@@ -50,16 +50,19 @@ def _expanded(before: Sequence[str], path: str) -> str:
     """``path``, or a copy of it with its list edits resolved against the files ``before`` it."""
     import yaml
 
-    from lit_rl.config.lines import _resolve_appends, compose_files, load_yaml_with_lines
+    from lit_rl.config.lines import compose_files, load_yaml_with_lines, resolve_list_keys
+    from lit_rl.errors import ConfigError
 
     file = Path(path)
     if not file.is_file():
         return path  # jsonargparse reports it
-    data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    try:
+        data, where = load_yaml_with_lines(file)
+    except ConfigError:
+        return path  # not a config this can read: jsonargparse reports it (the preflight has, at its line)
     if not has_list_edit(data):
         return path
-    data, where = load_yaml_with_lines(file)
-    resolved = _resolve_appends(compose_files(before).data, data, where)
+    resolved = resolve_list_keys(compose_files(before).data, data, where)
     out = _folder() / f"{len(list(_folder().iterdir()))}_{file.name}"
     out.write_text(f"# {file} with its list edits (key~) written out; lit_rl.config.edits\n"
                    + yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")

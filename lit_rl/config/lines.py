@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from lit_rl.errors import ConfigError
 
-__all__ = ["ConfigView", "compose_files", "fail", "load_yaml_with_lines", "parse_command_line"]
+__all__ = ["ConfigView", "compose_files", "fail", "load_yaml_with_lines", "parse_command_line", "resolve_list_keys"]
 
 
 @dataclass
@@ -157,7 +157,7 @@ def _edit_list(old: Any, items: Any, label: str, where: dict[tuple, str], path: 
     return out
 
 
-def _resolve_appends(base: Any, new: Any, where: dict[tuple, str], path: tuple = ()) -> Any:
+def resolve_list_keys(base: Any, new: Any, where: dict[tuple, str], path: tuple = ()) -> Any:
     """A YAML ``key+: [items]`` (jsonargparse's list append, e.g. ``trainer: {callbacks+: [...]}`` in an overlay)
     becomes ``key: base list + items``; ``where`` (file:line by path) is rewritten to the appended positions, so
     a problem in an appended item is reported at its own line. One item without a list is one item appended.
@@ -196,7 +196,7 @@ def _resolve_appends(base: Any, new: Any, where: dict[tuple, str], path: tuple =
             out[key] = [*(old if isinstance(old, list) else []), *items]
         else:
             sub = base.get(k) if isinstance(base, dict) else None
-            out[k] = _resolve_appends(sub, v, where, path + (k,))
+            out[k] = resolve_list_keys(sub, v, where, path + (k,))
     return out
 
 
@@ -230,17 +230,17 @@ def _set_override(cfg: ConfigView, dotted: str, raw: str) -> None:
 
 
 def _add_file(cfg: ConfigView, path: str | Path) -> None:
-    """Merge one ``--config`` file into ``cfg`` (its list appends resolved against what ``cfg`` holds)."""
+    """Merge one ``--config`` file into ``cfg`` (its list appends and edits resolved against what ``cfg`` holds)."""
     cfg.files.append(str(path))
     data, where = load_yaml_with_lines(Path(path))
-    data = _resolve_appends(cfg.data, data, where)
+    data = resolve_list_keys(cfg.data, data, where)
     cfg.data = _merge(cfg.data, data)
     cfg.where.update(where)
 
 
 def compose_files(paths: Sequence[str | Path]) -> ConfigView:
     """The config that ``--config A --config B ...`` gives, as LightningCLI composes it: mappings merge key by
-    key, a list is replaced by a later file's, or extended by its ``key+`` append."""
+    key, a list is replaced by a later file's, extended by its ``key+`` append or changed by its ``key~`` edit."""
     cfg = ConfigView({}, {})
     for path in paths:
         _add_file(cfg, path)
