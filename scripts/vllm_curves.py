@@ -13,6 +13,7 @@ Writes ``<out>/report.md``, ``<out>/curves.png`` and, last on stdout, one JSON l
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import statistics
 import sys
@@ -23,24 +24,18 @@ sys.path.insert(0, str(ROOT))
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text  # noqa: E402
 from lit_rl.report import load_runs  # noqa: E402
-from lit_rl.reproduce.dr import BASE, DATA_SEED, GREEDY, METRIC, _edit_callbacks, _quick_cli  # noqa: E402
-from lit_rl.reproduce.runner import fit_job, init_stores, run_jobs, seconds_of  # noqa: E402
+from lit_rl.reproduce.dr import GREEDY, METRIC  # noqa: E402
+from lit_rl.reproduce.plan_file import expand, load_plan  # noqa: E402
+from lit_rl.reproduce.runner import init_stores, run_jobs, seconds_of  # noqa: E402
 
+PLAN = ROOT / "conf" / "reproduce" / "vllm_curves.yaml"
 EXPERIMENT = "lit_rl-vllm-curves"
-CONFIGS = {"hf": [BASE, "conf/grpo_chainsum.yaml"],
-           "vllm": [BASE, "conf/grpo_chainsum.yaml", "conf/vllm/chainsum.yaml"]}
+BACKENDS = ("hf", "vllm")
 
 
 def jobs(out: Path, seeds: list[int], quick: bool, cache: str):
-    out_jobs = []
-    for seed in seeds:
-        for backend, configs in CONFIGS.items():
-            name = f"grpo_{backend}_s{seed}"
-            cbs = _edit_callbacks(configs, out / "runs" / name, cache, quick)
-            tags = {"lit_rl.vllm_curves": "1", "backend": backend, "seed": str(seed), "lit_rl.job": name}
-            out_jobs.append(fit_job(name, configs, cbs, seed, DATA_SEED + seed, 2, out, EXPERIMENT, tags,
-                                    _quick_cli("grpo") if quick else []))
-    return out_jobs
+    """The plan's jobs (conf/reproduce/vllm_curves.yaml), run one at a time with 2 threads each."""
+    return expand(load_plan(PLAN), out, seeds, quick, workers=1, threads=2, cache_dir=cache).jobs
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -61,11 +56,12 @@ def report(out: Path, seeds: list[int], quick: bool) -> dict:
     quick_note = " (quick mode: a smoke run, its numbers mean nothing)" if quick else ""
     md = [f"# GRPO on chain sums: HF vs vLLM rollouts{quick_note}",
           "", f"Held-out accuracy `{METRIC}` (T 1, 4 samples on 128 problems) and `{GREEDY}` (256 problems); "
-          f"seeds {', '.join(map(str, seeds))}; configs: {' + '.join(CONFIGS['vllm'])} (vLLM) and the same "
+          f"seeds {', '.join(map(str, seeds))}; configs: conf/double_rollout_chainsum.yaml + conf/grpo_chainsum.yaml + "
+          "conf/vllm/chainsum.yaml (vLLM) and the same "
           "without the last (HF).", "",
           "| backend | start | final (mean ± std) | per seed | greedy final | best | rollout s / run | wall s / run |",
           "|---|---|---|---|---|---|---|---|"]
-    for i, backend in enumerate(CONFIGS):
+    for i, backend in enumerate(BACKENDS):
         rs = [runs[f"grpo_{backend}_s{s}"] for s in seeds if f"grpo_{backend}_s{s}" in runs]
         if not rs:
             continue
@@ -119,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a few steps of each run (a smoke test)")
     ap.add_argument("--report_only", action="store_true")
     args = ap.parse_args(argv)
+    args.out, args.cache = args.out.resolve(), str(Path(args.cache).resolve())
+    os.chdir(ROOT)  # the plan's config paths are relative to the repository
     init_stores(args.out, EXPERIMENT)
     if not args.report_only:
         results = run_jobs(jobs(args.out, args.seeds, args.quick, args.cache), workers=1, threads=2)

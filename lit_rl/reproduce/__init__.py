@@ -11,6 +11,9 @@ Studies:
   ``--testbed guess``: the same comparison where its premise holds (lucky guesses on the starting model), with
   the ρ / N trends over every seed, the premise statistics and the reliability study in the paper's protocol.
 
+Each study's jobs are a plan file (``conf/reproduce/*.yaml``, :mod:`lit_rl.reproduce.plan_file`): fit configs plus
+training-config overlays; ``--plan FILE`` runs your own plan of a study (its report reads the plan's groups).
+
 ``--quick`` runs every job for a few steps (a smoke test of the whole pipeline, minutes on 2 cores; its
 numbers mean nothing). Re-running the same command skips the jobs that finished (``done.json``).
 The last line printed is a JSON summary.
@@ -34,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                "  python -m lit_rl reproduce erils --task countdown\n"
                "  python -m lit_rl reproduce double-rollout --workers 2\n"
                "  python -m lit_rl reproduce double-rollout --testbed guess\n"
-               "  python -m lit_rl reproduce double-rollout --quick --out /tmp/dr_quick",
+               "  python -m lit_rl reproduce double-rollout --quick --out /tmp/dr_quick\n"
+               "  python -m lit_rl reproduce erils --plan my_plan.yaml --out runs/reproduce/mine",
     )
     parser.add_argument("study", choices=["erils", "double-rollout"])
     parser.add_argument("--task", default="sudoku", choices=["sudoku", "countdown"],
@@ -42,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
                              "model wrote (main comparison, thread spread, capacity check; default sudoku)")
     parser.add_argument("--testbed", default="chainsum", choices=["chainsum", "guess"],
                         help="double-rollout: the plain chain sums, or the guessable-answer testbed (default chainsum)")
+    parser.add_argument("--plan", default=None, metavar="FILE",
+                        help="a plan file of the study (default: conf/reproduce/<study>[_<testbed>|_<task>].yaml; "
+                             "its keys: lit_rl/reproduce/plan_file.py)")
     parser.add_argument("--out", default=None,
                         help="output folder (default runs/reproduce/<study>[_<testbed>|_<task>][_quick])")
     parser.add_argument("--quick", action="store_true", help="a few steps per job: checks the pipeline, not the method")
@@ -52,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch threads per job (default: 2 // workers, at least 1)")
     parser.add_argument("--report_only", action="store_true", help="only (re)write the report from finished jobs")
     parser.add_argument("--only", nargs="+", default=None, metavar="GROUP",
-                        help="run only these job groups (erils: main threads length capacity spg_lr lengths; "
-                             "double-rollout: see its module); the report covers what has finished")
+                        help="run only these job groups (the plan's groups; erils: main threads length capacity "
+                             "spg_lr lengths); the report covers what has finished")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
@@ -62,17 +69,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.task != "sudoku" and args.study != "erils":
         parser.error(f"--task {args.task}: only the erils study has tasks")
 
+    from lit_rl.errors import ConfigError
     from lit_rl.reproduce import dr, dr_report, erils, erils_report
-    from lit_rl.reproduce.runner import jobs_to_run, run_jobs, seconds_of
+    from lit_rl.reproduce.plan_file import expand, load_plan
+    from lit_rl.reproduce.runner import init_stores, jobs_to_run, run_jobs, seconds_of
 
     study, report = (erils, erils_report) if args.study == "erils" else (dr, dr_report)
 
     suffix = "".join(f"_{v}" for v, default in ((args.testbed, "chainsum"), (args.task, "sudoku")) if v != default)
+    if args.plan:
+        suffix += "_" + Path(args.plan).stem
     out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{suffix}{'_quick' if args.quick else ''}")
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     threads = args.threads or max(1, 2 // args.workers)
     extra = {"testbed": args.testbed} if args.study == "double-rollout" else {"task": args.task}
-    plan = study.plan(out, seeds, args.quick, args.workers, threads, **extra)
+    try:
+        study_plan = load_plan(args.plan) if args.plan else study.study_plan(**extra)
+        if study_plan.study != args.study:
+            raise ConfigError(f"{study_plan.path}: study: the plan is of the {study_plan.study} study, not "
+                              f"{args.study}")
+        plan = expand(study_plan, out, seeds, args.quick, args.workers, threads)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     evals = list(getattr(plan, "eval_jobs", []))
     if args.only:
         groups = {j.tags.get("group") for j in [*plan.jobs, *evals]}
@@ -84,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         evals = [j for j in evals if j.tags.get("group") in args.only]
     failed: list[str] = []
     if not args.report_only:
-        study.init_stores(out)
+        init_stores(out, study_plan.experiment)
         # the first job alone: it builds the warm-start cache that every other job then loads
         first, rest = (plan.jobs[:1], plan.jobs[1:]) if plan.first_alone else ([], plan.jobs)
         for job in first if plan.boost_first else []:  # alone, it may use every thread the workers would share
@@ -102,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     times = {j.name: seconds_of(j.folder) for j in plan.jobs}
     try:
         summary = report.build(out, seeds, {k: v for k, v in times.items() if v is not None}, quick=args.quick,
-                               **extra)
+                               plan=study_plan, **extra)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

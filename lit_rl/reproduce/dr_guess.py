@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.report import RunData, _plt
+from lit_rl.reproduce.plan_file import StudyPlan
 from lit_rl.reproduce.premise import TESTBED_TASK
 
 __all__ = ["TASK", "premise_cached", "premise_section", "progress_sections", "steps_to_reach", "trend_rows",
@@ -202,12 +203,11 @@ def progress_sections(out: Path, jobs: dict[str, RunData], curves: dict[str, lis
 
 
 def trend_sections(out: Path, jobs: dict[str, RunData], metric: str, seeds: Sequence[int],
-                   summary: dict[str, Any]) -> list[str]:
-    """ρ and N with the spread over seeds (DR Tables 2-3 in miniature)."""
-    from lit_rl.reproduce.dr import GUESS_N, GUESS_RHO
-
-    rho = trend_rows(jobs, metric, "rho", GUESS_RHO, seeds, {0.9: "dr"})
-    n = trend_rows(jobs, metric, "n", GUESS_N, seeds, {4: "dr", 1: "grpo"})
+                   summary: dict[str, Any], plan: StudyPlan) -> list[str]:
+    """ρ and N with the spread over seeds (DR Tables 2-3 in miniature): the values of the plan's ``rho`` and ``n``
+    jobs (their tags)."""
+    rho = trend_rows(jobs, metric, "rho", [float(e.tags["rho"]) for e in plan.entries_of("rho")], seeds, {0.9: "dr"})
+    n = trend_rows(jobs, metric, "n", [int(e.tags["n"]) for e in plan.entries_of("n")], seeds, {4: "dr", 1: "grpo"})
     summary["trends"] = {"rho": rho, "n": n}
     md = [f"## ρ and N (DR Tables 2-3 in miniature; seeds {', '.join(map(str, seeds))}, final held-out accuracy)", ""]
     md += trend_markdown("ρ", rho, "ρ 0.9 is the main DR run (N 4).")

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.report import RunData, _plt, draw_pareto, load_runs
 from lit_rl.reproduce.dr_guess import premise_section, progress_sections, trend_sections
+from lit_rl.reproduce.plan_file import StudyPlan
 
 __all__ = ["build", "cumulative_tokens", "latest_finished", "reliability_rows_of"]
 
@@ -199,33 +200,38 @@ def _trend_points(runs_by_job, trials, metric, key, main_value, main_job, extra=
 
 
 def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False,
-          testbed: str = "chainsum") -> dict[str, Any]:
-    """Write the report into ``out`` from ``out/mlflow.db``; returns the summary (also ``summary.json``)."""
-    from lit_rl.reproduce.dr import EXPERIMENT, GREEDY, METHODS, METRIC
+          testbed: str = "chainsum", plan: StudyPlan | None = None) -> dict[str, Any]:
+    """Write the report of the study on ``testbed`` (its plan, :data:`lit_rl.reproduce.dr.PLANS`, or ``plan``) into
+    ``out`` from ``out/mlflow.db``; returns the summary (also ``summary.json``). The methods are the plan's ``main``
+    group (and on the guess testbed its ``nemo`` group), the trends its ``rho`` and ``n`` groups, the Pareto its
+    ``length`` group."""
+    from lit_rl.reproduce.dr import GREEDY, study_plan
+
+    plan = plan or study_plan(testbed)
+    testbed = plan.report.get("testbed", testbed)
+    experiment, metric, main_methods = plan.experiment, plan.metric, plan.methods("main")
 
     if not (out / "mlflow.db").exists():
         raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report_only first)")
     uri = f"sqlite:///{(out / 'mlflow.db').resolve()}"
-    all_runs = load_runs(uri, experiments=[EXPERIMENT])
+    all_runs = load_runs(uri, experiments=[experiment])
     jobs = latest_finished([r for r in all_runs if r.tags.get("lit_rl.reproduce") == "double-rollout"], "lit_rl.job")
     for name, r in jobs.items():
         r.tags["lit_rl.folder"] = str(out / "runs" / name)
-    first = next((jobs[f"{m}_s{s}"] for m in METHODS for s in seeds if f"{m}_s{s}" in jobs), None)
+    first = next((jobs[f"{m}_s{s}"] for m in main_methods for s in seeds if f"{m}_s{s}" in jobs), None)
     updates_per_batch, prompts_per_batch = run_settings(Path(first.tags["lit_rl.folder"])) if first else (2, 4)
     trials = {st: [r for r in all_runs if r.tags.get("lit_rl.sweep") == f"reproduce-{st}" and r.status == "FINISHED"]
               for st in ("rho", "n")}
-    methods = list(METHODS)
+    methods = list(main_methods)
     if testbed == "guess":
-        from lit_rl.reproduce.dr import GUESS_EXTRA
-
-        methods += list(GUESS_EXTRA)
-    summary: dict[str, Any] = {"metric": METRIC, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [],
+        methods += plan.stems("nemo")
+    summary: dict[str, Any] = {"metric": metric, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [],
                                "times_s": times}
     guess = testbed == "guess"
     title = "the guess testbed (guessable answers, lucky guesses)" if guess else "the chain-sum testbed"
     md = [f"# Double rollout on {title}"
           f"{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", ""]
-    md += [f"Held-out accuracy = `{METRIC}`: mean correctness of 4 samples at T 1 on 128 held-out problems; "
+    md += [f"Held-out accuracy = `{metric}`: mean correctness of 4 samples at T 1 on 128 held-out problems; "
            f"greedy = `{GREEDY}` on 256. Seeds: {', '.join(map(str, seeds))}."
            + (" Every run is a few steps (`--quick`: a smoke run of the pipeline, not the study's budget)."
               if quick else ""), ""]
@@ -244,21 +250,21 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         rs = [jobs[f"{m}_s{s}"] for s in seeds if f"{m}_s{s}" in jobs]
         if not rs:
             continue
-        start = _stats([r.series(METRIC)[0][1] for r in rs if r.series(METRIC)])
-        final = _stats([r.series(METRIC)[-1][1] for r in rs if r.series(METRIC)])
-        best = _stats([max(v for _, v in r.series(METRIC)) for r in rs if r.series(METRIC)])
+        start = _stats([r.series(metric)[0][1] for r in rs if r.series(metric)])
+        final = _stats([r.series(metric)[-1][1] for r in rs if r.series(metric)])
+        best = _stats([max(v for _, v in r.series(metric)) for r in rs if r.series(metric)])
         greedy = _stats([r.series(GREEDY)[-1][1] for r in rs if r.series(GREEDY)])
         tokens = _stats([cumulative_tokens(r, prompts_per_batch)[-1][1] for r in rs
                          if cumulative_tokens(r, prompts_per_batch)])
         secs = _stats([times.get(f"{m}_s{s}") for s in seeds])
-        at_budget = _stats([_accuracy_at_tokens(r, METRIC, budget, updates_per_batch, prompts_per_batch) for r in rs])
+        at_budget = _stats([_accuracy_at_tokens(r, metric, budget, updates_per_batch, prompts_per_batch) for r in rs])
         summary["main"][m] = {"start": start, "final": final, "best": best, "at_grpo_tokens": at_budget,
                               "greedy_final": greedy, "tokens": tokens, "seconds": secs}
         md.append(f"| {LABELS[m]} | {_f(start['mean'])} | {_f(final['mean'])} ± {_f(final['std'])} | "
                   f"{_f(final['min'])}-{_f(final['max'])} | {_f(best['mean'])} | {_f(at_budget['mean'])} | "
                   f"{_f(greedy['mean'])} | {_f(tokens['mean'] / 1e3, 1)}k | {_f(secs['mean'], 0)} s |")
     if any(f"{m}_s{s}" in jobs for m in methods for s in seeds):
-        _plot_curves(jobs, METRIC, methods, seeds, updates_per_batch, prompts_per_batch, out / "curves.png")
+        _plot_curves(jobs, metric, methods, seeds, updates_per_batch, prompts_per_batch, out / "curves.png")
         md += ["", "Rollout tokens: generated tokens of both stages (continuation prefixes are prefilled, not "
                "generated, and not counted). \"At GRPO's token budget\": the last evaluation before the run had "
                "generated as many rollout tokens as GRPO's whole run.", "", "![curves](curves.png)", ""]
@@ -269,7 +275,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
             return statistics.fmean(_at(cumulative_tokens(r, prompts_per_batch),
                                         _cost_key(r, step, updates_per_batch)) or 0.0 for r in rs)
 
-        md += progress_sections(out, jobs, _method_curves(jobs, METRIC, methods, seeds), seeds, quick, summary,
+        md += progress_sections(out, jobs, _method_curves(jobs, metric, methods, seeds), seeds, quick, summary,
                                 tokens_at)
 
     # 2. reliability
@@ -283,14 +289,14 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
            "Continuation accuracy from the first ρ of correct vs incorrect rollouts, by original length and by "
            "the prompt's pass rate in its group." + departure, "", table, ""]
     if guess:
-        md += trend_sections(out, jobs, METRIC, seeds, summary)
+        md += trend_sections(out, jobs, metric, seeds, summary, plan)
         return _finish(out, md, summary, times)
 
     # 3. trends
     md += ["## ρ and N (DR Tables 2-3 in miniature; one seed, final held-out accuracy)", ""]
     s0 = seeds[0]
-    rho = _trend_points(jobs, trials["rho"], METRIC, "model.init_args.double_rollout.rho", 0.9, f"dr_s{s0}")
-    n = _trend_points(jobs, trials["n"], METRIC, "model.init_args.double_rollout.num_continuations", 4, f"dr_s{s0}",
+    rho = _trend_points(jobs, trials["rho"], metric, "model.init_args.double_rollout.rho", 0.9, f"dr_s{s0}")
+    n = _trend_points(jobs, trials["n"], metric, "model.init_args.double_rollout.num_continuations", 4, f"dr_s{s0}",
                       extra=[(1, f"grpo_s{s0}")])
     summary["trends"] = {"rho": [(v, y) for v, y, _ in rho], "n": [(v, y) for v, y, _ in n]}
     md += ["| ρ | " + " | ".join(f"{v:g}" for v, _, _ in rho) + " |", "|---|" + "---|" * len(rho),
@@ -313,14 +319,12 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         md += ["![trends](trends.png)", ""]
 
     # 4. accuracy vs tokens
-    length_key = METRIC.rsplit("/", 1)[0] + "/length_mean"
-    from lit_rl.reproduce.dr import LENGTH_RUNS
-
+    length_key = metric.rsplit("/", 1)[0] + "/length_mean"
     pts = []
-    wanted = [f"{n}_s{s0}" for n in LENGTH_RUNS]  # this plan's length runs (not those of an older plan)
+    wanted = [f"{n}_s{s0}" for n in plan.stems("length")]  # this plan's length runs (not those of an older plan)
     for name, r in sorted(((n, jobs[n]) for n in wanted if n in jobs), key=lambda x: wanted.index(x[0])):
         if r.tags.get("group") == "length":
-            acc, ln = r.series(METRIC), r.series(length_key)
+            acc, ln = r.series(metric), r.series(length_key)
             if acc and ln:
                 if not pts:  # the verbose warm start: every length run's first evaluation
                     pts.append(("warm start", ln[0][1], acc[0][1]))

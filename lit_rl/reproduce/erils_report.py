@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.report import RunData, _plt, load_runs
 from lit_rl.reproduce.dr_report import _f, _stats, latest_finished
+from lit_rl.reproduce.plan_file import StudyPlan
 
 __all__ = ["CHANCE", "DIAGNOSTICS", "build", "countdown_chance", "expression_chance"]
 
@@ -160,22 +161,27 @@ def countdown_chance(config: str = "conf/erils_countdown.yaml") -> float:
 
 
 def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool = False,
-          task: str = "sudoku") -> dict[str, Any]:
-    """Write the report of the study on ``task`` into ``out`` from ``out/mlflow.db``; returns the summary (also
-    ``summary.json``)."""
-    from lit_rl.reproduce.erils import EXPERIMENT, METHODS, TASKS
+          task: str = "sudoku", plan: StudyPlan | None = None) -> dict[str, Any]:
+    """Write the report of the study on ``task`` (its plan, :data:`lit_rl.reproduce.erils.PLANS`, or ``plan``) into
+    ``out`` from ``out/mlflow.db``; returns the summary (also ``summary.json``). The plan's ``report`` block gives
+    the wording: ``task``, ``title``, ``measure``, ``eval_set``, ``recipe`` (the overlay the budget names; Countdown's
+    test split gives the chance line) and ``base_lr`` (the main runs' learning rate)."""
+    from lit_rl.reproduce.erils import study_plan
 
-    setup = TASKS[task]
-    metric = setup.metric
-    chance = CHANCE if task == "sudoku" else countdown_chance(setup.overlays[0])
-    pass_at = [setup.pass_at(k) for k in range(1, 5)]
+    plan = plan or study_plan(task)
+    setup = plan.report
+    task = setup.get("task", task)
+    experiment, methods = plan.experiment, plan.methods("main")
+    metric = plan.metric
+    chance = CHANCE if task == "sudoku" else countdown_chance(setup["recipe"])
+    pass_at = [f"val/{task}/multi/pass_at_{k}" for k in range(1, 5)]
 
     if not (out / "mlflow.db").exists():
         raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report_only first)")
-    runs = load_runs(f"sqlite:///{(out / 'mlflow.db').resolve()}", experiments=[EXPERIMENT])
+    runs = load_runs(f"sqlite:///{(out / 'mlflow.db').resolve()}", experiments=[experiment])
     jobs = latest_finished([r for r in runs if r.tags.get("lit_rl.reproduce") == "erils"
                             and r.tags.get("task", "sudoku") == task], "lit_rl.job")
-    main = {m: [jobs[f"{m}_s{s}"] for s in seeds if f"{m}_s{s}" in jobs] for m in METHODS}
+    main = {m: [jobs[f"{m}_s{s}"] for s in seeds if f"{m}_s{s}" in jobs] for m in methods}
     main = {m: rs for m, rs in main.items() if rs}
     threads = [r for n, r in jobs.items() if r.tags.get("group") == "threads"]
     uncontrolled = [r for n, r in jobs.items() if r.tags.get("group") == "length"]
@@ -184,10 +190,10 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     budget = ("a few steps (`--quick`: a smoke run of the pipeline, not `conf/erils.yaml`'s budget; the "
               "numbers below say nothing about the methods)" if quick else
               "`conf/erils.yaml`'s budget (same updates, rollout batches, warm start)")
-    budget = budget.replace("`conf/erils.yaml`'s", f"`conf/erils.yaml` + `{setup.overlays[0]}`'s")
-    md = [f"# {setup.title}"
+    budget = budget.replace("`conf/erils.yaml`'s", f"`conf/erils.yaml` + `{setup['recipe']}`'s")
+    md = [f"# {setup['title']}"
           f"{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", "",
-          f"{setup.measure.capitalize()} = `{metric}` on {setup.eval_set} (chance {chance:.3g}). Every "
+          f"{setup['measure'].capitalize()} = `{metric}` on {setup['eval_set']} (chance {chance:.3g}). Every "
           f"variant runs {budget}. Seeds: {', '.join(map(str, seeds))}.", ""]
 
     # 1. equal budget
@@ -227,7 +233,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     if main:
         _plot_curves(main, metric, out / "curves.png",
                      {f"{LABELS.get(r.tags.get('method', ''), r.name)}, uncontrolled pool": [r] for r in uncontrolled},
-                     chance, f"{setup.measure} ({setup.eval_set})")
+                     chance, f"{setup['measure']} ({setup['eval_set']})")
         _plot_diagnostics(main, out / "diagnostics.png", pass_at)
         md += ["", "![curves](curves.png)", "", "Per-source diagnostics (mean over seeds): why a run learns or "
                "stalls.", "", "![diagnostics](diagnostics.png)", ""]
@@ -310,8 +316,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                "| method | lr | final greedy | best | on-policy reward, first → last 5 | format rate (last 5) "
                "| on-policy length (last 5) | reading |", "|---|---|---|---|---|---|---|---|"]
         summary["spg_lr"] = {}
-        from lit_rl.reproduce.erils import BASE_LR
-        rows = [(m, BASE_LR, jobs.get(f"{m}_s{seeds[0]}")) for m in ("spg", "erils")]
+        rows = [(m, float(setup["base_lr"]), jobs.get(f"{m}_s{seeds[0]}")) for m in ("spg", "erils")]
         rows += [(r.tags.get("method"), float(r.tags.get("lr", "nan")), r) for r in lr_runs]
         for method, lr, r in sorted((x for x in rows if x[2] is not None), key=lambda x: (x[0] != "spg", -x[1])):
             s = r.series(metric)
@@ -330,7 +335,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     # 5. Table XI's protocol: three generation lengths, deterministic, every final checkpoint
     from lit_rl.reproduce.lengths import lengths_rows
     run_dirs = out / "runs"
-    groups = {LABELS[m]: [run_dirs / f"{m}_s{s}" for s in seeds] for m in METHODS}
+    groups = {LABELS[m]: [run_dirs / f"{m}_s{s}" for s in seeds] for m in methods}
     groups.update({f"{LABELS.get(r.tags.get('method'), r.name)}, lr {r.tags.get('lr')}": [run_dirs / r.name]
                    for r in lr_runs})
     lines, by_length = lengths_rows(groups)

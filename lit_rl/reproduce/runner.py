@@ -22,10 +22,9 @@ from typing import Any, Callable, Sequence
 import yaml
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.config.lines import compose_files
 from lit_rl.tracking import get_or_create_experiment
 
-__all__ = ["Job", "JobResult", "callbacks_of", "fit_job", "init_stores", "run_jobs", "validate_job"]
+__all__ = ["Job", "JobResult", "fit_job", "init_stores", "run_jobs", "sweep_jobs", "validate_job"]
 
 
 @dataclass
@@ -83,14 +82,6 @@ def _check(job: Job) -> str | None:
         return job.check()
     except Exception as e:  # noqa: BLE001  (e.g. a worker that died before it created its study)
         return f"its check failed: {type(e).__name__}: {e}"
-
-
-def callbacks_of(config_files: Sequence[str | Path]) -> list[dict[str, Any]]:
-    """The ``trainer.callbacks`` list the LightningCLI would build from these files (the last file that
-    sets the list wins, a ``callbacks+`` extends it, as in jsonargparse; :func:`lit_rl.config.lines.compose_files`),
-    as plain dicts to edit and write into an overlay."""
-    found = compose_files(config_files).get(("trainer", "callbacks"))
-    return json.loads(json.dumps(found or []))  # a deep copy
 
 
 def _start(job: Job, threads: int) -> subprocess.Popen:
@@ -208,13 +199,12 @@ def init_stores(out: Path, experiment: str) -> None:
 
 
 def fit_job(
-    name: str, configs: Sequence[str], callback_edits: list[dict[str, Any]], seed: int, data_seed: int,
-    threads: int, out: Path, experiment: str, tags: dict[str, str], extra: Sequence[str] = (),
+    name: str, configs: Sequence[str], seed: int, data_seed: int, threads: int, out: Path, experiment: str,
+    tags: dict[str, str], extra: Sequence[str] = (),
 ) -> Job:
-    """A ``fit`` job of a study: ``configs`` plus an overlay that edits this run's callbacks (``callbacks~``,
-    :mod:`lit_rl.config.edits`: ``callback_edits`` are partial entries, each naming the callback it changes;
-    the configs' list stays theirs), written into its folder; then its seeds, threads, run folder (the checkpoints
-    go to ``<folder>/checkpoints``) and the study's MLflow store, then ``extra`` arguments.
+    """A ``fit`` job of a study: ``configs`` (the job's own overlay last, :func:`lit_rl.reproduce.plan_file.expand`),
+    then its seeds, threads, run folder (the checkpoints go to ``<folder>/checkpoints``) and the study's MLflow
+    store, then ``extra`` arguments.
 
     The DataModule's own seed draws the prompt order and the rollout noise, the module's seed the masks /
     continuations: ``seed_everything`` alone changes none of them (measured: two seeds gave identical
@@ -223,11 +213,7 @@ def fit_job(
     folder.mkdir(parents=True, exist_ok=True)
     argv = ["fit"]
     for c in configs:
-        argv += ["--config", c]
-    if callback_edits:
-        overlay = folder / "overlay.yaml"
-        atomic_write_text(overlay, yaml.safe_dump({"trainer": {"callbacks~": callback_edits}}, sort_keys=False))
-        argv += ["--config", str(overlay)]
+        argv += ["--config", str(c)]
     argv += [
         f"--seed_everything={seed}", f"--data.init_args.seed={data_seed}", f"--model.init_args.seed={seed}",
         f"--threads={threads}",
@@ -239,6 +225,48 @@ def fit_job(
         *extra,
     ]
     return Job(name, argv, folder, tags)
+
+
+def sweep_jobs(study: Any, entry: Any, values: Sequence[Any], out: Path, workers: int, threads: int,
+               overlays: Sequence[dict[str, Any]]) -> list[Job]:
+    """An Optuna grid over ``entry.sweep.key`` (a plan's sweep job, :mod:`lit_rl.reproduce.plan_file`) on
+    ``entry.configs`` with ``overlays`` (the quick and warm-start parts) and seed 0, in the study's stores: one
+    ``python -m lit_rl sweep`` worker per core it may use, each a job whose check names failed trials."""
+    from lit_rl.reproduce.plan_file import merge_overlays
+
+    folder = out / "sweeps" / entry.name
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = {
+        "study_name": f"reproduce-{entry.name}",
+        "base": list(entry.configs),
+        "overrides": {**merge_overlays(overlays), "seed_everything": 0, "threads": threads},
+        "space": {entry.sweep.key: {"type": "categorical", "choices": list(values)}},
+        "objective": {"metric": study.metric, "direction": "maximize", "reduce": "last"},
+        "sampler": {"name": "grid"},
+        "pruner": {"name": "none"},
+        "storage": f"sqlite:///{(out / 'optuna.db').resolve()}",
+        "tracking_uri": f"sqlite:///{(out / 'mlflow.db').resolve()}",
+        "experiment_name": study.experiment,
+        "output_dir": str(folder),
+    }
+    path = folder / "sweep.yaml"
+    atomic_write_text(path, yaml.safe_dump(cfg, sort_keys=False))
+    n = len(values)
+
+    def check() -> str | None:
+        """A sweep worker exits 0 when only some of its trials fail (the study goes on), and 1 when all did: either
+        way a failed or pruned trial is a failed job, named here."""
+        import optuna
+
+        trials = optuna.load_study(study_name=cfg["study_name"], storage=cfg["storage"]).get_trials(deepcopy=False)
+        bad = [t.number for t in trials if t.state in (optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)]
+        return f"trials {bad} of {cfg['study_name']} failed (see {folder}/trial_*)" if bad else None
+
+    return [
+        Job(f"sweep-{entry.name}-w{w}", ["sweep", "--config", str(path), "--n-trials", str(n)], folder / f"worker{w}",
+            {"lit_rl.reproduce": study.study, "sweep": entry.name, "group": entry.group}, check=check)
+        for w in range(max(1, min(workers, n)))
+    ]
 
 
 def validate_job(name: str, run_folder: Path, callback_files: Sequence[str], tags: dict[str, str],

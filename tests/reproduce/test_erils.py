@@ -25,9 +25,12 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
                      "erils_s1", "spg_s1", "joint_s1", "external_only_s1", "sft_s1",
                      "erils_s0_t2", "external_only_uncontrolled_s0", "erils_uncontrolled_s0", "sft_capacity_s0",
                      "spg_lr0.0003_s0", "erils_lr0.0003_s0", "spg_lr0.0001_s0", "erils_lr0.0001_s0"]
+    jobs = {j.name: j for j in plan.jobs}
     # SPG's failure mode: the same settings as the main runs but the learning rate, first seed
-    lr_job = {j.name: j for j in plan.jobs}["spg_lr0.0001_s0"]
-    assert "--model.init_args.optimizer.init_args.lr=0.0001" in lr_job.argv and "conf/spg.yaml" in lr_job.argv
+    lr_job = jobs["spg_lr0.0001_s0"]
+    lr_cfg = parse_training_config.argv(lr_job.argv[1:])
+    assert lr_cfg.model.init_args.optimizer.init_args.lr == 1e-4 and "conf/spg.yaml" in lr_job.argv
+    assert lr_cfg.model.init_args.advantages.class_path.endswith("OnPolicyOnly")
     assert lr_job.tags["group"] == "spg_lr" and lr_job.tags["lr"] == "0.0001" and "--seed_everything=0" in lr_job.argv
     # Table XI's protocol: one validate job per final checkpoint of the main and learning-rate runs, none for the
     # thread / pool / capacity runs; it reads the fit's saved config and last checkpoint
@@ -40,18 +43,17 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
     assert ev.folder == tmp_path / "runs/erils_s1/erils_s1_lengths" and ev.tags["group"] == "lengths"
     assert ev.tags["evaluates"] == "erils_s1" and ev.tags["lit_rl.job"] == "erils_s1_lengths"
     # a fit run again with another command line makes its evaluation's done.json stale
-    fit, before = {j.name: j for j in plan.jobs}["erils_s1"], ev.digest
+    fit, before = jobs["erils_s1"], ev.digest
     fit.argv = [*fit.argv, "--trainer.max_steps=8"]
     assert ev.argv == [*ev.argv] and ev.digest != before
     # the base learning rate the report labels the main runs with is the study recipe's (the committed runs')
-    recipe = yaml.safe_load((ROOT / erils.STUDY_RECIPE).read_text())
-    assert recipe["model"]["init_args"]["optimizer"]["init_args"]["lr"] == erils.BASE_LR
-    assert erils.TASKS["sudoku"].overlays == (erils.STUDY_RECIPE,)
+    recipe = yaml.safe_load((ROOT / "conf/erils_study_recipe.yaml").read_text())
+    study = erils.study_plan()
+    assert recipe["model"]["init_args"]["optimizer"]["init_args"]["lr"] == study.report["base_lr"]
+    assert study.methods("main") == ["erils", "spg", "joint", "external_only", "sft"]
     assert plan.first_alone and not plan.boost_first  # the thread count is part of the result: never raised
-    jobs = {j.name: j for j in plan.jobs}
     assert "--threads=2" in jobs["erils_s0_t2"].argv and jobs["erils_s0_t2"].tags["threads"] == "2"
     assert "--threads=1" in jobs["erils_s0"].argv and jobs["erils_s0"].tags["threads"] == "1"
-    assert f"--data.init_args.pool_path={erils.UNCONTROLLED_POOL}" in jobs["erils_uncontrolled_s0"].argv
     assert "conf/spg.yaml" in jobs["spg_s1"].argv and "conf/erils_sft.yaml" in jobs["sft_s0"].argv
     seeds = [a for a in jobs["joint_s1"].argv
              if a.startswith(("--seed_everything", "--data.init_args.seed", "--model.init_args.seed"))]
@@ -63,22 +65,46 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
         assert cfg.trainer.default_root_dir == str(job.folder)
         ckpt = [c for c in cfg.trainer.callbacks if c.class_path.endswith("ModelCheckpoint")]
         assert ckpt[0].init_args.dirpath is None  # <default_root_dir>/checkpoints: the job's own folder
-        # the job's overlay edits only the warm-up's cache; the list itself is the configs'
-        assert yaml.safe_load((job.folder / "overlay.yaml").read_text()) == {"trainer": {"callbacks~": [
-            {"class_path": "callbacks.FormatWarmup", "init_args": {"cache_dir": str(tmp_path / "c")}}]}}
+        # the job's overlay (last of its configs) edits the warm-up's cache; the list itself is the configs'
+        overlay = yaml.safe_load((job.folder / "overlay.yaml").read_text())
+        assert overlay["trainer"]["callbacks~"] == [
+            {"class_path": "callbacks.FormatWarmup", "init_args": {"cache_dir": str(tmp_path / "c")}}]
+        assert job.argv[job.argv.index(str(job.folder / "overlay.yaml")) - 1] == "--config"
         warm = [c for c in cfg.trainer.callbacks if c.class_path.endswith("FormatWarmup")]
         assert warm[0].init_args.cache_dir == str(tmp_path / "c") and warm[0].init_args.steps == 250
+        assert cfg.model.init_args.optimizer.init_args.lr == float(job.tags.get("lr", 1e-3))
         if job.name in advantages:
             assert cfg.model.init_args.advantages.class_path.endswith(advantages[job.name])
     sft = parse_training_config.argv(jobs["sft_s0"].argv[1:])
     assert sft.model.class_path.endswith("DenoisingSFT") and sft.data.init_args.g_on == 0
     cap = parse_training_config.argv(jobs["sft_capacity_s0"].argv[1:])  # 1 row per prompt, 1 update per batch
     assert (cap.data.init_args.g_ext, cap.model.init_args.updates_per_batch, cap.trainer.max_steps) == (1, 1, 900)
+    assert cap.trainer.val_check_interval == 150
     for name in ("erils_uncontrolled_s0", "external_only_uncontrolled_s0"):  # Fig. 4 trains external-only on each pool
         unc = parse_training_config.argv(jobs[name].argv[1:])
-        assert unc.data.init_args.pool_path.endswith("sudoku_grid_verbose.jsonl.gz")
+        assert unc.data.init_args.pool_path == "data/pools/sudoku_grid_verbose.jsonl.gz"
+    main = parse_training_config.argv(jobs["erils_s0"].argv[1:])
+    assert main.data.init_args.pool_path == "data/pools/sudoku_grid.jsonl.gz"
     spg = parse_training_config.argv(jobs["spg_s0"].argv[1:])  # the paper's SPG: the whole group on-policy
     assert (spg.data.init_args.g_on, spg.data.init_args.g_ext) == (4, 0)
+
+
+def test_quick_plan_runs_erils_sft_and_the_uncontrolled_pool_at_a_few_steps(tmp_path, parse_training_config):
+    """--quick: the jobs marked quick, each with the plan's quick overlay after its own and before the cache."""
+    plan = erils.plan(tmp_path, seeds=[0], quick=True, workers=2, threads=1)
+    assert [j.name for j in plan.jobs] == ["erils_s0", "sft_s0", "erils_uncontrolled_s0"]
+    assert [j.name for j in plan.eval_jobs] == ["erils_s0_lengths", "sft_s0_lengths"]
+    cfg = parse_training_config.argv({j.name: j for j in plan.jobs}["erils_uncontrolled_s0"].argv[1:])
+    assert (cfg.trainer.max_steps, cfg.data.init_args.prompts_per_batch) == (8, 2)
+    assert cfg.data.init_args.pool_path.endswith("sudoku_grid_verbose.jsonl.gz")  # its own overlay kept
+    (warm,) = [c for c in cfg.trainer.callbacks if c.class_path.endswith("FormatWarmup")]
+    assert (warm.init_args.steps, warm.init_args.cache_dir) == (5, str(tmp_path / "cache"))  # two edits of one entry
+    (passk,) = [c for c in cfg.trainer.callbacks if c.class_path.endswith("PassAtKEvaluation")]
+    assert passk.init_args.subset_size == 8 and passk.init_args.configs[0]["num_samples"] == 2
+    quick_eval = yaml.safe_load((tmp_path / "lengths_quick.yaml").read_text())
+    assert quick_eval["trainer"]["callbacks~"][0]["init_args"] == {"name": "lengths", "subset_size": 8,
+                                                                   "batch_size": 8}
+    assert plan.eval_jobs[0].argv[-2] == str(tmp_path / "lengths_quick.yaml")
 
 
 @pytest.mark.slow
@@ -90,7 +116,7 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["failed"] == [] and set(summary["main"]) == set(erils.QUICK_METHODS)
+    assert summary["failed"] == [] and set(summary["main"]) == {"erils", "sft"}
     report = (out / "report.md").read_text()
     for section in ("Equal budget", "Spread of ERILS", "Length-controlled vs uncontrolled",
                     "Table XI's protocol: three generation lengths"):
@@ -108,10 +134,10 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
                                            "erils: uncontrolled (grid_verbose, 69 tokens)"}
     # the uncontrolled run trained on whole 69-token external rows: the datamodule widened them past L_gen 48
     cfg = yaml.safe_load(next((out / "runs/erils_uncontrolled_s0").rglob("config.yaml")).read_text())
-    assert cfg["data"]["init_args"]["pool_path"] == erils.UNCONTROLLED_POOL
+    assert cfg["data"]["init_args"]["pool_path"] == "data/pools/sudoku_grid_verbose.jsonl.gz"
     from lit_rl.report import load_runs
 
-    runs = {r.name: r for r in load_runs(f"sqlite:///{out / 'mlflow.db'}", experiments=[erils.EXPERIMENT])}
+    runs = {r.name: r for r in load_runs(f"sqlite:///{out / 'mlflow.db'}", experiments=["lit_rl-reproduce-erils"])}
     unc = runs["erils_uncontrolled_s0"]
     assert {v for _, v in unc.series("train/external/cut_frac")} == {0.0}
     assert {v for _, v in unc.series("train/external/length_mean")} == {70.0}  # 69 tokens + EOS, every row
@@ -124,7 +150,7 @@ def test_quick_study_runs_end_to_end_through_the_command(tmp_path):
     assert (out / "runs/erils_s0/eval/passk_lengths_validate_report.json").exists()
     assert (out / "runs/erils_s0/erils_s0_lengths/done.json").exists()
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and again.stdout.count("done before, skipped") == len(erils.QUICK_METHODS) + 3
+    assert again.returncode == 0 and again.stdout.count("done before, skipped") == 5
 
 
 def test_only_names_an_unknown_group(tmp_path, capsys):
@@ -145,9 +171,9 @@ def test_countdown_plan_puts_the_task_overlay_under_each_methods_own(tmp_path, p
                           "erils_s1", "spg_s1", "joint_s1", "external_only_s1", "sft_s1",
                           "erils_s0_t2", "sft_capacity_s0"]  # no Sudoku-only groups (pools, learning rates, lengths)
     assert plan.eval_jobs == [] and all(j.tags["task"] == "countdown" for j in plan.jobs)
-    assert jobs["spg_s1"].argv[1:7] == ["--config", erils.BASE, "--config", "conf/erils_countdown.yaml",
+    assert jobs["spg_s1"].argv[1:7] == ["--config", "conf/erils.yaml", "--config", "conf/erils_countdown.yaml",
                                         "--config", "conf/spg.yaml"]
-    pool = erils.TASKS["countdown"].pool
+    pool = "data/pools/countdown_ordered.jsonl.gz"
     for name, job in jobs.items():
         cfg = parse_training_config.argv(job.argv[1:])
         assert cfg.data.init_args.task.class_path.endswith("CountdownTask"), name
@@ -167,7 +193,8 @@ def test_countdown_plan_puts_the_task_overlay_under_each_methods_own(tmp_path, p
                   "sft_capacity": (0, 1)}  # (g_on, g_ext): ERILS's rollouts per prompt, split as each method does
         assert (d.g_on, d.g_ext) == groups[name.rsplit("_s", 1)[0]], name
     # the Sudoku plan is unchanged by the task option
-    assert erils.method_configs("spg") == (["conf/erils.yaml", erils.STUDY_RECIPE, "conf/spg.yaml"], [])
+    assert erils.plan(tmp_path / "s", seeds=[0], quick=False, workers=1, threads=1).jobs[1].argv[1:7] == [
+        "--config", "conf/erils.yaml", "--config", "conf/erils_study_recipe.yaml", "--config", "conf/spg.yaml"]
 
 
 def test_task_belongs_to_the_erils_study_and_countdown_has_no_sudoku_groups(tmp_path, capsys):

@@ -16,7 +16,7 @@ def _store(tmp_path: Path, runs: dict[str, tuple[dict[str, str], dict[str, list[
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    exp = client.create_experiment(erils.EXPERIMENT)
+    exp = client.create_experiment(erils.study_plan().experiment)
     for name, (tags, history) in runs.items():
         run = client.create_run(exp, run_name=name, tags={"lit_rl.reproduce": "erils", "lit_rl.job": name, **tags})
         for key, points in history.items():

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lit_rl.reproduce.runner import Job, callbacks_of, run_jobs
+from lit_rl.reproduce.runner import Job, run_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,22 +44,6 @@ def test_runner_skips_finished_jobs_and_reports_a_failure_with_its_log(tmp_path,
     broken = Job("broken", ["score", "--help"], tmp_path / "b", check=no_study)
     assert not run_jobs([broken], echo=lines.append)[0].ok
     assert "FAILED (its check failed: KeyError: 'Record does not exist.')" in lines[-1]
-
-
-def test_callbacks_of_takes_the_last_list_like_the_cli():
-    cbs = callbacks_of([ROOT / "conf/double_rollout_chainsum.yaml", ROOT / "conf/grpo_chainsum.yaml"])
-    names = [c["class_path"] for c in cbs]
-    assert "callbacks.dr_reliability.ContinuationReliability" not in names  # the GRPO overlay's own list
-    assert names[-1] == "callbacks.ar_warmup.ScriptedSFTWarmup"
-
-
-def test_callbacks_of_keeps_an_overlays_appended_callbacks():
-    """An eval overlay appends with ``callbacks+``: the plan's written list must hold the base's callbacks and the
-    appended one (a list copied from the last file that *sets* the list would silently drop it)."""
-    base = callbacks_of([ROOT / "conf/erils.yaml"])
-    cbs = callbacks_of([ROOT / "conf/erils.yaml", ROOT / "conf/eval/embedded.yaml"])
-    assert cbs[:len(base)] == base and len(cbs) == len(base) + 1
-    assert cbs[-1]["class_path"] == "callbacks.passk.PassAtKEvaluation" and cbs[-1]["init_args"]["name"] == "embedded"
 
 
 def test_a_terminated_runner_terminates_its_jobs(tmp_path):
