@@ -165,22 +165,32 @@ def resolve_list_keys(base: Any, new: Any, where: dict[tuple, str], path: tuple 
     A ``key~: [partial entries]`` (lit_rl's keyed edit, e.g. ``trainer: {callbacks~: [{class_path:
     callbacks.PassAtKEvaluation, init_args: {subset_size: 8}}]}``) becomes ``key:`` the base list with each named
     entry's arguments changed (:func:`_edit_list`), so an overlay changes one callback without repeating the list.
-    A file may set a list, append to it or edit it, one of the three."""
+    A file sets a list, or edits the base's and appends to it (``key~`` and ``key+`` together: the edits apply to
+    the base's entries, then the items are appended); setting it next to either is refused."""
     if not isinstance(new, dict):
         return new
     out: dict = {}
+    done: set[str] = set()
     for k, v in new.items():
         if isinstance(k, str) and k.endswith(("+", "~")) and len(k) > 1:
-            op, key = k[-1], k[:-1]
-            others = [o for o in (key, key + "+", key + "~") if o != k and o in new]
-            if others:
-                raise ConfigError(f"{where.get(path + (k,), 'a config file')}: {_dotted(path + (k,))}: the same file "
-                                  f"also sets {others[0]}: set the list, append to the base's or edit it, in one "
+            key = k[:-1]
+            if key in done:
+                continue
+            done.add(key)
+            if key in new:
+                first = next(o for o in (key + "~", key + "+") if o in new)
+                at = where.get(path + (first,), "a config file")
+                raise ConfigError(f"{at}: {_dotted(path + (first,))}: the same "
+                                  f"file also sets {key}: set the list, or edit and append to the base's, in one "
                                   "file each")
             old = base.get(key) if isinstance(base, dict) else None
-            if op == "~":
-                out[key] = _edit_list(old, v, "a config file", where, path, key)
-                continue
+            if key + "~" in new:
+                old = _edit_list(old, new[key + "~"], "a config file", where, path, key)
+                if key + "+" not in new:
+                    out[key] = old
+                    continue
+            v = new[key + "+"]
+            k = key + "+"
             items = v if isinstance(v, list) else [v]
             start = len(old) if isinstance(old, list) else 0
             moved = {p: w for p, w in where.items() if p[: len(path) + 1] == path + (k,)}

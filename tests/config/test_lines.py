@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rl.config.lines import parse_command_line
+from lit_rl.config.lines import compose_files, parse_command_line
 from lit_rl.errors import ConfigError
 
 BASE = b"""trainer:
@@ -138,6 +138,33 @@ def test_an_edit_without_a_base_list_or_next_to_a_set_list_is_refused(tmp_path):
                                          b"  callbacks~:\n    - class_path: callbacks.RolloutTracker\n")
     with pytest.raises(ConfigError, match=r"the same file also sets callbacks"):
         parse_command_line(["fit", "--config", _write(tmp_path / "base.yaml", BASE), "--config", both])
+
+
+def test_one_file_edits_the_bases_entries_and_appends_to_the_list(tmp_path):
+    """``callbacks~`` and ``callbacks+`` in one overlay (either order in the file): the edits change the base's entries,
+    the appended items come after them, and a bad appended value is reported at its own line."""
+    from lit_rl.config.preflight import preflight
+
+    root = Path(__file__).resolve().parents[2]
+    over = _write(tmp_path / "over.yaml", b"""trainer:
+  callbacks+:
+    - class_path: callbacks.PromptLedger
+    - class_path: callbacks.passk.PassAtKEvaluation
+      init_args: {name: extra, every_n_steps: 4, start_step: -1, configs: [{name: a}]}
+  callbacks~:
+    - class_path: callbacks.FormatWarmup
+      init_args: {steps: 7}
+""")
+    base = compose_files([root / "conf/erils.yaml"]).data["trainer"]["callbacks"]
+    _, cfg = parse_command_line(["fit", "--config", str(root / "conf/erils.yaml"), "--config", over])
+    got = cfg.data["trainer"]["callbacks"]
+    assert len(got) == len(base) + 2 and got[:len(base) - 1] == base[:-1]
+    warm = got[len(base) - 1]
+    assert warm["class_path"] == "callbacks.FormatWarmup" and warm["init_args"]["steps"] == 7
+    assert [c["class_path"] for c in got[len(base):]] == ["callbacks.PromptLedger", "callbacks.passk.PassAtKEvaluation"]
+    assert cfg.where[("trainer", "callbacks", len(base) + 1, "init_args", "start_step")] == f"{over}:5"
+    with pytest.raises(ConfigError, match=rf"^{over}:5: trainer\.callbacks\[{len(base) + 1}\]\.init_args\.start_step"):
+        preflight(["fit", "--config", str(root / "conf/erils.yaml"), "--config", over], data=False)
 
 
 def test_an_edited_callbacks_bad_argument_is_reported_at_the_overlays_line(tmp_path):
