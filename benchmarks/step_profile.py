@@ -1,7 +1,7 @@
 """Where a training run's time goes: ``python -m lit_rl fit`` timed by bucket, under cProfile.
 
     python benchmarks/step_profile.py --config conf/erils.yaml --max-steps 60
-    python benchmarks/step_profile.py --config conf/double_rollout_chainsum.yaml \\
+    python benchmarks/step_profile.py --config conf/double_rollout.yaml --config conf/double_rollout_chainsum.yaml \\
         --compare model.init_args.loss.old_logprobs=separate_pass      # before (the override) / after (default)
     python benchmarks/step_profile.py --config conf/erils.yaml -- --trainer.val_check_interval=2   # passthrough
     python benchmarks/step_profile.py --config conf/erils.yaml --no-cprofile --before-ref 4fae4e7   # old code / new

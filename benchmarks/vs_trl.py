@@ -7,7 +7,8 @@ max_new_tokens 48, T 1, lr 1e-4, AdamW (0.9, 0.99), clip (0.2, 0.28), mean-centr
 completions masked, and one optimizer update per rollout batch (lit_rl ``updates_per_batch`` 1, TRL
 ``num_iterations`` 1), all on the CPU in float32:
 
-* **lit_rl**: a Lightning fit of ``conf/double_rollout_chainsum.yaml`` + ``conf/grpo_chainsum.yaml`` (GRPO on
+* **lit_rl**: a Lightning fit of ``conf/double_rollout.yaml`` + ``conf/double_rollout_chainsum.yaml`` +
+  ``conf/grpo_chainsum.yaml`` (GRPO on
   the HF backend) through lit_rl's LightningCLI, with μ 1, ``max_steps``, the warm start as
   ``init_checkpoint``, and no logger, checkpoint or evaluation callback during the timed steps;
 * **TRL**: ``GRPOTrainer`` on its defaults except the settings listed in the JSON (``trl_changed_settings``),

@@ -31,14 +31,18 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE_CONFIG = ROOT / "conf/double_rollout_chainsum.yaml"
+#: the chain-sum testbed: the embedded double-rollout default with the chain-sum overlay
+BASE_CONFIGS = [ROOT / "conf/double_rollout.yaml", ROOT / "conf/double_rollout_chainsum.yaml"]
 GRPO_OVERLAY = ROOT / "conf/grpo_chainsum.yaml"
 
 
 # -- the shared testbed -------------------------------------------------------------------------------
 def testbed() -> dict[str, Any]:
-    """The settings both sides read from ``conf/double_rollout_chainsum.yaml`` (one source of truth)."""
-    cfg = yaml.safe_load(BASE_CONFIG.read_text())
+    """The settings both sides read from the chain-sum testbed's configs (one source of truth), composed as
+    ``python -m lit_rl fit`` composes them."""
+    from lit_rl.config.lines import compose_files
+
+    cfg = compose_files(BASE_CONFIGS).data
     data = cfg["data"]["init_args"]
     model = cfg["model"]["init_args"]
     warm = next(c["init_args"] for c in cfg["trainer"]["callbacks"] if c["class_path"].endswith("ScriptedSFTWarmup"))
@@ -64,8 +68,8 @@ def warm_start(cache_dir: Path, steps: int | None = None) -> Path:
     replaces the config's SFT steps): run once, then read by both sides as ``init_checkpoint``."""
     from callbacks.ar_warmup import ScriptedSFTWarmup
 
-    cli = _cli(["--config", str(BASE_CONFIG), "--trainer.logger", "false", "--trainer.callbacks", "[]",
-                "--trainer.default_root_dir", str(cache_dir / "warm_run")])
+    cli = _cli([*(a for c in BASE_CONFIGS for a in ("--config", str(c))), "--trainer.logger", "false",
+                "--trainer.callbacks", "[]", "--trainer.default_root_dir", str(cache_dir / "warm_run")])
     settings = testbed()["warmup"] | ({"steps": steps} if steps else {})
     cb = ScriptedSFTWarmup(**settings, cache_dir=str(cache_dir))
     dm, policy = cli.datamodule, cli.model.policy
@@ -180,7 +184,8 @@ def run_lit(steps: int, seed: int, warm: Path, out_dir: Path, double_rollout: bo
         "data": {"init_args": {"seed": seed}},
     }
     (out_dir / "lit_overlay.yaml").write_text(yaml.safe_dump(overlay))
-    args = ["--config", str(BASE_CONFIG)] + ([] if double_rollout else ["--config", str(GRPO_OVERLAY)])
+    args = [a for c in BASE_CONFIGS for a in ("--config", str(c))]
+    args += [] if double_rollout else ["--config", str(GRPO_OVERLAY)]
     args += ["--config", str(out_dir / "lit_overlay.yaml")]
     for kv in overrides:
         key, _, value = kv.partition("=")

@@ -3,7 +3,8 @@ alike? (docs/vllm.md). Run in the vLLM environment (both backends then share one
 
     .venv-vllm/bin/python scripts/vllm_curves.py [--seeds 0 1 2] [--out runs/vllm_curves] [--quick]
 
-Each run is ``python -m lit_rl fit --config conf/double_rollout_chainsum.yaml --config conf/grpo_chainsum.yaml``
+Each run is ``python -m lit_rl fit --config conf/double_rollout.yaml --config conf/double_rollout_chainsum.yaml
+--config conf/grpo_chainsum.yaml``
 (+ ``--config conf/vllm/chainsum.yaml`` for vLLM), with the seeds of ``reproduce double-rollout`` (a seed moves the
 prompt order, the rollout noise and the module's draws), one after another; finished runs are skipped on a re-run.
 The two samplers draw different noise, so the curves are compared as distributions over seeds, not step by step.
@@ -56,7 +57,8 @@ def report(out: Path, seeds: list[int], quick: bool) -> dict:
     quick_note = " (quick mode: a smoke run, its numbers mean nothing)" if quick else ""
     md = [f"# GRPO on chain sums: HF vs vLLM rollouts{quick_note}",
           "", f"Held-out accuracy `{METRIC}` (T 1, 4 samples on 128 problems) and `{GREEDY}` (256 problems); "
-          f"seeds {', '.join(map(str, seeds))}; configs: conf/double_rollout_chainsum.yaml + conf/grpo_chainsum.yaml + "
+          f"seeds {', '.join(map(str, seeds))}; configs: conf/double_rollout.yaml + "
+          "conf/double_rollout_chainsum.yaml + conf/grpo_chainsum.yaml + "
           "conf/vllm/chainsum.yaml (vLLM) and the same "
           "without the last (HF).", "",
           "| backend | start | final (mean ± std) | per seed | greedy final | best | rollout s / run | wall s / run |",

@@ -66,7 +66,7 @@ def test_lightning_subcommands_take_the_hyphenated_spellings_too(capsys):
 
 @pytest.mark.parametrize("overlay, base", [
     ("conf/gpu/erils_llada8b_sudoku.yaml", "conf/paper/erils_sudoku.yaml"),
-    ("conf/grpo_chainsum.yaml", "conf/double_rollout_chainsum.yaml"),
+    ("conf/grpo_chainsum.yaml", "conf/double_rollout.yaml --config conf/double_rollout_chainsum.yaml"),
     ("conf/grpo_external.yaml", "conf/double_rollout.yaml --config conf/grpo.yaml"),  # a chain of bases
 ])
 def test_an_overlay_alone_fails_with_one_line_naming_its_base(overlay, base, capsys):

@@ -168,14 +168,15 @@ def test_training_config_passes_the_preflight(path, parse_training_config, monke
 
 @pytest.mark.parametrize("method", [[], ["conf/grpo_chainsum.yaml"], ["conf/grpo_large_chainsum.yaml"]])
 def test_guess_testbed_overlay_changes_only_the_task_warm_start_and_eval_cadence(method, parse_training_config,
-                                                                                 monkeypatch):
+                                                                                 monkeypatch, tmp_path):
     from lit_rl.config.preflight import preflight
 
     monkeypatch.chdir(ROOT)
-    argv = ["--config", "conf/double_rollout_chainsum.yaml", "--config", "conf/double_rollout_guess.yaml"]
+    chainsum = ["--config", "conf/double_rollout.yaml", "--config", "conf/double_rollout_chainsum.yaml"]
+    argv = [*chainsum, "--config", "conf/double_rollout_guess.yaml"]
     argv += [a for m in method for a in ("--config", m)]
     cfg = parse_training_config.argv(argv)
-    plain = parse_training_config.argv(["--config", "conf/double_rollout_chainsum.yaml",
+    plain = parse_training_config.argv([*chainsum,
                                         *[a for m in method for a in ("--config", m)]])
     assert cfg.data.init_args.task.init_args.answer_mod == 2 and plain.data.init_args.task.init_args.answer_mod is None
     cbs = {c.class_path.rsplit(".", 1)[-1]: c.init_args for c in cfg.trainer.callbacks}
@@ -186,7 +187,10 @@ def test_guess_testbed_overlay_changes_only_the_task_warm_start_and_eval_cadence
     assert cfg.model.init_args.loss == plain.model.init_args.loss
     assert cfg.data.init_args.num_generations == plain.data.init_args.num_generations
     assert preflight(["fit", *argv], data=False) is not None
-    from lit_rl.reproduce.dr import NEMO_RL
+    from lit_rl.reproduce.dr import study_plan
 
-    nemo = vars(parse_training_config.argv([*argv, *NEMO_RL]).model.init_args.loss)  # the study's NeMo-RL runs
+    (nemo_job, *_) = study_plan("guess").entries_of("nemo")  # the study's NeMo-RL runs: their overlay on the testbed
+    overlay = tmp_path / "nemo.yaml"
+    overlay.write_text(yaml.safe_dump(nemo_job.overlay[0]))
+    nemo = vars(parse_training_config.argv([*argv, "--config", str(overlay)]).model.init_args.loss)
     assert (nemo["scale_std"], nemo["leave_one_out"], nemo["std_of"], nemo["std_eps"]) == (True, True, "baseline", 1e-6)

@@ -137,7 +137,8 @@ def test_step_profile_wraps_every_entry():
 def test_step_profile_real_run_buckets_sum_to_the_wall(capsys):
     """A real tiny double-rollout fit under cProfile (2 updates): buckets sum to the wall, JSON line last."""
     summary = _load("step_profile").main([
-        "--config", "conf/double_rollout_chainsum.yaml", "--config", "tests/tiny_dr_overlay.yaml",
+        "--config", "conf/double_rollout.yaml", "--config", "conf/double_rollout_chainsum.yaml",
+        "--config", "tests/tiny_dr_overlay.yaml",
         "--max-steps", "2", "--top", "5"])
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last == json.loads(json.dumps(summary))

@@ -23,7 +23,7 @@ def test_tiny_chainsum_fit_writes_the_reliability_table(tmp_path):
     torch.manual_seed(0)
     cli = run_lightning_cli([
         "fit",
-        "--config", str(ROOT / "conf/double_rollout_chainsum.yaml"),
+        "--config", str(ROOT / "conf/double_rollout.yaml"), "--config", str(ROOT / "conf/double_rollout_chainsum.yaml"),
         "--config", str(ROOT / "tests/tiny_dr_overlay.yaml"),
         f"--trainer.default_root_dir={tmp_path}",
         f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",

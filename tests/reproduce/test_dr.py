@@ -53,7 +53,8 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path, par
     assert bonus.model.init_args.double_rollout.length_bonus == 1.0 and bonus.model.init_args.double_rollout.enabled
     sweep = yaml.safe_load((tmp_path / "sweeps/rho/sweep.yaml").read_text())
     assert sweep["space"]["model.init_args.double_rollout.rho"]["choices"] == [0.5, 0.75, 0.99]
-    assert sweep["objective"]["metric"] == dr.METRIC and sweep["base"] == ["conf/double_rollout_chainsum.yaml"]
+    assert sweep["objective"]["metric"] == dr.METRIC
+    assert sweep["base"] == ["conf/double_rollout.yaml", "conf/double_rollout_chainsum.yaml"]
     assert sweep["overrides"]["seed_everything"] == 0 and sweep["overrides"]["threads"] == 1
     assert sweep["overrides"]["trainer"]["callbacks~"][0]["init_args"] == {"cache_dir": str(tmp_path / "c")}
     assert {j.tags["group"] for j in plan.jobs if j.argv[0] == "sweep"} == {"rho", "n"}  # --only selects them
@@ -101,7 +102,8 @@ def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(
     n8 = parse_training_config.argv(by["dr_n8_s0"].argv[1:])
     assert n8.model.init_args.double_rollout.num_continuations == 8 and n8.model.init_args.double_rollout.rho == 0.9
     configs = [a for a in by["grpo_large_s1"].argv if a.startswith("conf/")]
-    assert configs == ["conf/double_rollout_chainsum.yaml", "conf/double_rollout_guess.yaml",
+    assert configs == ["conf/double_rollout.yaml", "conf/double_rollout_chainsum.yaml",
+                       "conf/double_rollout_guess.yaml",
                        "conf/grpo_large_chainsum.yaml"]
     composed = compose_files([a for a in by["dr_s0"].argv if a.endswith(".yaml")]).data  # as fit composes them
     warm = next(c for c in composed["trainer"]["callbacks"] if c["class_path"].endswith("ScriptedSFTWarmup"))

@@ -42,7 +42,8 @@ def test_double_rollout_fit_with_vllm_rollouts_keeps_the_engine_in_sync(tmp_path
     overlay = tmp_path / "tiny.yaml"
     overlay.write_text(yaml.safe_dump(TINY))
     cli = run_lightning_cli([
-        "fit", "--config", str(ROOT / "conf/double_rollout_chainsum.yaml"),
+        "fit", "--config", str(ROOT / "conf/double_rollout.yaml"),
+        "--config", str(ROOT / "conf/double_rollout_chainsum.yaml"),
         "--config", str(ROOT / "conf/vllm/chainsum.yaml"), "--config", str(overlay),
         f"--trainer.default_root_dir={tmp_path}",
         f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
