@@ -105,3 +105,12 @@ def postgres_url(postgres_server, request):
     postgres_url.count = getattr(postgres_url, "count", 0) + 1
     name = f"t{postgres_url.count}_" + re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:48]
     return postgres_server.create_database(name)
+
+
+@pytest.fixture(scope="session")
+def resume_base(tmp_path_factory):
+    """A short ERILS run stopped at update 4 with its checkpoints (tests/support/resume_runs.py): the resume tests copy
+    it, never change it; one fit per session for every module that resumes from it."""
+    from support.resume_runs import fit_base
+
+    return fit_base(tmp_path_factory.mktemp("truth"))

@@ -7,29 +7,16 @@ tests/robustness/test_resume.py."""
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-from lit_rl.cli import main
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "robustness"))  # the fit and copy helpers of test_resume_truth
-from test_resume_truth import _args, _copy  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    """A run stopped at update 4 (two rollout batches): periodic ``epoch=0-step=4.ckpt`` and ``last.ckpt``."""
-    run = tmp_path_factory.mktemp("truth") / "base"
-    assert main(_args(run, 4)) == 0
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["epoch=0-step=4.ckpt", "last.ckpt"]
-    return run
+from support.resume_runs import copy_run as _copy
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "random"])
-def test_unreadable_last_ckpt_falls_back_with_one_line(base, tmp_path, caplog, damage):
-    run = _copy(base, tmp_path / "run")
+def test_unreadable_last_ckpt_falls_back_with_one_line(resume_base, tmp_path, caplog, damage):
+    run = _copy(resume_base, tmp_path / "run")
     last = run / "checkpoints/last.ckpt"
     data = last.read_bytes()
     last.write_bytes({"truncated": data[: len(data) // 3], "empty": b"", "random": os.urandom(4096)}[damage])

@@ -27,40 +27,15 @@ from pathlib import Path
 import mlflow
 import pytest
 import torch
-import yaml
 
 from lit_rl.checkpoint_io import AtomicCheckpointIO
 from lit_rl.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.resume_runs import copy_run as _copy  # noqa: E402
+from support.resume_runs import run_args as _args  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-MU = 2
 sys.path.insert(0, str(HERE))  # rel_faults, for the SIGTERM injector's class_path
-
-
-def _args(run: Path, max_steps: int, *extra: str, callbacks: tuple = (), config: str = "conf/erils.yaml") -> list[str]:
-    overlay = run / "overlay.yaml"
-    run.mkdir(parents=True, exist_ok=True)
-    overlay.write_text(yaml.safe_dump({
-        "trainer": {
-            "enable_checkpointing": True, "enable_progress_bar": False, "default_root_dir": str(run),
-            "logger": {"class_path": "lit_rl.loggers.MLFlowLogger", "init_args": {
-                "experiment_name": "truth", "tracking_uri": f"sqlite:///{run}/mlflow.db",
-                "spill_dir": str(run / "unsent")}},
-            "callbacks": [
-                {"class_path": "callbacks.FormatWarmup", "init_args": {"steps": 2, "batch_size": 4, "cache_dir": None}},
-                {"class_path": "callbacks.ExactResume"}, {"class_path": "callbacks.PromptLedger"},
-                {"class_path": "callbacks.CheckpointOnSigterm"},
-                {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                 "init_args": {"dirpath": str(run / "checkpoints"), "save_last": True, "every_n_train_steps": 4}},
-                *callbacks],
-        },
-        "model": {"init_args": {"updates_per_batch": MU}},
-    }))
-    data = ([f"--data.init_args.pool_path={ROOT}/data/pools/sudoku_scripted.jsonl.gz"]
-            if config == "conf/erils.yaml" else [])
-    return ["fit", "--config", str(ROOT / config), "--config", str(ROOT / "tests/tiny_overlay.yaml"),
-            "--config", str(overlay), f"--trainer.max_steps={max_steps}", *data, *extra]
 
 
 def _step(path: Path) -> int:
@@ -79,21 +54,6 @@ def _loss_steps(run: Path, run_id: str) -> list[int]:
 
 def _lines(text: str, start: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith(start)]
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    """A run stopped at update 4 (two rollout batches): periodic ``epoch=0-step=4.ckpt`` and ``last.ckpt``."""
-    run = tmp_path_factory.mktemp("truth") / "base"
-    assert main(_args(run, 4)) == 0
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["epoch=0-step=4.ckpt", "last.ckpt"]
-    return run
-
-
-def _copy(base: Path, dst: Path) -> Path:
-    """The base run in a new folder, its checkpoints' own paths kept (as after ``cp -r`` of a run)."""
-    shutil.copytree(base, dst)
-    return dst
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -121,8 +81,8 @@ def test_sigterm_then_resume_keeps_last_ckpt_newest_and_one_mlflow_run(tmp_path,
     assert _loss_steps(run, first.info.run_id)[-1] == 8  # the curve goes on in the same run
 
 
-def test_a_run_left_running_by_kill9_is_continued_by_the_resume(base, tmp_path):
-    run = _copy(base, tmp_path / "run")
+def test_a_run_left_running_by_kill9_is_continued_by_the_resume(resume_base, tmp_path):
+    run = _copy(resume_base, tmp_path / "run")
     (first,) = _runs(run)
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{run}/mlflow.db")
     client.update_run(first.info.run_id, status="RUNNING")  # a SIGKILLed process never ends its run
@@ -159,9 +119,9 @@ def test_failed_write_is_one_line_naming_the_file_and_free_space(tmp_path, monke
     assert _step(path) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
 
 
-def test_full_disk_during_fit_is_one_error_then_resume_from_the_newest_readable(base, tmp_path, monkeypatch, capsys,
-                                                                                 caplog):
-    run = _copy(base, tmp_path / "run")
+def test_full_disk_during_fit_is_one_error_then_resume_from_the_newest_readable(resume_base, tmp_path, monkeypatch,
+                                                                                 capsys, caplog):
+    run = _copy(resume_base, tmp_path / "run")
     monkeypatch.setattr(torch, "save", _half_then_enospc(torch.save, 8))  # the disk fills at update 8
     assert main(_args(run, 12, "--ckpt_path", "last")) == 2
     errors = _lines(capsys.readouterr().err, "error:")
@@ -206,8 +166,8 @@ def test_a_real_full_disk_keeps_last_ckpt_and_names_the_free_space(tmp_path):
         subprocess.run(["umount", str(disk)], check=False)
 
 
-def test_unreadable_last_ckpt_through_the_cli_then_an_explicit_one_is_refused(base, tmp_path, capsys, caplog):
-    run = _copy(base, tmp_path / "run")
+def test_unreadable_last_ckpt_through_the_cli_then_an_explicit_one_is_refused(resume_base, tmp_path, capsys, caplog):
+    run = _copy(resume_base, tmp_path / "run")
     last = run / "checkpoints/last.ckpt"
     last.write_bytes(last.read_bytes()[:1000])
     assert main(_args(run, 8, "--ckpt_path", "last")) == 0
@@ -226,8 +186,8 @@ def test_unreadable_last_ckpt_through_the_cli_then_an_explicit_one_is_refused(ba
 # ---------------------------------------------------------------------------------------------------------
 # 3. resume guards
 # ---------------------------------------------------------------------------------------------------------
-def test_a_checkpoint_of_another_task_is_refused_with_one_line(base, tmp_path, capsys, monkeypatch):
-    ckpt = base / "checkpoints/last.ckpt"
+def test_a_checkpoint_of_another_task_is_refused_with_one_line(resume_base, tmp_path, capsys, monkeypatch):
+    ckpt = resume_base / "checkpoints/last.ckpt"
     run = tmp_path / "prompts"
     args = _args(run, 8, f"--ckpt_path={ckpt}", config="conf/prompts.yaml")
     assert main(args) == 2
@@ -240,8 +200,8 @@ def test_a_checkpoint_of_another_task_is_refused_with_one_line(base, tmp_path, c
     assert main(args) == 0  # the explicit override: the weights fit, the run goes on
 
 
-def test_a_checkpoint_of_another_architecture_is_refused_with_one_line(base, tmp_path, capsys):
-    ckpt = base / "checkpoints/last.ckpt"
+def test_a_checkpoint_of_another_architecture_is_refused_with_one_line(resume_base, tmp_path, capsys):
+    ckpt = resume_base / "checkpoints/last.ckpt"
     assert main(_args(tmp_path / "wide", 8, f"--ckpt_path={ckpt}",
                       "--model.init_args.policy.init_args.hidden_size=48")) == 2
     (line,) = _lines(capsys.readouterr().err, "error:")
@@ -249,11 +209,11 @@ def test_a_checkpoint_of_another_architecture_is_refused_with_one_line(base, tmp
     assert "is [" in line and "] there, [" in line and "48" in line and "start a new run without --ckpt_path" in line
 
 
-def test_a_checkpoint_of_another_algorithm_config_is_refused_naming_the_key(base, tmp_path, capsys):
-    ckpt = base / "checkpoints/last.ckpt"
+def test_a_checkpoint_of_another_algorithm_config_is_refused_naming_the_key(resume_base, tmp_path, capsys):
+    ckpt = resume_base / "checkpoints/last.ckpt"
     assert main(_args(tmp_path / "joint", 8, f"--ckpt_path={ckpt}",
                       "--model.init_args.advantages=lit_rl.algorithms.advantages.Joint")) == 2
     (line,) = _lines(capsys.readouterr().err, "error:")
     assert line.startswith(f"error: checkpoint {ckpt} is from another run: model.init_args.advantages.class_path "
                            "is lit_rl.algorithms.advantages.SourceSpecific there, lit_rl.algorithms.advantages.Joint "
-                           f"here; resume with its config ({base / 'config.yaml'})"), line
+                           f"here; resume with its config ({resume_base / 'config.yaml'})"), line
