@@ -14,8 +14,8 @@ Writes ``<out>/report.md``, ``<out>/curves.png`` and, last on stdout, one JSON l
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -26,11 +26,12 @@ sys.path.insert(0, str(ROOT))
 from lit_rl.atomic import atomic_savefig, atomic_write_text  # noqa: E402
 from lit_rl.report import load_runs  # noqa: E402
 from lit_rl.reproduce.dr import GREEDY, METRIC  # noqa: E402
-from lit_rl.reproduce.plan_file import expand, load_plan  # noqa: E402
+from lit_rl.reproduce.plan_file import load_plan  # noqa: E402
+from lit_rl.reproduce.plan_jobs import expand  # noqa: E402
 from lit_rl.reproduce.runner import init_stores, run_jobs, seconds_of  # noqa: E402
 
 PLAN = ROOT / "conf" / "reproduce" / "vllm_curves.yaml"
-EXPERIMENT = "lit_rl-vllm-curves"
+EXPERIMENT = load_plan(PLAN).experiment
 BACKENDS = ("hf", "vllm")
 
 

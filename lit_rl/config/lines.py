@@ -81,8 +81,14 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, str]]:
     def walk(n: Any, p: tuple) -> None:
         where[p] = f"{path}:{n.start_mark.line + 1}"
         if isinstance(n, yaml.MappingNode):
+            seen: dict[str, int] = {}
             for k, v in n.value:
                 if isinstance(k, yaml.ScalarNode):
+                    line = k.start_mark.line + 1
+                    if k.value in seen and k.tag != "tag:yaml.org,2002:merge":  # YAML keeps the last one silently
+                        raise ConfigError(f"{path}:{line}: {_dotted(p + (k.value,))}: duplicate key (first at line "
+                                          f"{seen[k.value]}); the second would silently replace the first")
+                    seen.setdefault(k.value, line)
                     where[p + (k.value,)] = f"{path}:{k.start_mark.line + 1}"
                     walk(v, p + (k.value,))
                     where[p + (k.value,)] = f"{path}:{k.start_mark.line + 1}"

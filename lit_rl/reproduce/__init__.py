@@ -30,6 +30,43 @@ from lit_rl.cli_args import LitArgumentParser
 __all__ = ["main"]
 
 
+def check_jobs(jobs: list) -> None:
+    """Run the fit preflight on each fit job's command line (its overlays written to a temporary folder first) and
+    each sweep's grid on its base; a problem raises :class:`~lit_rl.errors.ConfigError` naming the plan's line and
+    job, then the config file and line the preflight found."""
+    import tempfile
+
+    from lit_rl.config.preflight import preflight
+    from lit_rl.errors import ConfigError
+
+    with tempfile.TemporaryDirectory(prefix="lit_rl-plan-check-") as tmp:
+        for job in jobs:
+            if job.argv[0] not in ("fit", "sweep"):
+                continue
+            moved = {str(p): str(Path(tmp) / f"{i}_{p.name}") for i, p in enumerate(job.inputs)}
+            for p, text in job.inputs.items():
+                Path(moved[str(p)]).write_text(text)
+            argv = [moved.get(a, a) for a in job.argv]
+            try:
+                if argv[0] == "fit":
+                    preflight(argv, data=False)
+                else:
+                    import yaml
+
+                    from lit_rl.sweep.schema import SweepConfig
+                    from lit_rl.sweep.validate import check_against_base
+
+                    raw = yaml.safe_load(Path(argv[2]).read_text())
+                    raw["base"] = [moved.get(b, b) for b in raw["base"]]
+                    Path(argv[2]).write_text(yaml.safe_dump(raw))
+                    check_against_base(SweepConfig.from_yaml(argv[2]))
+            except (ConfigError, ValueError) as e:
+                msg = str(e)
+                for old, new in moved.items():
+                    msg = msg.replace(new, old)
+                raise ConfigError(f"{job.where or job.name}: {msg}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = LitArgumentParser(
         prog="python -m lit_rl reproduce", description=__doc__.split("\n\n")[0],
@@ -71,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from lit_rl.errors import ConfigError
     from lit_rl.reproduce import dr, dr_report, erils, erils_report
-    from lit_rl.reproduce.plan_file import expand, load_plan
+    from lit_rl.reproduce.plan_file import load_plan
+    from lit_rl.reproduce.plan_jobs import expand
     from lit_rl.reproduce.runner import init_stores, jobs_to_run, run_jobs, seconds_of
 
     study, report = (erils, erils_report) if args.study == "erils" else (dr, dr_report)
@@ -88,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         if study_plan.study != args.study:
             raise ConfigError(f"{study_plan.path}: study: the plan is of the {study_plan.study} study, not "
                               f"{args.study}")
-        plan = expand(study_plan, out, seeds, args.quick, args.workers, threads)
-    except ConfigError as e:
+        plan = expand(study_plan, out, seeds, args.quick, args.workers, threads, write=False)
+    except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     evals = list(getattr(plan, "eval_jobs", []))
@@ -103,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         evals = [j for j in evals if j.tags.get("group") in args.only]
     failed: list[str] = []
     if not args.report_only:
+        try:  # every job's command line as `fit` checks it, before anything runs or is written
+            check_jobs([j for j in plan.jobs if not j.is_done()])
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         init_stores(out, study_plan.experiment)
         # the first job alone: it builds the warm-start cache that every other job then loads
         first, rest = (plan.jobs[:1], plan.jobs[1:]) if plan.first_alone else ([], plan.jobs)

@@ -31,7 +31,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from lit_rl.reproduce.plan_file import Plan, StudyPlan, expand, load_plan
+from lit_rl.reproduce.plan_file import StudyPlan, load_plan
+from lit_rl.reproduce.plan_jobs import Plan, expand
 
 __all__ = ["GREEDY", "METRIC", "PLANS", "plan", "study_plan"]
 

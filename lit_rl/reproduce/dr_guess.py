@@ -206,8 +206,10 @@ def trend_sections(out: Path, jobs: dict[str, RunData], metric: str, seeds: Sequ
                    summary: dict[str, Any], plan: StudyPlan) -> list[str]:
     """ρ and N with the spread over seeds (DR Tables 2-3 in miniature): the values of the plan's ``rho`` and ``n``
     jobs (their tags)."""
-    rho = trend_rows(jobs, metric, "rho", [float(e.tags["rho"]) for e in plan.entries_of("rho")], seeds, {0.9: "dr"})
-    n = trend_rows(jobs, metric, "n", [int(e.tags["n"]) for e in plan.entries_of("n")], seeds, {4: "dr", 1: "grpo"})
+    rho = trend_rows(jobs, metric, "rho", [float(e.tags["rho"]) for e in plan.entries_of("rho") if "rho" in e.tags],
+                     seeds, {0.9: "dr"})
+    n = trend_rows(jobs, metric, "n", [int(e.tags["n"]) for e in plan.entries_of("n") if "n" in e.tags], seeds,
+                   {4: "dr", 1: "grpo"})
     summary["trends"] = {"rho": rho, "n": n}
     md = [f"## ρ and N (DR Tables 2-3 in miniature; seeds {', '.join(map(str, seeds))}, final held-out accuracy)", ""]
     md += trend_markdown("ρ", rho, "ρ 0.9 is the main DR run (N 4).")

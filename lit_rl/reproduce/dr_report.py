@@ -209,7 +209,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
 
     plan = plan or study_plan(testbed)
     testbed = plan.report.get("testbed", testbed)
-    experiment, metric, main_methods = plan.experiment, plan.metric, plan.methods("main")
+    experiment, metric, main_methods = plan.experiment, plan.metric, plan.stems("main")  # runs: <stem>_s<seed>
 
     if not (out / "mlflow.db").exists():
         raise FileNotFoundError(f"{out / 'mlflow.db'}: no runs to report yet (run without --report_only first)")
@@ -260,7 +260,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         at_budget = _stats([_accuracy_at_tokens(r, metric, budget, updates_per_batch, prompts_per_batch) for r in rs])
         summary["main"][m] = {"start": start, "final": final, "best": best, "at_grpo_tokens": at_budget,
                               "greedy_final": greedy, "tokens": tokens, "seconds": secs}
-        md.append(f"| {LABELS[m]} | {_f(start['mean'])} | {_f(final['mean'])} ± {_f(final['std'])} | "
+        md.append(f"| {LABELS.get(m, m)} | {_f(start['mean'])} | {_f(final['mean'])} ± {_f(final['std'])} | "
                   f"{_f(final['min'])}-{_f(final['max'])} | {_f(best['mean'])} | {_f(at_budget['mean'])} | "
                   f"{_f(greedy['mean'])} | {_f(tokens['mean'] / 1e3, 1)}k | {_f(secs['mean'], 0)} s |")
     if any(f"{m}_s{s}" in jobs for m in methods for s in seeds):

@@ -46,7 +46,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from lit_rl.reproduce.plan_file import Plan, StudyPlan, expand, load_plan
+from lit_rl.reproduce.plan_file import StudyPlan, load_plan
+from lit_rl.reproduce.plan_jobs import Plan, expand
 
 __all__ = ["LENGTHS_EVAL", "METRIC", "PLANS", "plan", "study_plan"]
 
@@ -59,6 +60,8 @@ PLANS = {"sudoku": "conf/reproduce/erils.yaml", "countdown": "conf/reproduce/eri
 
 def study_plan(task: str = "sudoku") -> StudyPlan:
     """The plan of ``task`` (:data:`PLANS`)."""
+    if task not in PLANS:
+        raise ValueError(f"unknown ERILS task {task!r} (known: {', '.join(PLANS)})")
     return load_plan(PLANS[task])
 
 

@@ -169,11 +169,12 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     from lit_rl.reproduce.erils import study_plan
 
     plan = plan or study_plan(task)
-    setup = plan.report
-    task = setup.get("task", task)
-    experiment, methods = plan.experiment, plan.methods("main")
+    setup = {"task": task, "title": f"ERILS study ({plan.path})", "measure": "accuracy", "eval_set": "the eval set",
+             "recipe": plan.path, "base_lr": None, **plan.report}  # a plan's report block, or plain defaults
+    task = setup["task"]
+    experiment, methods = plan.experiment, plan.stems("main")  # main runs are <stem>_s<seed>
     metric = plan.metric
-    chance = CHANCE if task == "sudoku" else countdown_chance(setup["recipe"])
+    chance = CHANCE if task == "sudoku" else countdown_chance(setup["recipe"]) if task == "countdown" else float("nan")
     pass_at = [f"val/{task}/multi/pass_at_{k}" for k in range(1, 5)]
 
     if not (out / "mlflow.db").exists():
@@ -218,7 +219,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                               "on_policy_reward_first": r0, "on_policy_reward_last": r1, "on_policy_length": ln,
                               "seconds": secs, "runs": len(rs)}
         reward = f"{_f(r0['mean'])} → {_f(r1['mean'])}" if r0["n"] else "(no on-policy rollouts)"
-        md.append(f"| {LABELS[m]} | {_f(start['mean'])} | **{_f(final['mean'])}** ± {_f(final['std'])} | "
+        md.append(f"| {LABELS.get(m, m)} | {_f(start['mean'])} | **{_f(final['mean'])}** ± {_f(final['std'])} | "
                   f"{_f(final['min'])}-{_f(final['max'])} | {_f(last3['mean'])} ± {_f(last3['std'])} | "
                   f"{_f(p1['mean'])} / {_f(p4['mean'])} | {reward} | "
                   f"{_f(ln['mean'], 1) if ln['n'] else '-'} | {_f(secs['mean'], 0)} s |")
@@ -228,7 +229,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                 gap = summary["main"]["erils"]["final"]["mean"] - summary["main"][other]["final"]["mean"]
                 summary["main"][other]["erils_minus_this"] = gap
         md += ["", "ERILS minus each baseline (final, mean over seeds): " + ", ".join(
-            f"{LABELS[o]} {summary['main'][o]['erils_minus_this']:+.3f}" for o in main
+            f"{LABELS.get(o, o)} {summary['main'][o]['erils_minus_this']:+.3f}" for o in main
             if "erils_minus_this" in summary["main"][o]) + "."]
     if main:
         _plot_curves(main, metric, out / "curves.png",
@@ -298,7 +299,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                          "hit_limit": _mean_of([r], "train/on_policy/hit_limit_frac"),
                          "format_rate": _mean_of([r], "train/on_policy/format_rate")}
                 summary["length_control"][f"{method}: {pool}"] = stats
-                md.append(f"| {LABELS[method]} | {pool} | {_f(stats['final']['mean'])} | "
+                md.append(f"| {LABELS.get(method, method)} | {pool} | {_f(stats['final']['mean'])} | "
                           f"{_f(stats['length']['mean'], 1)} | {_f(stats['hit_limit']['mean'])} | "
                           f"{_f(stats['format_rate']['mean'])} |")
         spg = jobs.get(f"spg_s{seeds[0]}")
@@ -316,7 +317,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
                "| method | lr | final greedy | best | on-policy reward, first → last 5 | format rate (last 5) "
                "| on-policy length (last 5) | reading |", "|---|---|---|---|---|---|---|---|"]
         summary["spg_lr"] = {}
-        rows = [(m, float(setup["base_lr"]), jobs.get(f"{m}_s{seeds[0]}")) for m in ("spg", "erils")]
+        rows = [(m, float(setup["base_lr"]), jobs.get(f"{m}_s{seeds[0]}")) for m in ("spg", "erils")
+                if setup["base_lr"] is not None]
         rows += [(r.tags.get("method"), float(r.tags.get("lr", "nan")), r) for r in lr_runs]
         for method, lr, r in sorted((x for x in rows if x[2] is not None), key=lambda x: (x[0] != "spg", -x[1])):
             s = r.series(metric)
@@ -335,7 +337,7 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     # 5. Table XI's protocol: three generation lengths, deterministic, every final checkpoint
     from lit_rl.reproduce.lengths import lengths_rows
     run_dirs = out / "runs"
-    groups = {LABELS[m]: [run_dirs / f"{m}_s{s}" for s in seeds] for m in methods}
+    groups = {LABELS.get(m, m): [run_dirs / f"{m}_s{s}" for s in seeds] for m in methods}
     groups.update({f"{LABELS.get(r.tags.get('method'), r.name)}, lr {r.tags.get('lr')}": [run_dirs / r.name]
                    for r in lr_runs})
     lines, by_length = lengths_rows(groups)

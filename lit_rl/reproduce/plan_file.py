@@ -19,47 +19,46 @@ A plan is data, read here with the place of every key, so that a mistake names t
       lengths: {of: [main, spg_lr], configs: [conf/eval/erils_lengths.yaml], quick: <overlay>}
 
 Every ``<overlay>`` is a training config (the fit dialect: nested ``trainer`` / ``model`` / ``data`` keys,
-``callbacks~`` edits, ``callbacks+`` appends). A job is ``python -m lit_rl fit --config <configs>... --config
-<run folder>/overlay.yaml`` plus its seeds, threads, run folder and the study's MLflow store; ``overlay.yaml``
-composes, in order, the job's ``overlay`` (a mapping, or a list of them), in quick mode the plan's ``quick`` and
-the job's own ``quick`` mapping, and the warm-start callback's ``cache_dir`` (one cached warm start for the
-study). Keyed edits (``callbacks~``) of these parts are applied one after another.
+``callbacks~`` edits, ``callbacks+`` appends). A job is ``python -m lit_rl fit --config <configs>...`` followed by
+its overlays, each its own ``--config`` file, so the CLI composes them exactly as it composes any configs: the job's
+``overlay`` (a mapping, or a list of them), in quick mode the plan's ``quick`` and the job's own ``quick`` mapping,
+and the warm-start callback's ``cache_dir`` (one cached warm start for the study); then its seeds, threads, run
+folder and the study's MLflow store (:mod:`lit_rl.reproduce.plan_jobs`). Paths are relative to the repository root
+(the working directory), as on the command line.
 
 Job keys: ``group`` (``--only`` selects groups; the report reads them), ``method`` (a tag), ``configs``,
-``seeds`` (``each``, the default, or ``first``), ``threads: other`` (the first seed at the other thread count:
-1 <-> 2), ``overlay``, ``tags``, ``quick`` (``true``, or an overlay, runs the job in quick mode too; default: not
-in quick mode), ``sweep`` (an Optuna grid over one key on ``configs``, seed 0: ``key``, ``values``,
-``quick_values``). The job's name is its key with ``{seed}`` and ``{threads}`` filled in. Jobs start group by
-group in the order the groups first appear, each group's seeds in turn (every job of seed 0, then of seed 1).
-An evaluation is a ``python -m lit_rl validate`` job on the last checkpoint of every fit of its ``of`` groups,
-with the fit's saved config and its ``configs`` (``callbacks+`` overlays); its group is its name.
+``seeds`` (``each``, the default, or ``first``), ``threads: other`` (with ``seeds: first``: the first seed at the
+other thread count, 1 <-> 2), ``overlay``, ``tags``, ``quick`` (``true``, or an overlay, runs the job in quick mode
+too; default: not in quick mode), ``sweep`` (an Optuna grid over one key on ``configs``, seed 0: ``key``,
+``values``, ``quick_values``). The job's name is its key with ``{seed}`` and ``{threads}`` filled in. Jobs start
+group by group in the order the groups first appear, each group's seeds in turn (every job of seed 0, then of
+seed 1). An evaluation is a ``python -m lit_rl validate`` job on the last checkpoint of every fit of its ``of``
+groups, with the fit's saved config and its ``configs`` (``callbacks+`` overlays); its group is its name.
 
-This is a third config dialect beside fit and sweep: a sweep is one Optuna study over one base, a plan a fixed
-list of different bases (methods) across seeds, with evaluations that read the fits' checkpoints; what each job
-changes stays in the fit dialect.
+Beside the fit and sweep dialects and the pool builds' (``rollouts build``), this is a fourth: a sweep is one
+Optuna study over one base, a plan a fixed list of different bases (methods) across seeds, with evaluations that
+read the fits' checkpoints; what each job changes stays in the fit dialect (docs/configuration.md).
 """
 
 from __future__ import annotations
 
-import copy
-import itertools
+import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import yaml
-
-from lit_rl.atomic import atomic_write_text
 from lit_rl.config.lines import ConfigView, fail, load_yaml_with_lines
 from lit_rl.errors import ConfigError
 
-__all__ = ["Entry", "Evaluation", "Plan", "StudyPlan", "SweepSpec", "WarmStart", "expand", "load_plan",
-           "merge_overlays"]
+__all__ = ["RESERVED_TAGS", "Entry", "Evaluation", "StudyPlan", "SweepSpec", "WarmStart", "load_plan"]
 
 _TOP = {"study", "experiment", "metric", "data_seed", "warm_start", "tags", "report", "quick", "jobs", "evaluations"}
 _JOB = {"group", "method", "configs", "seeds", "threads", "overlay", "tags", "quick", "sweep"}
 _EVAL = {"of", "configs", "quick"}
-STUDIES = ("erils", "double-rollout")
+#: the tags every job gets from the plan's structure; a plan's own tags may not set them
+RESERVED_TAGS = ("lit_rl.reproduce", "lit_rl.job", "method", "seed", "threads", "group", "evaluates")
+_NAME = re.compile(r"^[A-Za-z0-9_.{}+-]+$")
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,7 @@ class StudyPlan:
     warm_start: WarmStart
     tags: dict[str, str]
     report: dict[str, Any]
-    quick: dict[str, Any] | None
+    quick: dict[str, Any] | str | None  # an overlay, or an overlay file's path
     entries: tuple[Entry, ...]
     evaluations: tuple[Evaluation, ...]
 
@@ -132,27 +131,12 @@ class StudyPlan:
         return [e for e in self.entries if e.group == group]
 
 
-@dataclass
-class Plan:
-    """The jobs of one run of a study (:func:`expand`)."""
-
-    jobs: list  # list[Job]
-    out: Path
-    quick: bool
-    seeds: list[int]
-    threads: int
-    study: StudyPlan
-    #: no warm start is cached yet: run the first job alone, so that the others load its cache
-    first_alone: bool = True
-    #: the first job, alone, may use every thread the workers would share
-    boost_first: bool = False
-    #: jobs that read the fits' checkpoints: they run after every fit
-    eval_jobs: list = field(default_factory=list)
-
-
-def _str_list(cfg: ConfigView, path: tuple, value: Any) -> tuple[str, ...]:
+def _configs(cfg: ConfigView, path: tuple, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         raise fail(cfg, path, f"must be a non-empty list of config files, got {value!r}")
+    for i, file in enumerate(value):
+        if not Path(file).is_file():
+            raise fail(cfg, (*path, i), f"{file}: no such config file (paths are relative to the repository root)")
     return tuple(value)
 
 
@@ -167,6 +151,9 @@ def _tags(cfg: ConfigView, path: tuple, value: Any) -> dict[str, str]:
         return {}
     if not isinstance(value, dict) or not all(isinstance(v, (str, int, float)) for v in value.values()):
         raise fail(cfg, path, f"must map tag names to strings, got {value!r}")
+    for k in value:
+        if k in RESERVED_TAGS:
+            raise fail(cfg, (*path, k), f"a reserved tag (the plan sets {', '.join(RESERVED_TAGS)})")
     return {str(k): str(v) for k, v in value.items()}
 
 
@@ -174,6 +161,45 @@ def _unknown(cfg: ConfigView, path: tuple, value: dict, known: set[str]) -> None
     for k in value:
         if k not in known:
             raise fail(cfg, (*path, k), f"unknown key (known: {', '.join(sorted(known))})")
+
+
+def _name_fields(cfg: ConfigView, p: tuple, name: str) -> set[str]:
+    """The fields of a job's name template: only ``{seed}`` and ``{threads}``, plain (no index, attribute,
+    conversion or format spec); a name that is one path component."""
+    if not _NAME.match(name) or ".." in name:
+        raise fail(cfg, p, "a job name is one folder name: letters, digits and _ . + - (and {seed}, {threads})")
+    fields = set()
+    try:
+        parsed = list(string.Formatter().parse(name))
+    except ValueError as e:
+        raise fail(cfg, p, f"a job name may hold {{seed}} and {{threads}} only ({e})") from None
+    for _text, field_name, spec, conversion in parsed:
+        if field_name is None:
+            continue
+        if field_name not in ("seed", "threads") or spec or conversion:
+            raise fail(cfg, p, f"a job name may hold {{seed}} and {{threads}} only, got {{{field_name}}}")
+        fields.add(field_name)
+    return fields
+
+
+def _sweep(cfg: ConfigView, p: tuple, raw: dict) -> SweepSpec:
+    sp = (*p, "sweep")
+    sweep = raw["sweep"]
+    if not isinstance(sweep, dict):
+        raise fail(cfg, sp, f"must be a mapping (key, values, quick_values), got {sweep!r}")
+    _unknown(cfg, sp, sweep, {"key", "values", "quick_values"})
+    key, values = sweep.get("key"), sweep.get("values")
+    if not isinstance(key, str) or not key:
+        raise fail(cfg, (*sp, "key"), f"must be a dotted config key, got {key!r}")
+    if not isinstance(values, list) or not values:
+        raise fail(cfg, (*sp, "values"), f"must be a non-empty list, got {values!r}")
+    qv = sweep.get("quick_values", values[:1])
+    if not isinstance(qv, list) or not qv:
+        raise fail(cfg, (*sp, "quick_values"), f"must be a non-empty list, got {qv!r}")
+    for k in ("overlay", "threads", "seeds", "tags", "method"):
+        if k in raw:
+            raise fail(cfg, (*p, k), "a sweep job takes group, configs, quick and sweep (its trials run seed 0)")
+    return SweepSpec(key, tuple(values), tuple(qv))
 
 
 def _entry(cfg: ConfigView, name: Any, raw: Any) -> Entry:
@@ -184,50 +210,56 @@ def _entry(cfg: ConfigView, name: Any, raw: Any) -> Entry:
         raise fail(cfg, p, f"must be a mapping of job keys, got {raw!r}")
     _unknown(cfg, p, raw, _JOB)
     group = raw.get("group")
-    if not isinstance(group, str) or not group:
-        raise fail(cfg, (*p, "group"), f"every job names its group (e.g. main), got {group!r}")
+    if not isinstance(group, str) or not _NAME.match(group) or "{" in group:
+        raise fail(cfg, (*p, "group"), f"every job names its group (letters, digits, _ . + -), got {group!r}")
     seeds = raw.get("seeds", "each")
     if seeds not in ("each", "first"):
         raise fail(cfg, (*p, "seeds"), f"must be each or first, got {seeds!r}")
     threads = raw.get("threads")
     if threads not in (None, "other"):
         raise fail(cfg, (*p, "threads"), f"must be other (the first seed at the other thread count), got {threads!r}")
-    try:
-        name.format(seed=0, threads=1)
-    except (KeyError, IndexError, ValueError) as e:
-        raise fail(cfg, p, f"a job name may hold {{seed}} and {{threads}} only ({type(e).__name__}: {e})") from None
+    if threads == "other" and seeds != "first":
+        raise fail(cfg, (*p, "threads"), "threads: other runs the first seed only: add seeds: first")
+    fields = _name_fields(cfg, p, name)
     overlay = raw.get("overlay")
     parts = overlay if isinstance(overlay, list) else ([] if overlay is None else [overlay])
-    parts = tuple(_overlay(cfg, (*p, "overlay"), o) for o in parts)
+    parts = tuple(_overlay(cfg, (*p, "overlay", i) if isinstance(overlay, list) else (*p, "overlay"), o)
+                  for i, o in enumerate(parts))
     quick = raw.get("quick", False)
     if not isinstance(quick, (bool, dict)):
         raise fail(cfg, (*p, "quick"), f"must be true, false or an overlay, got {quick!r}")
     method = raw.get("method")
     if method is not None and not isinstance(method, str):
         raise fail(cfg, (*p, "method"), f"must be a name, got {method!r}")
-    sweep = raw.get("sweep")
-    spec = None
-    if sweep is not None:
-        sp = (*p, "sweep")
-        if not isinstance(sweep, dict):
-            raise fail(cfg, sp, f"must be a mapping (key, values, quick_values), got {sweep!r}")
-        _unknown(cfg, sp, sweep, {"key", "values", "quick_values"})
-        key, values = sweep.get("key"), sweep.get("values")
-        if not isinstance(key, str) or not key:
-            raise fail(cfg, (*sp, "key"), f"must be a dotted config key, got {key!r}")
-        if not isinstance(values, list) or not values:
-            raise fail(cfg, (*sp, "values"), f"must be a non-empty list, got {values!r}")
-        qv = sweep.get("quick_values", values[:1])
-        if not isinstance(qv, list) or not qv:
-            raise fail(cfg, (*sp, "quick_values"), f"must be a non-empty list, got {qv!r}")
-        spec = SweepSpec(key, tuple(values), tuple(qv))
-        if overlay is not None or threads is not None or seeds != "each":
-            raise fail(cfg, sp, "a sweep job takes configs, group and sweep (its trials run seed 0)")
-    if spec is None and seeds == "each" and "{seed}" not in name:
+    spec = _sweep(cfg, p, raw) if "sweep" in raw else None
+    if spec is not None and fields:
+        raise fail(cfg, p, "a sweep job's name is its study's (no {seed} or {threads})")
+    if spec is None and seeds == "each" and "seed" not in fields:
         raise fail(cfg, p, "a job run with each seed needs {seed} in its name (e.g. erils_s{seed})")
-    return Entry(name, group, _str_list(cfg, (*p, "configs"), raw.get("configs")), cfg.loc(p), method, seeds,
+    return Entry(name, group, _configs(cfg, (*p, "configs"), raw.get("configs")), cfg.loc(p), method, seeds,
                  threads, parts, _tags(cfg, (*p, "tags"), raw.get("tags")), quick is not False,
                  _overlay(cfg, (*p, "quick"), quick) if isinstance(quick, dict) else None, spec)
+
+
+def _evaluations(cfg: ConfigView, evs: Any, entries: tuple[Entry, ...]) -> tuple[Evaluation, ...]:
+    if not isinstance(evs, dict):
+        raise fail(cfg, ("evaluations",), "must map evaluation names to evaluations")
+    fit_groups = {e.group for e in entries if e.sweep is None}
+    out = []
+    for name, raw in evs.items():
+        p = ("evaluations", name)
+        if not isinstance(raw, dict):
+            raise fail(cfg, p, f"must be a mapping (of, configs, quick), got {raw!r}")
+        _unknown(cfg, p, raw, _EVAL)
+        if name in {e.group for e in entries} or not isinstance(name, str) or not _NAME.match(name):
+            raise fail(cfg, p, "an evaluation's name is its group: a name no job group has")
+        of = raw.get("of")
+        if not isinstance(of, list) or not of or any(g not in fit_groups for g in of):
+            raise fail(cfg, (*p, "of"), f"must list groups of fit jobs ({', '.join(sorted(fit_groups))}), got {of!r}")
+        quick = raw.get("quick")
+        out.append(Evaluation(name, tuple(of), _configs(cfg, (*p, "configs"), raw.get("configs")),
+                              None if quick is None else _overlay(cfg, (*p, "quick"), quick)))
+    return tuple(out)
 
 
 def load_plan(path: str | Path) -> StudyPlan:
@@ -240,14 +272,11 @@ def load_plan(path: str | Path) -> StudyPlan:
     _unknown(cfg, (), data, _TOP)
     for key in ("study", "experiment", "metric", "warm_start", "jobs"):
         if key not in data:
-            raise ConfigError(f"{path}: {key}: missing (a plan needs study, experiment, metric, warm_start and jobs)")
-    if not isinstance(data["study"], str) or not data["study"]:
-        raise fail(cfg, ("study",), f"must name the study whose report reads the runs ({', '.join(STUDIES)}), "
-                                    f"got {data['study']!r}")
-    if not isinstance(data["experiment"], str) or not data["experiment"]:
-        raise fail(cfg, ("experiment",), f"must be an MLflow experiment name, got {data['experiment']!r}")
-    if not isinstance(data["metric"], str) or not data["metric"]:
-        raise fail(cfg, ("metric",), f"must be a logged metric name, got {data['metric']!r}")
+            raise ConfigError(f"{path}:1: {key}: missing (a plan needs study, experiment, metric, warm_start and jobs)")
+    for key, what in (("study", "the study whose report reads the runs (erils, double-rollout)"),
+                      ("experiment", "an MLflow experiment name"), ("metric", "a logged metric name")):
+        if not isinstance(data[key], str) or not data[key]:
+            raise fail(cfg, (key,), f"must be {what}, got {data[key]!r}")
     data_seed = data.get("data_seed", 42)
     if not isinstance(data_seed, int) or isinstance(data_seed, bool):
         raise fail(cfg, ("data_seed",), f"must be an integer, got {data_seed!r}")
@@ -257,117 +286,22 @@ def load_plan(path: str | Path) -> StudyPlan:
     _unknown(cfg, ("warm_start",), ws, {"callback", "cache", "boost"})
     if not isinstance(ws.get("boost", False), bool):
         raise fail(cfg, ("warm_start", "boost"), f"must be true or false, got {ws['boost']!r}")
+    if not isinstance(ws.get("cache", ""), str):
+        raise fail(cfg, ("warm_start", "cache"), f"must be a file pattern (e.g. ar_sft_*.pt), got {ws['cache']!r}")
     jobs = data["jobs"]
     if not isinstance(jobs, dict) or not jobs:
         raise fail(cfg, ("jobs",), "must map job names to jobs")
     entries = tuple(_entry(cfg, name, raw) for name, raw in jobs.items())
-    evaluations = []
-    evs = data.get("evaluations") or {}
-    if not isinstance(evs, dict):
-        raise fail(cfg, ("evaluations",), "must map evaluation names to evaluations")
-    groups = {e.group for e in entries}
-    for name, raw in evs.items():
-        p = ("evaluations", name)
-        if not isinstance(raw, dict):
-            raise fail(cfg, p, f"must be a mapping (of, configs, quick), got {raw!r}")
-        _unknown(cfg, p, raw, _EVAL)
-        of = raw.get("of")
-        if not isinstance(of, list) or not of or any(g not in groups for g in of):
-            raise fail(cfg, (*p, "of"), f"must list job groups of this plan ({', '.join(sorted(groups))}), got {of!r}")
-        quick = raw.get("quick")
-        evaluations.append(Evaluation(str(name), tuple(of), _str_list(cfg, (*p, "configs"), raw.get("configs")),
-                                      None if quick is None else _overlay(cfg, (*p, "quick"), quick)))
+    evaluations = _evaluations(cfg, data.get("evaluations") or {}, entries)
     quick = data.get("quick")
-    if isinstance(quick, str):  # a training overlay file (shared by plans)
-        quick_path = Path(quick)
-        if not quick_path.is_file():
-            raise fail(cfg, ("quick",), f"{quick}: no such overlay file")
-        quick = load_yaml_with_lines(quick_path)[0]
+    if isinstance(quick, str):  # a training overlay file (shared by plans), passed to each job as it is
+        if not Path(quick).is_file():
+            raise fail(cfg, ("quick",), f"{quick}: no such overlay file (paths are relative to the repository root)")
+    elif quick is not None:
+        _overlay(cfg, ("quick",), quick)
     report = data.get("report") or {}
     if not isinstance(report, dict):
         raise fail(cfg, ("report",), f"must be a mapping, got {report!r}")
     return StudyPlan(path, data["study"], data["experiment"], data["metric"], data_seed,
                      WarmStart(ws["callback"], ws.get("cache"), ws.get("boost", False)),
-                     _tags(cfg, ("tags",), data.get("tags")), report,
-                     None if quick is None else _overlay(cfg, ("quick",), quick), entries, tuple(evaluations))
-
-
-def merge_overlays(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One overlay that means ``parts`` applied in order: mappings merge key by key, a later list replaces an
-    earlier one, and keyed edits (``key~`` lists) add up (each edit merges into its entry in turn)."""
-
-    def merge(a: Any, b: Any, key: Any = None) -> Any:
-        if isinstance(a, dict) and isinstance(b, dict):
-            out = dict(a)
-            for k, v in b.items():
-                out[k] = merge(out[k], v, k) if k in out else copy.deepcopy(v)
-            return out
-        if isinstance(key, str) and key.endswith("~") and isinstance(a, list) and isinstance(b, list):
-            return [*a, *copy.deepcopy(b)]
-        return copy.deepcopy(b)
-
-    out: dict[str, Any] = {}
-    for part in parts:
-        out = merge(out, part)
-    return out
-
-
-def _write_overlay(folder: Path, parts: Sequence[dict[str, Any]], name: str = "overlay.yaml") -> Path | None:
-    merged = merge_overlays([p for p in parts if p])
-    if not merged:
-        return None
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    atomic_write_text(path, yaml.safe_dump(merged, sort_keys=False))
-    return path
-
-
-def expand(study: StudyPlan, out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int,
-           cache_dir: str | None = None) -> Plan:
-    """Every job of ``study`` for these seeds (quick: only the jobs marked ``quick``, with the quick overlays),
-    its overlay files written into the jobs' folders, in the order they should start."""
-    from lit_rl.reproduce.runner import fit_job, sweep_jobs, validate_job
-
-    out = Path(out)
-    if not seeds:
-        raise ValueError("a study needs at least one seed")
-    cache = cache_dir or (str(out / "cache") if quick else "runs/cache")
-    warm = {"trainer": {"callbacks~": [{"class_path": study.warm_start.callback, "init_args": {"cache_dir": cache}}]}}
-    quick_parts = [study.quick] if quick and study.quick else []
-    entries = [e for e in study.entries if e.quick or not quick]
-    jobs: list = []
-    for group in dict.fromkeys(e.group for e in entries):
-        in_group = [e for e in entries if e.group == group]
-        for seed, e in itertools.product(seeds, in_group):  # seed-major within a group
-            if e.seeds == "first" and seed != seeds[0]:
-                continue
-            extra = [e.quick_overlay] if quick and e.quick_overlay else []
-            if e.sweep is not None:
-                if seed == seeds[0]:
-                    values = e.sweep.quick_values if quick else e.sweep.values
-                    jobs += sweep_jobs(study, e, values, out, workers, threads, [*quick_parts, *extra, warm])
-                continue
-            n_threads = (2 if threads == 1 else 1) if e.threads == "other" else threads
-            name = e.name.format(seed=seed, threads=n_threads)
-            tags = {"lit_rl.reproduce": study.study, "lit_rl.job": name, **({"method": e.method} if e.method else {}),
-                    "seed": str(seed), "threads": str(n_threads), "group": e.group, **study.tags, **e.tags}
-            folder = out / "runs" / name
-            overlay = _write_overlay(folder, [*e.overlay, *quick_parts, *extra, warm])
-            jobs.append(fit_job(name, [*e.configs, *([str(overlay)] if overlay else [])], seed,
-                                study.data_seed + seed, n_threads, out, study.experiment, tags))
-    names = [j.name for j in jobs]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise ConfigError(f"{study.path}: jobs: two jobs are named {dup!r} (give each a distinct name)")
-    evals = []
-    for ev in study.evaluations:
-        files = list(ev.configs)
-        if quick and ev.quick_overlay:
-            files.append(str(_write_overlay(out, [ev.quick_overlay], f"{ev.name}_quick.yaml")))
-        evals += [validate_job(f"{fit.name}_{ev.name}", fit.folder, files,
-                               {**fit.tags, "group": ev.name, "lit_rl.job": f"{fit.name}_{ev.name}",
-                                "evaluates": fit.name}, after=fit)
-                  for fit in jobs if fit.tags.get("group") in ev.of]
-    pattern = study.warm_start.cache
-    first_alone = pattern is None or not any(Path(cache).glob(pattern))
-    return Plan(jobs, out, quick, list(seeds), threads, study, first_alone, study.warm_start.boost, evals)
+                     _tags(cfg, ("tags",), data.get("tags")), report, quick, entries, evaluations)

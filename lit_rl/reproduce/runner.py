@@ -41,6 +41,17 @@ class Job:
     #: the job it reads (an evaluation's fit): its digest is part of this one's, so a rerun fit's evaluation
     #: is not "done" from the old checkpoint's
     after: "Job | None" = None
+    #: files its command line names, written when it starts (path -> text; a plan names them by their text's hash,
+    #: so the command line, and the digest, change with them)
+    inputs: dict[Path, str] = field(default_factory=dict)
+    #: where the job comes from, for its errors (a plan's ``file:line: jobs.<name>``)
+    where: str = ""
+
+    def write_inputs(self) -> None:
+        for path, text in self.inputs.items():
+            if not (path.is_file() and path.read_text() == text):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(path, text)
 
     @property
     def digest(self) -> str:
@@ -85,6 +96,7 @@ def _check(job: Job) -> str | None:
 
 
 def _start(job: Job, threads: int) -> subprocess.Popen:
+    job.write_inputs()
     job.folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -210,7 +222,6 @@ def fit_job(
     continuations: ``seed_everything`` alone changes none of them (measured: two seeds gave identical
     runs), so a seed moves all three (seed 0 with ``data_seed`` = the config as shipped)."""
     folder = out / "runs" / name
-    folder.mkdir(parents=True, exist_ok=True)
     argv = ["fit"]
     for c in configs:
         argv += ["--config", str(c)]
@@ -227,19 +238,18 @@ def fit_job(
     return Job(name, argv, folder, tags)
 
 
-def sweep_jobs(study: Any, entry: Any, values: Sequence[Any], out: Path, workers: int, threads: int,
-               overlays: Sequence[dict[str, Any]]) -> list[Job]:
-    """An Optuna grid over ``entry.sweep.key`` (a plan's sweep job, :mod:`lit_rl.reproduce.plan_file`) on
-    ``entry.configs`` with ``overlays`` (the quick and warm-start parts) and seed 0, in the study's stores: one
-    ``python -m lit_rl sweep`` worker per core it may use, each a job whose check names failed trials."""
-    from lit_rl.reproduce.plan_file import merge_overlays
-
+def sweep_jobs(study: Any, entry: Any, base: Sequence[str], values: Sequence[Any], out: Path, workers: int,
+               threads: int, inputs: dict[Path, str]) -> list[Job]:
+    """An Optuna grid over ``entry.sweep.key`` (a plan's sweep job: :class:`lit_rl.reproduce.plan_file.Entry` of
+    :class:`~lit_rl.reproduce.plan_file.StudyPlan` ``study``) on the config files ``base`` (its configs and
+    overlays; ``inputs``: the overlays' texts) at seed 0, in the study's stores: one ``python -m lit_rl sweep``
+    worker per core it may use, each a job whose check names failed trials. The sweep file is named by its text's
+    hash, like the overlays."""
     folder = out / "sweeps" / entry.name
-    folder.mkdir(parents=True, exist_ok=True)
     cfg = {
         "study_name": f"reproduce-{entry.name}",
-        "base": list(entry.configs),
-        "overrides": {**merge_overlays(overlays), "seed_everything": 0, "threads": threads},
+        "base": list(base),
+        "overrides": {"seed_everything": 0, "threads": threads},
         "space": {entry.sweep.key: {"type": "categorical", "choices": list(values)}},
         "objective": {"metric": study.metric, "direction": "maximize", "reduce": "last"},
         "sampler": {"name": "grid"},
@@ -249,8 +259,8 @@ def sweep_jobs(study: Any, entry: Any, values: Sequence[Any], out: Path, workers
         "experiment_name": study.experiment,
         "output_dir": str(folder),
     }
-    path = folder / "sweep.yaml"
-    atomic_write_text(path, yaml.safe_dump(cfg, sort_keys=False))
+    text = yaml.safe_dump(cfg, sort_keys=False)
+    path = folder / f"sweep_{hashlib.sha256(text.encode()).hexdigest()[:10]}.yaml"
     n = len(values)
 
     def check() -> str | None:
@@ -264,7 +274,8 @@ def sweep_jobs(study: Any, entry: Any, values: Sequence[Any], out: Path, workers
 
     return [
         Job(f"sweep-{entry.name}-w{w}", ["sweep", "--config", str(path), "--n-trials", str(n)], folder / f"worker{w}",
-            {"lit_rl.reproduce": study.study, "sweep": entry.name, "group": entry.group}, check=check)
+            {"lit_rl.reproduce": study.study, "sweep": entry.name, "group": entry.group}, check=check,
+            inputs={**inputs, path: text}, where=f"{entry.where}: jobs.{entry.name}")
         for w in range(max(1, min(workers, n)))
     ]
 

@@ -28,9 +28,10 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path, par
     fits = [j for j in plan.jobs if j.argv[0] == "fit"]
     assert len({j.folder for j in fits}) == len(fits)
     for job in fits:  # the overlay edits the warm start's cache (the list is the configs'), the root is the job's
-        edits = yaml.safe_load((job.folder / "overlay.yaml").read_text())["trainer"]["callbacks~"]
-        warm = [e for e in edits if e["class_path"].endswith("ScriptedSFTWarmup")]
-        assert warm[-1]["init_args"] == {"cache_dir": str(tmp_path / "c")}
+        last = [a for a in job.argv if a.endswith(".yaml")][-1]
+        (warm,) = yaml.safe_load(Path(last).read_text())["trainer"]["callbacks~"]
+        assert warm == {"class_path": "callbacks.ar_warmup.ScriptedSFTWarmup",
+                        "init_args": {"cache_dir": str(tmp_path / "c")}}
         assert f"--trainer.default_root_dir={job.folder}" in job.argv
         assert f"--trainer.logger.init_args.tracking_uri=sqlite:///{(tmp_path / 'mlflow.db').resolve()}" in job.argv
     seeds = {j.name: [a for a in j.argv if a.startswith(("--seed_everything", "--data.init_args.seed",
@@ -51,12 +52,14 @@ def test_plan_gives_every_job_its_own_folder_store_and_checkpoints(tmp_path, par
     assert passk.init_args.configs[0]["generation"]["init_args"]["max_new_tokens"] == 64
     bonus = parse_training_config.argv(next(j for j in fits if j.name == "dr_bonus_verbose_s0").argv[1:])
     assert bonus.model.init_args.double_rollout.length_bonus == 1.0 and bonus.model.init_args.double_rollout.enabled
-    sweep = yaml.safe_load((tmp_path / "sweeps/rho/sweep.yaml").read_text())
+    (sweep_file,) = (tmp_path / "sweeps/rho").glob("sweep_*.yaml")
+    sweep = yaml.safe_load(sweep_file.read_text())
     assert sweep["space"]["model.init_args.double_rollout.rho"]["choices"] == [0.5, 0.75, 0.99]
     assert sweep["objective"]["metric"] == dr.METRIC
-    assert sweep["base"] == ["conf/double_rollout.yaml", "conf/double_rollout_chainsum.yaml"]
-    assert sweep["overrides"]["seed_everything"] == 0 and sweep["overrides"]["threads"] == 1
-    assert sweep["overrides"]["trainer"]["callbacks~"][0]["init_args"] == {"cache_dir": str(tmp_path / "c")}
+    assert sweep["base"][:2] == ["conf/double_rollout.yaml", "conf/double_rollout_chainsum.yaml"]
+    assert sweep["overrides"] == {"seed_everything": 0, "threads": 1}
+    (warm,) = yaml.safe_load(Path(sweep["base"][2]).read_text())["trainer"]["callbacks~"]  # the warm start, a file
+    assert warm["init_args"] == {"cache_dir": str(tmp_path / "c")} and len(sweep["base"]) == 3
     assert {j.tags["group"] for j in plan.jobs if j.argv[0] == "sweep"} == {"rho", "n"}  # --only selects them
 
 
@@ -77,9 +80,10 @@ def test_quick_plan_sizes_every_job_for_a_test(tmp_path, parse_training_config):
     assert passk.init_args.configs[0]["generation"]["init_args"]["max_new_tokens"] == 64
     (warm,) = [c for c in bonus.trainer.callbacks if c.class_path.endswith("ScriptedSFTWarmup")]
     assert (warm.init_args.steps, warm.init_args.trace) == (20, "verbose")
-    sweep = yaml.safe_load((tmp_path / "sweeps/n/sweep.yaml").read_text())
+    (sweep_file,) = (tmp_path / "sweeps/n").glob("sweep_*.yaml")
+    sweep = yaml.safe_load(sweep_file.read_text())
     assert sweep["space"]["model.init_args.double_rollout.num_continuations"]["choices"] == [2]
-    assert sweep["overrides"]["trainer"]["max_steps"] == 4
+    assert sweep["base"][2] == "conf/reproduce/double_rollout_quick.yaml"  # the plan's quick overlay file, as it is
 
 
 def test_guess_plan_runs_every_trend_value_with_every_seed_on_the_guess_overlay(tmp_path, parse_training_config):

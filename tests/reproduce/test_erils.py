@@ -65,11 +65,11 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
         assert cfg.trainer.default_root_dir == str(job.folder)
         ckpt = [c for c in cfg.trainer.callbacks if c.class_path.endswith("ModelCheckpoint")]
         assert ckpt[0].init_args.dirpath is None  # <default_root_dir>/checkpoints: the job's own folder
-        # the job's overlay (last of its configs) edits the warm-up's cache; the list itself is the configs'
-        overlay = yaml.safe_load((job.folder / "overlay.yaml").read_text())
-        assert overlay["trainer"]["callbacks~"] == [
-            {"class_path": "callbacks.FormatWarmup", "init_args": {"cache_dir": str(tmp_path / "c")}}]
-        assert job.argv[job.argv.index(str(job.folder / "overlay.yaml")) - 1] == "--config"
+        # the job's last overlay edits the warm-up's cache; the list itself is the configs'
+        files = [a for a in job.argv if a.endswith(".yaml")]
+        assert files[-1].startswith(str(job.folder / "warm_start_"))
+        assert yaml.safe_load(Path(files[-1]).read_text()) == {"trainer": {"callbacks~": [
+            {"class_path": "callbacks.FormatWarmup", "init_args": {"cache_dir": str(tmp_path / "c")}}]}}
         warm = [c for c in cfg.trainer.callbacks if c.class_path.endswith("FormatWarmup")]
         assert warm[0].init_args.cache_dir == str(tmp_path / "c") and warm[0].init_args.steps == 250
         assert cfg.model.init_args.optimizer.init_args.lr == float(job.tags.get("lr", 1e-3))
@@ -101,10 +101,11 @@ def test_quick_plan_runs_erils_sft_and_the_uncontrolled_pool_at_a_few_steps(tmp_
     assert (warm.init_args.steps, warm.init_args.cache_dir) == (5, str(tmp_path / "cache"))  # two edits of one entry
     (passk,) = [c for c in cfg.trainer.callbacks if c.class_path.endswith("PassAtKEvaluation")]
     assert passk.init_args.subset_size == 8 and passk.init_args.configs[0]["num_samples"] == 2
-    quick_eval = yaml.safe_load((tmp_path / "lengths_quick.yaml").read_text())
+    quick_file = plan.eval_jobs[0].argv[-2]
+    assert quick_file.startswith(str(tmp_path / "lengths_quick_")) and quick_file == plan.eval_jobs[1].argv[-2]
+    quick_eval = yaml.safe_load(Path(quick_file).read_text())
     assert quick_eval["trainer"]["callbacks~"][0]["init_args"] == {"name": "lengths", "subset_size": 8,
                                                                    "batch_size": 8}
-    assert plan.eval_jobs[0].argv[-2] == str(tmp_path / "lengths_quick.yaml")
 
 
 @pytest.mark.slow
