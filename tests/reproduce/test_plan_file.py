@@ -11,26 +11,15 @@ import yaml
 from lit_rl.errors import ConfigError
 from lit_rl.reproduce.plan_file import load_plan
 from lit_rl.reproduce.plan_jobs import expand
+from support.plans import write_plan as _plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANS = sorted(p for p in (ROOT / "conf" / "reproduce").glob("*.yaml") if "jobs" in yaml.safe_load(p.read_text()))
-
-HEAD = """study: erils
-experiment: e
-metric: val/sudoku/greedy/accuracy
-warm_start: {callback: callbacks.FormatWarmup}
-"""
 
 
 @pytest.fixture(autouse=True)
 def _repo_cwd(monkeypatch):
     monkeypatch.chdir(ROOT)  # plans name configs relative to the repository, as the CLI runs there
-
-
-def _plan(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "plan.yaml"
-    path.write_text(HEAD + text)
-    return path
 
 
 @pytest.mark.parametrize("body, where, message", [

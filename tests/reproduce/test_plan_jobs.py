@@ -10,24 +10,12 @@ import pytest
 from lit_rl.config.lines import compose_files
 from lit_rl.reproduce.plan_file import load_plan
 from lit_rl.reproduce.plan_jobs import expand
+from support.plans import write_plan as _plan
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAD = """study: erils
-experiment: e
-metric: val/sudoku/greedy/accuracy
-warm_start: {callback: callbacks.FormatWarmup}
-"""
-
-
 @pytest.fixture(autouse=True)
 def _repo_cwd(monkeypatch):
     monkeypatch.chdir(ROOT)  # plans name configs relative to the repository, as the CLI runs there
-
-
-def _plan(tmp_path: Path, text: str, name: str = "plan.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(HEAD + text)
-    return path
 
 
 def test_jobs_expand_seed_major_per_group_with_first_seed_and_other_threads(tmp_path):
