@@ -84,7 +84,9 @@ def test_shipped_sweep_points_parse_with_their_training_config(path, tmp_path, m
     parser.add_argument("--seed_everything", type=int | bool | None, default=None)
     parser.add_argument("--threads", type=int | None, default=None)
     parser.add_lightning_class_args(Trainer, "trainer")
-    parsed = parser.parse_args(args)
+    from lit_rl.config.edits import expand_list_edits
+
+    parsed = parser.parse_args(expand_list_edits(args))  # a base's callbacks~ edits, as the sweep's trial CLI expands
     for key, value in cfg.trial_values(point).items():
         assert parsed[key] == value
 
