@@ -85,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="double-rollout: the plain chain sums, or the guessable-answer testbed (default chainsum)")
     parser.add_argument("--plan", default=None, metavar="FILE",
                         help="a plan file of the study (default: conf/reproduce/<study>[_<testbed>|_<task>].yaml; "
-                             "its keys: lit_rl/reproduce/plan_file.py)")
+                             "its keys: docs/configuration.md, Study plans)")
     parser.add_argument("--out", default=None,
-                        help="output folder (default runs/reproduce/<study>[_<testbed>|_<task>][_quick])")
+                        help="output folder (default runs/reproduce/<study>[_<testbed>|_<task>][_quick]; with --plan, "
+                             "runs/reproduce/<plan file's name>[_quick])")
     parser.add_argument("--quick", action="store_true", help="a few steps per job: checks the pipeline, not the method")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="seeds of the main comparison (default 0 1 2; quick: 0)")
@@ -115,9 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     study, report = (erils, erils_report) if args.study == "erils" else (dr, dr_report)
 
     suffix = "".join(f"_{v}" for v, default in ((args.testbed, "chainsum"), (args.task, "sudoku")) if v != default)
-    if args.plan:
-        suffix += "_" + Path(args.plan).stem
-    out = Path(args.out or f"runs/reproduce/{args.study.replace('-', '_')}{suffix}{'_quick' if args.quick else ''}")
+    name = Path(args.plan).stem if args.plan else f"{args.study.replace('-', '_')}{suffix}"
+    out = Path(args.out or f"runs/reproduce/{name}{'_quick' if args.quick else ''}")
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     threads = args.threads or max(1, 2 // args.workers)
     extra = {"testbed": args.testbed} if args.study == "double-rollout" else {"task": args.task}

@@ -106,6 +106,28 @@ def test_the_command_refuses_a_plan_of_another_study_or_a_bad_plan_with_its_line
     assert main(["erils", "--plan", "conf/reproduce/double_rollout.yaml", "--out", str(tmp_path), "--report_only"]) == 2
     assert "conf/reproduce/double_rollout.yaml: study: the plan is of the double-rollout study, not erils" in (
         capsys.readouterr().err)
+    mine = _plan(tmp_path, "jobs:\n  a_s{seed}: {group: main, configs: [conf/erils.yaml]}\n", name="mine.yaml")
+    assert main(["erils", "--plan", str(mine), "--report_only", "--quick"]) == 2  # nothing run yet: no store
+    assert "runs/reproduce/mine_quick/mlflow.db: no runs to report yet" in capsys.readouterr().err
+    assert not (ROOT / "runs/reproduce/mine_quick").exists()  # --report_only writes nothing
     bad = _plan(tmp_path, "jobs:\n  a_s{seed}: {group: main, configs: [conf/erils.yaml], seeds: all}\n")
     assert main(["erils", "--plan", str(bad), "--out", str(tmp_path / "o"), "--report_only"]) == 2
     assert f"error: {bad}:6: jobs.a_s{{seed}}.seeds: must be each or first, got 'all'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", PLANS, ids=lambda p: p.name)
+def test_a_quick_overlays_pass_at_k_entries_are_the_bases_but_for_the_sample_count(path, tmp_path):
+    """An edit replaces the Pass@k ``configs`` list whole, so the quick overlays restate the base's entries: they must
+    stay the base's (generation settings, names) with fewer samples."""
+    from lit_rl.config.lines import compose_files
+
+    plan = expand(load_plan(path), tmp_path, seeds=[0], quick=True, workers=1, threads=1, cache_dir="c")
+    for job in (j for j in plan.jobs if j.argv[0] == "fit"):
+        files = [a for a in job.argv if a.endswith(".yaml")]
+        full = [f for f in files if not (Path(f).name.startswith("quick") or f == plan.study.quick)]
+        base, quick = (compose_files(fs).data["trainer"]["callbacks"] for fs in (full, files))
+        for before, after in zip(base, quick):
+            if before["class_path"].endswith("PassAtKEvaluation"):
+                strip = [{k: v for k, v in c.items() if k != "num_samples"} for c in before["init_args"]["configs"]]
+                assert [{k: v for k, v in c.items() if k != "num_samples"}
+                        for c in after["init_args"]["configs"]] == strip, job.name
