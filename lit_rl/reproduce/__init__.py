@@ -30,43 +30,6 @@ from lit_rl.cli_args import LitArgumentParser
 __all__ = ["main"]
 
 
-def check_jobs(jobs: list) -> None:
-    """Run the fit preflight on each fit job's command line (its overlays written to a temporary folder first) and
-    each sweep's grid on its base; a problem raises :class:`~lit_rl.errors.ConfigError` naming the plan's line and
-    job, then the config file and line the preflight found."""
-    import tempfile
-
-    from lit_rl.config.preflight import preflight
-    from lit_rl.errors import ConfigError
-
-    with tempfile.TemporaryDirectory(prefix="lit_rl-plan-check-") as tmp:
-        for job in jobs:
-            if job.argv[0] not in ("fit", "sweep"):
-                continue
-            moved = {str(p): str(Path(tmp) / f"{i}_{p.name}") for i, p in enumerate(job.inputs)}
-            for p, text in job.inputs.items():
-                Path(moved[str(p)]).write_text(text)
-            argv = [moved.get(a, a) for a in job.argv]
-            try:
-                if argv[0] == "fit":
-                    preflight(argv, data=False)
-                else:
-                    import yaml
-
-                    from lit_rl.sweep.schema import SweepConfig
-                    from lit_rl.sweep.validate import check_against_base
-
-                    raw = yaml.safe_load(Path(argv[2]).read_text())
-                    raw["base"] = [moved.get(b, b) for b in raw["base"]]
-                    Path(argv[2]).write_text(yaml.safe_dump(raw))
-                    check_against_base(SweepConfig.from_yaml(argv[2]))
-            except (ConfigError, ValueError) as e:
-                msg = str(e)
-                for old, new in moved.items():
-                    msg = msg.replace(new, old)
-                raise ConfigError(f"{job.where or job.name}: {msg}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = LitArgumentParser(
         prog="python -m lit_rl reproduce", description=__doc__.split("\n\n")[0],
@@ -110,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from lit_rl.errors import ConfigError
     from lit_rl.reproduce import dr, dr_report, erils, erils_report
     from lit_rl.reproduce.plan_file import load_plan
-    from lit_rl.reproduce.plan_jobs import expand
+    from lit_rl.reproduce.plan_jobs import check_jobs, expand
     from lit_rl.reproduce.runner import init_stores, jobs_to_run, run_jobs, seconds_of
 
     study, report = (erils, erils_report) if args.study == "erils" else (dr, dr_report)

@@ -113,15 +113,6 @@ class StudyPlan:
     entries: tuple[Entry, ...]
     evaluations: tuple[Evaluation, ...]
 
-    @property
-    def groups(self) -> list[str]:
-        """Job groups in the order they first appear, then the evaluations'."""
-        return list(dict.fromkeys([*(e.group for e in self.entries), *(ev.name for ev in self.evaluations)]))
-
-    def methods(self, group: str = "main") -> list[str]:
-        """The methods of ``group``'s jobs, in order."""
-        return list(dict.fromkeys(e.method for e in self.entries if e.group == group and e.method))
-
     def stems(self, group: str) -> list[str]:
         """The names of ``group``'s jobs without their seed (``dr_nemo`` of ``dr_nemo_s{seed}``): the reports find
         a run as ``<stem>_s<seed>``."""

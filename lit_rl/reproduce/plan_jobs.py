@@ -4,14 +4,16 @@ The CLI composes a job's files as it composes any configs (mappings key by key, 
 ``callbacks~`` edits file after file), so a job means exactly what its plan entry says, however its parts combine.
 An overlay file is named by a hash of its text (``<run folder>/overlay_<hash>.yaml``): a changed plan changes the
 job's command line, so its ``done.json`` no longer counts (:attr:`lit_rl.reproduce.runner.Job.digest`), and a
-finished run's files are never rewritten. The files are written when a job starts (:func:`write_inputs`), so a
-rejected command (a wrong ``--only``, ``--report_only``) writes nothing.
+finished run's files are never rewritten. The files are written when a job starts
+(:meth:`~lit_rl.reproduce.runner.Job.write_inputs`), so a rejected command (a wrong ``--only``, ``--report_only``)
+writes nothing. :func:`check_jobs` runs the fit preflight on every job before any starts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,7 +24,7 @@ from lit_rl.errors import ConfigError
 from lit_rl.reproduce.plan_file import Entry, StudyPlan
 from lit_rl.reproduce.runner import Job, fit_job, sweep_jobs, validate_job
 
-__all__ = ["Plan", "expand", "overlay_file", "write_inputs"]
+__all__ = ["Plan", "check_jobs", "expand", "overlay_file"]
 
 
 @dataclass
@@ -30,10 +32,6 @@ class Plan:
     """The jobs of one run of a study."""
 
     jobs: list[Job]
-    out: Path
-    quick: bool
-    seeds: list[int]
-    threads: int
     study: StudyPlan
     #: no warm start is cached yet: run the first job alone, so that the others load its cache
     first_alone: bool = True
@@ -66,10 +64,35 @@ def _files(folder: Path, parts: list[tuple[str, Any]], inputs: dict[Path, str]) 
     return [p if isinstance(p, str) else overlay_file(folder, label, p, inputs) for label, p in parts]
 
 
-def write_inputs(jobs: Sequence[Job]) -> None:
-    """Write the overlay and sweep files of ``jobs`` (each atomically; the same name holds the same text)."""
-    for job in jobs:
-        job.write_inputs()
+def check_jobs(jobs: Sequence[Job]) -> None:
+    """Run the fit preflight on each fit job's command line (its overlays written to a temporary folder first) and
+    each sweep's grid on its base; a problem raises :class:`~lit_rl.errors.ConfigError` naming the plan's line and
+    job, then the config file and line the preflight found."""
+    from lit_rl.config.preflight import preflight
+    from lit_rl.sweep.schema import SweepConfig
+    from lit_rl.sweep.validate import check_against_base
+
+    with tempfile.TemporaryDirectory(prefix="lit_rl-plan-check-") as tmp:
+        for job in jobs:
+            if job.argv[0] not in ("fit", "sweep"):
+                continue
+            moved = {str(p): str(Path(tmp) / f"{i}_{p.name}") for i, p in enumerate(job.inputs)}
+            for p, text in job.inputs.items():
+                Path(moved[str(p)]).write_text(text)
+            argv = [moved.get(a, a) for a in job.argv]
+            try:
+                if argv[0] == "fit":
+                    preflight(argv, data=False)
+                else:
+                    raw = yaml.safe_load(Path(argv[2]).read_text())
+                    raw["base"] = [moved.get(b, b) for b in raw["base"]]
+                    Path(argv[2]).write_text(yaml.safe_dump(raw))
+                    check_against_base(SweepConfig.from_yaml(argv[2]))
+            except (ConfigError, ValueError) as e:
+                msg = str(e)
+                for old, new in moved.items():
+                    msg = msg.replace(new, old)
+                raise ConfigError(f"{job.where or job.name}: {msg}") from None
 
 
 def expand(study: StudyPlan, out: Path, seeds: Sequence[int], quick: bool, workers: int, threads: int,
@@ -126,7 +149,8 @@ def expand(study: StudyPlan, out: Path, seeds: Sequence[int], quick: bool, worke
             evals.append(job)
     pattern = study.warm_start.cache
     first_alone = pattern is None or not any(Path(cache).glob(pattern))
-    plan = Plan(jobs, out, quick, list(seeds), threads, study, first_alone, study.warm_start.boost, evals)
+    plan = Plan(jobs, study, first_alone, study.warm_start.boost, evals)
     if write:
-        write_inputs([*jobs, *evals])
+        for job in [*jobs, *evals]:
+            job.write_inputs()
     return plan

@@ -50,7 +50,7 @@ def test_plan_covers_every_variant_the_thread_spread_and_the_uncontrolled_pool(t
     recipe = yaml.safe_load((ROOT / "conf/erils_study_recipe.yaml").read_text())
     study = erils.study_plan()
     assert recipe["model"]["init_args"]["optimizer"]["init_args"]["lr"] == study.report["base_lr"]
-    assert study.methods("main") == ["erils", "spg", "joint", "external_only", "sft"]
+    assert study.stems("main") == ["erils", "spg", "joint", "external_only", "sft"]
     assert plan.first_alone and not plan.boost_first  # the thread count is part of the result: never raised
     assert "--threads=2" in jobs["erils_s0_t2"].argv and jobs["erils_s0_t2"].tags["threads"] == "2"
     assert "--threads=1" in jobs["erils_s0"].argv and jobs["erils_s0"].tags["threads"] == "1"

@@ -85,19 +85,14 @@ def test_a_plan_without_a_required_key_or_with_two_jobs_of_one_name_says_so(tmp_
 @pytest.mark.parametrize("path", PLANS, ids=lambda p: p.name)
 @pytest.mark.parametrize("quick", [False, True])
 def test_every_shipped_plans_fit_jobs_pass_the_preflight(path, quick, tmp_path):
-    """Each job's command line, overlay included, as ``python -m lit_rl fit`` checks it before anything loads."""
-    from lit_rl.config.preflight import preflight
+    """Each job's command line, overlays included, as ``reproduce`` checks it before anything runs (the fit preflight;
+    a sweep's every grid point on its base); the check's own refusal: test_plan_jobs.py."""
+    from lit_rl.reproduce.plan_jobs import check_jobs
 
-    plan = expand(load_plan(path), tmp_path, seeds=[0, 1], quick=quick, workers=2, threads=1, cache_dir="c")
-    fits = [j for j in plan.jobs if j.argv[0] == "fit"]
-    assert fits
-    for job in fits:
-        assert preflight(job.argv, data=False) is not None, job.name
-    for job in [j for j in plan.jobs if j.argv[0] == "sweep"]:  # every grid point on its base, as `sweep` checks
-        from lit_rl.sweep.schema import SweepConfig
-        from lit_rl.sweep.validate import check_against_base
-
-        check_against_base(SweepConfig.from_yaml(job.argv[2]))
+    plan = expand(load_plan(path), tmp_path, seeds=[0, 1], quick=quick, workers=2, threads=1, cache_dir="c",
+                  write=False)
+    assert [j for j in plan.jobs if j.argv[0] == "fit"]
+    check_jobs(plan.jobs)
 
 
 def test_the_command_refuses_a_plan_of_another_study_or_a_bad_plan_with_its_line(tmp_path, capsys):
