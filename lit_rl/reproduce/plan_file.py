@@ -6,7 +6,7 @@ A plan is data, read here with the place of every key, so that a mistake names t
     experiment: lit_rl-reproduce-erils
     metric: val/sudoku/greedy/accuracy   # the study's headline metric (the report's, a sweep's objective)
     data_seed: 42                    # data.init_args.seed = data_seed + seed
-    warm_start: {callback: callbacks.FormatWarmup, cache: "format_warmup_sudoku_*.pt", boost: false}
+    warm_start: {callback: callbacks.FormatWarmup, cache: "format_warmup_sudoku_*.pt", boost: false}   # or null
     tags: {task: sudoku}             # on every job's MLflow run
     report: {...}                    # what the report says (read by the study's report module)
     quick: <overlay>                 # --quick: added to every job that runs in quick mode (or an overlay file)
@@ -63,7 +63,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.{}+-]+$")
 
 @dataclass(frozen=True)
 class WarmStart:
-    callback: str  # the class path of the warm-up callback whose cache_dir the study shares
+    callback: str | None  # the class path of the warm-up callback whose cache_dir the study shares (None: no warm-up)
     cache: str | None = None  # a glob under the cache folder: a match means the warm start is cached
     boost: bool = False  # the first job, alone, may use every worker's threads
 
@@ -272,8 +272,11 @@ def load_plan(path: str | Path) -> StudyPlan:
     if not isinstance(data_seed, int) or isinstance(data_seed, bool):
         raise fail(cfg, ("data_seed",), f"must be an integer, got {data_seed!r}")
     ws = data["warm_start"]
-    if not isinstance(ws, dict) or not isinstance(ws.get("callback"), str):
-        raise fail(cfg, ("warm_start",), "must give the warm-up callback's class path: {callback: ..., cache: ...}")
+    if ws is None:  # no warm-up (a real pretrained model): said on purpose, not forgotten
+        ws = {"callback": None}
+    elif not isinstance(ws, dict) or not isinstance(ws.get("callback"), str):
+        raise fail(cfg, ("warm_start",), "must give the warm-up callback's class path: {callback: ..., cache: ...}, "
+                   "or be null (no warm-up)")
     _unknown(cfg, ("warm_start",), ws, {"callback", "cache", "boost"})
     if not isinstance(ws.get("boost", False), bool):
         raise fail(cfg, ("warm_start", "boost"), f"must be true or false, got {ws['boost']!r}")

@@ -56,7 +56,8 @@ def _parts(study: StudyPlan, e: Entry, quick: bool, warm: dict[str, Any]) -> lis
         parts.append(("quick", study.quick))
     if quick and e.quick_overlay:
         parts.append(("quick_job", e.quick_overlay))
-    parts.append(("warm_start", warm))
+    if warm:
+        parts.append(("warm_start", warm))
     return parts
 
 
@@ -105,7 +106,8 @@ def expand(study: StudyPlan, out: Path, seeds: Sequence[int], quick: bool, worke
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"each seed once, got {list(seeds)}")
     cache = cache_dir or (str(out / "cache") if quick else "runs/cache")
-    warm = {"trainer": {"callbacks~": [{"class_path": study.warm_start.callback, "init_args": {"cache_dir": cache}}]}}
+    warm = ({"trainer": {"callbacks~": [{"class_path": study.warm_start.callback, "init_args": {"cache_dir": cache}}]}}
+            if study.warm_start.callback else {})
     entries = [e for e in study.entries if e.quick or not quick]
     jobs: list[Job] = []
     for group in dict.fromkeys(e.group for e in entries):
@@ -148,7 +150,7 @@ def expand(study: StudyPlan, out: Path, seeds: Sequence[int], quick: bool, worke
             job.inputs = dict(inputs)
             evals.append(job)
     pattern = study.warm_start.cache
-    first_alone = pattern is None or not any(Path(cache).glob(pattern))
+    first_alone = study.warm_start.callback is not None and (pattern is None or not any(Path(cache).glob(pattern)))
     plan = Plan(jobs, study, first_alone, study.warm_start.boost, evals)
     if write:
         for job in [*jobs, *evals]:

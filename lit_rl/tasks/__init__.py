@@ -17,6 +17,7 @@ from lit_rl.tasks.math_task import MathTask
 from lit_rl.tasks.prompt_task import PromptTask
 from lit_rl.tasks.rewards import RewardFunc, resolve_reward_funcs
 from lit_rl.tasks.sudoku import SudokuTask
+from lit_rl.tasks.word_problems import WordProblemTask
 
 from lit_rl.tasks.registry import REGISTRY, TaskEntry, register_task, task_entry  # noqa: E402
 
@@ -26,7 +27,8 @@ TASKS: dict[str, type[Task]] = {name: entry.cls for name, entry in REGISTRY.item
 
 def get_task(name: str, **kwargs: Any) -> Task:
     """Build a task by name (``"sudoku"``, ``"countdown"``, ``"math500"``/``"math"``, ``"chainsum"``,
-    ``"prompts"``, or one added with :func:`~lit_rl.tasks.registry.register_task`) with its options."""
+    ``"prompts"``, ``"word_problems"``, or one added with :func:`~lit_rl.tasks.registry.register_task`) with its
+    options."""
     return task_entry(name).cls(**kwargs)
 
 
@@ -40,6 +42,7 @@ __all__ = [
     "RewardFunc",
     "SudokuTask",
     "TASKS",
+    "WordProblemTask",
     "Task",
     "TaskEntry",
     "get_task",

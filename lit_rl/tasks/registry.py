@@ -29,6 +29,7 @@ from lit_rl.tasks.scripted import (
     verbose_trace,
 )
 from lit_rl.tasks.sudoku import SudokuTask
+from lit_rl.tasks.word_problems import WordProblemTask
 
 __all__ = ["REGISTRY", "TaskEntry", "format_warmup_text", "known_traces", "register_task", "scripted_tasks",
            "task_entry"]
@@ -107,6 +108,7 @@ register_task(TaskEntry("chainsum", ChainSumTask,
                         {"running": chainsum_completion, "verbose": chainsum_verbose_completion,
                          "guessing": chainsum_guessing_completion}))
 register_task(TaskEntry("prompts", PromptTask))
+register_task(TaskEntry("word_problems", WordProblemTask))
 
 
 def format_warmup_text(task_name: str, example: Example, rng: random.Random, style: str | None = None) -> str:
