@@ -35,7 +35,7 @@ from typing import Any
 from lit_rl.errors import FieldError
 from lit_rl.tasks.base import EvalScore, Example, Task, record_fields
 
-__all__ = ["KINDS", "WordProblemTask", "equations", "final_int", "steps_verdict"]
+__all__ = ["KINDS", "WordProblemTask", "equations", "final_int", "first_error_at", "steps_verdict"]
 
 KINDS = ("add", "sub", "two_step")
 NAMES = ("Sam", "Mia", "Tom", "Ana", "Leo", "Zoe", "Max", "Ivy")
@@ -87,11 +87,27 @@ def final_int(completion: Any) -> int | None:
 
 def equations(completion: Any) -> list[tuple[int, str, int, int]]:
     """The ``x op y = z`` statements of the text, in order (op one of ``+ - *``; ``x`` and ``×`` read as ``*``)."""
+    return [eq for eq, _ in _equations_at(completion)]
+
+
+def _equations_at(completion: Any) -> list[tuple[tuple[int, str, int, int], int]]:
     text = completion if isinstance(completion, str) else ""
     out = []
-    for x, op, y, z in _EQ.findall(text):
-        out.append((int(x), "*" if op in "x×" else op, int(y), int(z)))
+    for m in _EQ.finditer(text):
+        x, op, y, z = m.groups()
+        out.append(((int(x), "*" if op in "x×" else op, int(y), int(z)), m.start()))
     return out
+
+
+def first_error_at(completion: Any, example: Example) -> int | None:
+    """Character index where the first wrong step (:func:`steps_verdict`'s rules) starts, ``None`` when every stated
+    step is right. Where an error sits relative to double rollout's cut is what the premise measures."""
+    known = set(int(v) for v in (example.meta.get("numbers") or []))
+    for (x, op, y, z), at in _equations_at(completion):
+        if _value(x, op, y) != z or x not in known or y not in known:
+            return at
+        known.add(z)
+    return None
 
 
 def _value(x: int, op: str, y: int) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lit_rl.config.lines import compose_files
+from lit_rl.errors import ConfigError
 from lit_rl.reproduce.plan_file import load_plan
 from lit_rl.reproduce.plan_jobs import expand
 from support.plans import write_plan as _plan
@@ -69,6 +70,22 @@ jobs:
         assert composed["trainer"]["max_steps"] == (8 if quick else 300)
 
 
+
+
+def test_a_plan_without_a_warm_up_adds_no_cache_overlay_and_starts_its_jobs_together(tmp_path):
+    """``warm_start: null`` (a pretrained model, conf/reproduce/real_smollm2.yaml): no warm_start overlay file, no
+    first job alone; anything but null or a callback mapping is refused at its line."""
+    path = tmp_path / "p.yaml"
+    path.write_text("study: double-rollout\nexperiment: e\nmetric: m\nwarm_start: null\njobs:\n"
+                    "  a_s{seed}: {group: main, configs: [conf/real/grpo_smollm2.yaml]}\n")
+    study = load_plan(path)
+    assert study.warm_start.callback is None
+    plan = expand(study, tmp_path / "o", seeds=[0, 1], quick=False, workers=1, threads=2, cache_dir="C")
+    assert [j.name for j in plan.jobs] == ["a_s0", "a_s1"] and not plan.first_alone
+    assert [a for a in plan.jobs[0].argv if a.endswith(".yaml")] == ["conf/real/grpo_smollm2.yaml"]
+    path.write_text(path.read_text().replace("warm_start: null", "warm_start: callbacks.FormatWarmup"))
+    with pytest.raises(ConfigError, match=r"p\.yaml:4: warm_start: must give .* or be null"):
+        load_plan(path)
 
 
 def test_a_changed_overlay_makes_a_finished_job_run_again_and_keeps_the_old_file(tmp_path):

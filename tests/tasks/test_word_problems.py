@@ -8,7 +8,7 @@ import pytest
 from lit_rl.errors import FieldError
 from lit_rl.tasks import WordProblemTask, get_task
 from lit_rl.tasks.base import Example
-from lit_rl.tasks.word_problems import equations, final_int, steps_verdict
+from lit_rl.tasks.word_problems import equations, final_int, first_error_at, steps_verdict
 
 
 def _ex(kind: str, numbers: list[int], answer: int) -> Example:
@@ -68,6 +68,9 @@ def test_equations_and_a_step_using_an_earlier_result():
     assert steps_verdict("6 + 9 = 15 and 15 - 10 = 5", ex) == "supported"
     assert steps_verdict("6 + 9 = 15 and 15 - 10 = 6", ex) == "wrong"        # bad arithmetic
     assert steps_verdict("6 + 9 = 15 and 20 - 15 = 5", ex) == "wrong"        # 20 from nowhere
+    assert first_error_at("6 + 9 = 15 and 15 - 10 = 6", ex) == len("6 + 9 = 15 and ")
+    assert first_error_at("so 6 + 9 = 14, then 14 - 10 = 4", ex) == len("so ")
+    assert first_error_at("6 + 9 = 15 and 15 - 10 = 5", ex) is None and first_error_at("no steps", ex) is None
 
 
 def test_problems_are_reproducible_held_out_and_answers_right():

@@ -1,0 +1,38 @@
+"""scripts/real_premise.py on the real model (skipped where it is not prepared): a few short samples, every count
+consistent with the samples written out, and the lucky / slip / cut rules re-derived from them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from support.real_model import prepared_or_skip
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("real_premise", ROOT / "scripts/real_premise.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_counts_agree_with_the_samples_it_writes(tmp_path, monkeypatch, capsys):
+    folder = prepared_or_skip()
+    monkeypatch.setenv("LIT_RL_MODELS", str(folder.parent))
+    out = tmp_path / "samples.jsonl"
+    assert _script().main(["--problems", "3", "--samples", "2", "--max_new_tokens", "24", "--threads", "1",
+                           "--out", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["samples"] == len(rows) == 6 and [r["id"] for r in rows[:2]] == ["word-eval-0"] * 2
+    rewarded = [r for r in rows if r["reward"] == 1.0]
+    assert summary["accuracy"] == round(len(rewarded) / 6, 4)
+    assert summary["lucky"] == sum(r["verdict"] != "supported" for r in rewarded)
+    assert summary["slips"] == sum(r["reward"] == 0.0 and r["verdict"] == "supported" for r in rows)
+    assert sum(summary["cells"].values()) == 6
+    for r in rows:
+        assert 1 <= r["tokens"] <= 24 and r["cut"] == r["tokens"] // 2  # floor(rho T) at rho 0.5
+        assert r["error_token"] is None or (r["verdict"] == "wrong" and 0 <= r["error_token"] <= r["tokens"])
