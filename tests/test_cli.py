@@ -33,6 +33,7 @@ def test_a_missing_or_unknown_subcommand_lists_every_subcommand(argv, said, caps
 
     assert main(argv) == 2
     usage, error = capsys.readouterr().err.splitlines()
-    every = ("fit", "validate", "test", "predict", "score", "rollouts", "sweep", "report", "export", "reproduce")
+    every = ("fit", "validate", "test", "predict", "score", "rollouts", "sweep", "report", "models", "export",
+             "reproduce")
     assert usage == f"usage: python -m lit_rl {{{','.join(every)}}} ..."
     assert error.startswith(f"error: {said}: choose from {', '.join(every)}") and "reproduce" in error
