@@ -494,11 +494,7 @@ class VLLMBackend(ARBackend):
                 eos_id = int(policy.eos_id)
             if max_model_len is None and getattr(policy, "max_positions", None):
                 max_model_len = int(policy.max_positions)
-            model_path = path
-        elif isinstance(model_path, str):
-            from lit_rl.models.prepare import resolve_model_path
-
-            model_path = resolve_model_path(model_path)  # a prepared model's name (smollm2-135m-instruct)
+            model_path = path  # a prepared model's folder (PretrainedCausalLM resolves smollm2-135m-instruct)
         kwargs["model"] = model_path
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
