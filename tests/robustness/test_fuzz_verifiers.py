@@ -33,11 +33,13 @@ from hypothesis import strategies as st
 from lit_rl.core.double_rollout import split_thinking, split_thinking_text
 from lit_rl.rollouts.pool import PoolFormatError, PoolRecord
 from lit_rl.tasks import (CountdownTask, MathTask, SudokuTask, countdown, countdown_arith, math_normalize, math_task,
-                          parsing, sudoku)
+                          parsing, sudoku, word_problems)
 
 # -- targets ----------------------------------------------------------------------------------------------
 SUDOKU, COUNTDOWN, MATH = SudokuTask(num_train=0), CountdownTask(num_train=0), MathTask()
 SX, CX, MX = SUDOKU.eval_examples()[0], COUNTDOWN.eval_examples()[0], MATH.eval_examples()[0]
+WORDS = word_problems.WordProblemTask(num_train=0, num_eval=1)
+WX = WORDS.eval_examples()[0]
 CX_NUMBERS, CX_TARGET = CX.answer
 DELIM_IDS = [ord(c) for c in "</think>"]
 
@@ -93,6 +95,9 @@ TARGETS: dict[str, Callable[[str], Any]] = {
     "split_thinking[tokens]": lambda t: (split_thinking([ord(c) for c in t], DELIM_IDS),
                                          split_thinking([ord(c) for c in t], DELIM_IDS, missing="skip")),
     "char_tokenizer": _tok_roundtrip,
+    "word_problems.reward": lambda t: (WORDS.reward(t, WX), WORDS.evaluate(t, WX), WORDS.extract(t, WX)),
+    "word_problems.steps": lambda t: (word_problems.steps_verdict(t, WX), word_problems.first_error_at(t, WX),
+                                      word_problems.final_int(t), word_problems.equations(t)),
 }
 
 
