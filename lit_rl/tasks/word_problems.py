@@ -41,9 +41,11 @@ KINDS = ("add", "sub", "two_step")
 NAMES = ("Sam", "Mia", "Tom", "Ana", "Leo", "Zoe", "Max", "Ivy")
 ITEMS = ("apples", "pens", "books", "coins", "cards", "eggs", "stamps", "shells")
 
-_INT = re.compile(r"-?\d+")
-_STATED = re.compile(r"(?:answer\s+is|answer\s*:|####)\s*:?\s*\$?\s*(-?\d[\d,]*)", re.I)
-_EQ = re.compile(r"(-?\d+)\s*([+\-*x×])\s*(-?\d+)\s*=\s*(-?\d+)")
+# numbers of at most 18 digits (a longer run of digits is no number here: int() of a 1 MB one would raise)
+_N = r"(?<!\d)-?\d{1,18}(?!\d)"
+_INT = re.compile(_N)
+_STATED = re.compile(r"(?:answer\s+is|answer\s*:|####)\s*:?\s*\$?\s*(-?\d{1,3}(?:,\d{3})+(?!\d)|" + _N + ")", re.I)
+_EQ = re.compile(f"({_N})\\s*([+\\-*x×])\\s*({_N})\\s*=\\s*({_N})")
 _TEMPLATES = {
     "add": "{n} has {a} {i}. {n} buys {b} more {i}. How many {i} does {n} have now?",
     "sub": "{n} has {a} {i}. {n} gives {b} {i} to a friend. How many {i} does {n} have now?",

@@ -59,6 +59,8 @@ def test_final_int_rules_and_never_raises():
     assert final_int("#### 5\nThe answer is: 6") == 6                # the LAST stated one
     assert final_int("no digits here") is None
     assert final_int(None) is None and final_int(["x"]) is None
+    assert final_int("7 then " + "1" * 100_000) == 7  # a run of digits too long to be a number is none (no raise)
+    assert equations("1" * 5000 + " + 2 = 3") == []
 
 
 def test_equations_and_a_step_using_an_earlier_result():
