@@ -228,11 +228,14 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
     summary: dict[str, Any] = {"metric": metric, "seeds": list(seeds), "main": {}, "trends": {}, "pareto": [],
                                "times_s": times}
     guess = testbed == "guess"
-    title = "the guess testbed (guessable answers, lucky guesses)" if guess else "the chain-sum testbed"
+    # a plan on another testbed says what it is (conf/reproduce/real_smollm2.yaml's report block)
+    title = plan.report.get("title") or (
+        "the guess testbed (guessable answers, lucky guesses)" if guess else "the chain-sum testbed")
+    held_out = plan.report.get("metric_text") or (
+        f"mean correctness of 4 samples at T 1 on 128 held-out problems; greedy = `{GREEDY}` on 256")
     md = [f"# Double rollout on {title}"
           f"{' (quick mode: a smoke run, its numbers mean nothing)' if quick else ''}", ""]
-    md += [f"Held-out accuracy = `{metric}`: mean correctness of 4 samples at T 1 on 128 held-out problems; "
-           f"greedy = `{GREEDY}` on 256. Seeds: {', '.join(map(str, seeds))}."
+    md += [f"Held-out accuracy = `{metric}`: {held_out}. Seeds: {', '.join(map(str, seeds))}."
            + (" Every run is a few steps (`--quick`: a smoke run of the pipeline, not the study's budget)."
               if quick else ""), ""]
 
@@ -292,6 +295,8 @@ def build(out: Path, seeds: Sequence[int], times: dict[str, float], quick: bool 
         md += trend_sections(out, jobs, metric, seeds, summary, plan)
         return _finish(out, md, summary, times)
 
+    if not (plan.entries_of("rho") or plan.entries_of("n") or plan.entries_of("length")):  # the main group only
+        return _finish(out, md, summary, times)
     # 3. trends
     md += ["## ρ and N (DR Tables 2-3 in miniature; one seed, final held-out accuracy)", ""]
     s0 = seeds[0]
