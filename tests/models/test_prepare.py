@@ -37,6 +37,11 @@ def test_an_unknown_name_is_one_line(capsys):
         prep.prepare("nosuch")
 
 
+def _left(folder: Path) -> list[str]:
+    """What a prepare left in ``folder`` besides its (empty) lock file."""
+    return [p.name for p in folder.iterdir() if not p.name.endswith(".lock")]
+
+
 def _fake_source(monkeypatch, tmp_path, gguf_bytes: bytes | None, wheel: str = "lit-rl-no-such-wheel"):
     """A KNOWN_MODELS entry whose package is a folder on sys.path holding ``gguf_bytes`` as its file."""
     module = "lit_rl_fake_model_wheel"
@@ -75,7 +80,7 @@ def test_a_corrupt_gguf_is_one_line_and_leaves_nothing(monkeypatch, tmp_path, ca
     out = tmp_path / "models" / "fake"
     with pytest.raises(prep.PrepareError, match=r"m\.gguf could not be read as a GGUF model"):
         prep.prepare("fake", out=out, install=False, log=lambda m: None)
-    assert not out.exists() and list((tmp_path / "models").iterdir()) == []
+    assert not out.exists() and _left(tmp_path / "models") == []
 
 
 def test_a_conversion_killed_half_way_leaves_no_prepared_folder(monkeypatch, tmp_path):
@@ -89,10 +94,11 @@ def test_a_conversion_killed_half_way_leaves_no_prepared_folder(monkeypatch, tmp
     out = tmp_path / "models" / "fake"
     with pytest.raises(KeyboardInterrupt):
         prep.prepare("fake", out=out, install=False, log=lambda m: None)
-    assert list((tmp_path / "models").iterdir()) == []
+    assert _left(tmp_path / "models") == []
 
     def converts(folder, gguf, dtype, out: Path):
-        (out / "config.json").write_text("{}")
+        for f in prep.REQUIRED:
+            (out / f).write_text("{}")
         return 7, {"transformers": "x"}
 
     monkeypatch.setattr(prep, "_convert", converts)
@@ -107,3 +113,44 @@ def test_a_conversion_killed_half_way_leaves_no_prepared_folder(monkeypatch, tmp
     with pytest.raises(prep.PrepareError, match="exists and is not a prepared model folder"):
         prep.prepare("fake", out=other, install=False, log=lambda m: None)
     assert (other / "notes.txt").read_text() == "keep"
+
+
+def test_two_prepares_at_once_convert_once_and_a_conversion_missing_a_file_prepares_nothing(monkeypatch, tmp_path):
+    """DDP ranks and plan jobs prepare on first use: the lock makes the second wait and keep the first's folder."""
+    import threading
+    import time
+
+    _fake_source(monkeypatch, tmp_path, b"GGUF-not-read")
+    calls, inside = [], []
+
+    def slow(folder, gguf, dtype, out: Path):
+        inside.append(1)
+        assert len(inside) == 1, "two conversions at once"
+        calls.append(out)
+        time.sleep(0.3)
+        for f in prep.REQUIRED:
+            (out / f).write_text("{}")
+        inside.pop()
+        return 7, {}
+
+    monkeypatch.setattr(prep, "_convert", slow)
+    out = tmp_path / "models" / "fake"
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(prep.prepare("fake", out=out, install=False,
+                                                                           log=lambda m: None)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(results) == 2 and results[0][1] == results[1][1]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*prep.REQUIRED, prep.MANIFEST])
+
+    def forgets(folder, gguf, dtype, out: Path):
+        (out / "config.json").write_text("{}")
+        return 7, {}
+
+    monkeypatch.setattr(prep, "_convert", forgets)
+    with pytest.raises(prep.PrepareError, match="the conversion wrote no model.safetensors, tokenizer.json"):
+        prep.prepare("fake", out=tmp_path / "other", install=False, log=lambda m: None)
+    assert not (tmp_path / "other").exists()
