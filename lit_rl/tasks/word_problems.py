@@ -13,7 +13,8 @@ SmolLM2-135M-Instruct, greedy, 96 new tokens, scores 0.30 on ``add``, 0.09 on ``
 measured in docs/real_model.md).
 
 **Reading the answer** (:func:`final_int`, never raises): the last ``answer is N`` / ``answer: N`` / ``#### N`` if
-the completion states one, else the last integer in the text (commas inside numbers ignored). That is the lenient
+the completion states one (``answer is 5 + 4 = 9`` states 9), else the last integer in the text (commas inside
+numbers ignored). That is the lenient
 GSM8K convention for an untagged model: a model that restates the answer and then rambles on about another
 sum is read at its last number, and loses the reward.
 
@@ -44,7 +45,9 @@ ITEMS = ("apples", "pens", "books", "coins", "cards", "eggs", "stamps", "shells"
 # numbers of at most 18 digits (a longer run of digits is no number here: int() of a 1 MB one would raise)
 _N = r"(?<!\d)-?\d{1,18}(?!\d)"
 _INT = re.compile(_N)
-_STATED = re.compile(r"(?:answer\s+is|answer\s*:|####)\s*:?\s*\$?\s*(-?\d{1,3}(?:,\d{3})+(?!\d)|" + _N + ")", re.I)
+# "The answer is: 42 + 28 = 60" states 60: an equation after the keyword is skipped to its result
+_STATED = re.compile(r"(?:answer\s+is|answer\s*:|####)\s*:?\s*\$?\s*(?:" + _N + r"\s*[+\-*x×]\s*" + _N
+                     + r"\s*=\s*)?(-?\d{1,3}(?:,\d{3})+(?!\d)|" + _N + ")", re.I)
 _EQ = re.compile(f"({_N})\\s*([+\\-*x×])\\s*({_N})\\s*=\\s*({_N})")
 _TEMPLATES = {
     "add": "{n} has {a} {i}. {n} buys {b} more {i}. How many {i} does {n} have now?",

@@ -57,6 +57,8 @@ def test_final_int_rules_and_never_raises():
     assert final_int("The answer is 1,204. Also 9.") == 1204          # stated answer wins; commas inside a number
     assert final_int("answer: -3 then 4") == -3
     assert final_int("#### 5\nThe answer is: 6") == 6                # the LAST stated one
+    # an equation after the keyword states its result (word-eval-38 and -54 of premise_start.jsonl wrote these)
+    assert final_int("The answer is: 42 + 28 = 60") == 60 and final_int("answer is 5 x 2 = 10 apples") == 10
     assert final_int("no digits here") is None
     assert final_int(None) is None and final_int(["x"]) is None
     assert final_int("7 then " + "1" * 100_000) == 7  # a run of digits too long to be a number is none (no raise)
