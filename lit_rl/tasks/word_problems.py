@@ -95,22 +95,29 @@ def equations(completion: Any) -> list[tuple[int, str, int, int]]:
     return [eq for eq, _ in _equations_at(completion)]
 
 
-def _equations_at(completion: Any) -> list[tuple[tuple[int, str, int, int], int]]:
+def _equations_at(completion: Any) -> list[tuple[tuple[int, str, int, int], tuple[int, int, int]]]:
+    """Each equation with where its ``x``, ``y`` and ``z`` start in the text."""
     text = completion if isinstance(completion, str) else ""
     out = []
     for m in _EQ.finditer(text):
         x, op, y, z = m.groups()
-        out.append(((int(x), "*" if op in "x×" else op, int(y), int(z)), m.start()))
+        out.append(((int(x), "*" if op in "x×" else op, int(y), int(z)), (m.start(1), m.start(3), m.start(4))))
     return out
 
 
 def first_error_at(completion: Any, example: Example) -> int | None:
-    """Character index where the first wrong step (:func:`steps_verdict`'s rules) starts, ``None`` when every stated
-    step is right. Where an error sits relative to double rollout's cut is what the premise measures."""
+    """Character index of the first wrong token of the stated steps (:func:`steps_verdict`'s rules), ``None`` when
+    every stated step is right: an operand from nowhere is wrong where it is written, a wrong result where the
+    result is. Where an error sits relative to double rollout's cut is what the premise measures: a cut inside
+    ``6 + 9 = 14`` before the ``14`` keeps no error."""
     known = set(int(v) for v in (example.meta.get("numbers") or []))
-    for (x, op, y, z), at in _equations_at(completion):
-        if _value(x, op, y) != z or x not in known or y not in known:
-            return at
+    for (x, op, y, z), (at_x, at_y, at_z) in _equations_at(completion):
+        if x not in known:
+            return at_x
+        if y not in known:
+            return at_y
+        if _value(x, op, y) != z:
+            return at_z
         known.add(z)
     return None
 

@@ -72,8 +72,10 @@ def test_equations_and_a_step_using_an_earlier_result():
     assert steps_verdict("6 + 9 = 15 and 15 - 10 = 5", ex) == "supported"
     assert steps_verdict("6 + 9 = 15 and 15 - 10 = 6", ex) == "wrong"        # bad arithmetic
     assert steps_verdict("6 + 9 = 15 and 20 - 15 = 5", ex) == "wrong"        # 20 from nowhere
-    assert first_error_at("6 + 9 = 15 and 15 - 10 = 6", ex) == len("6 + 9 = 15 and ")
-    assert first_error_at("so 6 + 9 = 14, then 14 - 10 = 4", ex) == len("so ")
+    assert first_error_at("6 + 9 = 15 and 15 - 10 = 6", ex) == len("6 + 9 = 15 and 15 - 10 = ")  # the wrong result
+    assert first_error_at("so 6 + 9 = 14, then 14 - 10 = 4", ex) == len("so 6 + 9 = ")
+    assert first_error_at("6 + 9 = 15 and 20 - 15 = 5", ex) == len("6 + 9 = 15 and ")  # 20 from nowhere
+    assert first_error_at("6 + 9 = 15 and 15 - 7 = 8", ex) == len("6 + 9 = 15 and 15 - ")  # 7 from nowhere
     assert first_error_at("6 + 9 = 15 and 15 - 10 = 5", ex) is None and first_error_at("no steps", ex) is None
 
 
