@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts_per_batch", type=int, default=4)
     p.add_argument("--out", default="runs/real_curves.png")
     args = p.parse_args(argv)
+    if not Path(args.store).is_file():
+        print(f"error: {args.store}: no MLflow store there (--store)", file=sys.stderr)
+        return 2
     db = sqlite3.connect(args.store)
     data = {}
     for spec in args.run:

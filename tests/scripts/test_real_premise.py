@@ -20,11 +20,18 @@ def _script():
 
 
 def test_counts_agree_with_the_samples_it_writes(tmp_path, monkeypatch, capsys):
+    import torch
+
     folder = prepared_or_skip()
     monkeypatch.setenv("LIT_RL_MODELS", str(folder.parent))
     out = tmp_path / "samples.jsonl"
-    assert _script().main(["--problems", "3", "--samples", "2", "--max_new_tokens", "24", "--threads", "1",
-                           "--out", str(out)]) == 0
+    threads = torch.get_num_threads()  # the script sets its own; the rest of the suite keeps the suite's
+    try:
+        rc = _script().main(["--problems", "3", "--samples", "2", "--max_new_tokens", "24", "--threads", "1",
+                             "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert summary["samples"] == len(rows) == 6 and [r["id"] for r in rows[:2]] == ["word-eval-0"] * 2
