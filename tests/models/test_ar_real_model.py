@@ -35,8 +35,8 @@ def test_the_chat_template_and_special_tokens_are_the_models_own(policy):
                     "Face<|im_end|>\n<|im_start|>user\nWhat is 2 + 3? Answer with just the number.<|im_end|>\n"
                     "<|im_start|>assistant\n")
     assert ids[0, 0].item() == tok.convert_tokens_to_ids("<|im_start|>") and mask.all()
-    # no BOS is added in front of the template's own first token
-    assert tok.bos_token_id not in ids[0, 1:].tolist() or tok.bos_token_id == ids[0, 0].item()
+    # no BOS is added in front of the template's own first token (this tokenizer's BOS is <|im_start|> itself)
+    assert ids[0, 1].item() != ids[0, 0].item()
 
 
 def test_left_padding_leaves_a_prompts_logits_as_they_are_alone(policy):

@@ -6,7 +6,6 @@ transformers reader), a conversion killed half-way (nothing that looks prepared 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -76,7 +75,7 @@ def test_a_missing_wheel_offline_is_one_line_naming_the_pip_command(monkeypatch,
 
 def test_a_corrupt_gguf_is_one_line_and_leaves_nothing(monkeypatch, tmp_path, capsys):
     pytest.importorskip("gguf")
-    _fake_source(monkeypatch, tmp_path, b"GGUF" + os.urandom(4096))
+    _fake_source(monkeypatch, tmp_path, b"GGUF" + bytes(range(256)) * 16)
     out = tmp_path / "models" / "fake"
     with pytest.raises(prep.PrepareError, match=r"m\.gguf could not be read as a GGUF model"):
         prep.prepare("fake", out=out, install=False, log=lambda m: None)
@@ -92,6 +91,7 @@ def test_a_conversion_killed_half_way_leaves_no_prepared_folder(monkeypatch, tmp
 
     monkeypatch.setattr(prep, "_convert", dies)
     out = tmp_path / "models" / "fake"
+    (tmp_path / "models" / ".fake.killed.partial").mkdir(parents=True)  # a SIGKILLed prepare's leftover
     with pytest.raises(KeyboardInterrupt):
         prep.prepare("fake", out=out, install=False, log=lambda m: None)
     assert _left(tmp_path / "models") == []
@@ -105,7 +105,7 @@ def test_a_conversion_killed_half_way_leaves_no_prepared_folder(monkeypatch, tmp
     folder, manifest = prep.prepare("fake", out=out, install=False, log=lambda m: None)
     assert folder == out and manifest["parameters"] == 7 and prep.read_manifest(out)["gguf_sha256"] == manifest[
         "gguf_sha256"]
-    assert oct(out.stat().st_mode & 0o777) != oct(0o700)  # a normal folder, not mkdtemp's private one
+    assert out.stat().st_mode & 0o777 == 0o777 & ~prep._umask()  # as mkdir would make it, not mkdtemp's 0o700
     # a folder that is not a prepared model is never overwritten
     other = tmp_path / "mine"
     other.mkdir()

