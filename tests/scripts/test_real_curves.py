@@ -3,18 +3,9 @@ added at its step, and generated tokens summed over both rollout stages per batc
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("real_curves", ROOT / "scripts/real_curves.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from support.scripts import load_script
 
 
 def test_points_tokens_and_the_validate_runs_point(tmp_path, capsys):
@@ -33,7 +24,8 @@ def test_points_tokens_and_the_validate_runs_point(tmp_path, capsys):
     val = client.create_run(exp, run_name="dr [validate @ step 4]").info.run_id
     client.log_metric(val, "val/word_problems/greedy/accuracy", 0.5, step=4)
     out = tmp_path / "c.png"
-    assert _script().main(["--store", str(store), "--run", "DR=dr", "--prompts_per_batch", "2", "--out", str(out)]) == 0
+    curves = load_script("scripts", "real_curves")
+    assert curves.main(["--store", str(store), "--run", "DR=dr", "--prompts_per_batch", "2", "--out", str(out)]) == 0
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["DR"]
     assert got["accuracy"] == [[0, 0.1], [2, 0.3], [4, 0.5]]
     # per batch: (t1 + t2) x 2 prompts; step 4 (after the last logged batch) counts the tokens so far

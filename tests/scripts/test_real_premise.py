@@ -3,20 +3,10 @@ consistent with the samples written out, and the lucky / slip / cut rules re-der
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 from support.real_model import prepared_or_skip
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("real_premise", ROOT / "scripts/real_premise.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from support.scripts import load_script
 
 
 def test_counts_agree_with_the_samples_it_writes(tmp_path, monkeypatch, capsys):
@@ -27,8 +17,8 @@ def test_counts_agree_with_the_samples_it_writes(tmp_path, monkeypatch, capsys):
     out = tmp_path / "samples.jsonl"
     threads = torch.get_num_threads()  # the script sets its own; the rest of the suite keeps the suite's
     try:
-        rc = _script().main(["--problems", "3", "--samples", "2", "--max_new_tokens", "24", "--threads", "1",
-                             "--out", str(out)])
+        rc = load_script("scripts", "real_premise").main(["--problems", "3", "--samples", "2", "--max_new_tokens",
+                                                          "24", "--threads", "1", "--out", str(out)])
     finally:
         torch.set_num_threads(threads)
     assert rc == 0
