@@ -1,4 +1,4 @@
-"""Callbacks that make a run resumable exactly: RNG/counter state, a prompt ledger, checkpoint on SIGTERM.
+"""Callbacks that make a run resumable exactly: RNG/counter state, a prompt ledger, checkpoint on a signal.
 
 * :class:`ExactResume` puts into every checkpoint what Lightning leaves out: the python/numpy/torch/CUDA
   global RNG states (restored right before the first resumed training batch) and the module's plain
@@ -9,9 +9,9 @@
   ``<run dir>/consumed_prompts.jsonl`` (one JSON line per batch). The number of lines is checkpointed and a
   resumed run first cuts the file back to it, so the ledger always lists exactly the prompts the weights have
   seen, each batch once: a kill between two checkpoints leaves no duplicate lines behind.
-* :class:`CheckpointOnSigterm` turns SIGTERM (a scheduler's preemption notice) into: finish the current
-  rollout batch, write ``last.ckpt``, let a validation due at this batch finish, exit cleanly; resume with
-  ``--ckpt_path last``. A second SIGTERM exits at once. Under DDP all ranks stop at the same batch.
+* :class:`CheckpointOnSigterm` turns SIGTERM (a scheduler's preemption notice) and Ctrl-C into: finish the
+  current rollout batch, write ``last.ckpt``, let a validation due at this batch finish, exit cleanly; resume
+  with ``--ckpt_path last``. A second signal exits at once. Under DDP all ranks stop at the same batch.
 
 Add them under ``trainer.callbacks`` (``callbacks.ExactResume`` ...), with ``ModelCheckpoint(save_last=True,
 every_n_train_steps=μ)`` and ``trainer.plugins: [lit_rl.checkpoint_io.AtomicCheckpointIO]``.
@@ -146,41 +146,94 @@ class PromptLedger(L.Callback):
 
 
 class CheckpointOnSigterm(L.Callback):
-    """On SIGTERM: finish the rollout batch, save ``last.ckpt``, exit cleanly (resume with ``--ckpt_path last``).
+    """On SIGTERM or Ctrl-C: finish the rollout batch, save ``last.ckpt``, exit cleanly (resume with
+    ``--ckpt_path last``).
 
-    The signal only sets a flag; the checkpoint is written at the end of the current training batch (a
-    rollout-batch boundary: all μ updates done), into the first ``ModelCheckpoint``'s folder as
-    ``last.ckpt`` (``<default_root_dir>/checkpoints`` without one), then Lightning's own SIGTERM exit runs
-    once any validation due at this batch has finished. The process exits with status 0.
+    The signal only sets a flag (Ctrl-C also prints one line saying so); the checkpoint is written at the end
+    of the current training batch (a rollout-batch boundary: all μ updates done), into the first
+    ``ModelCheckpoint``'s folder as ``last.ckpt`` (``<default_root_dir>/checkpoints`` without one), then
+    Lightning's own SIGTERM exit runs once any validation due at this batch has finished. The process exits
+    with status 0 and :func:`lit_rl.resume.mark_stopped` marks the MLflow run KILLED.
+
+    * A signal during the first (sanity) evaluation stops the fit before its first update: nothing new to save.
+    * A second signal stops at once without saving: Ctrl-C raises ``KeyboardInterrupt`` (exit status 1, the run
+      marked KILLED by the CLI), SIGTERM takes its default action. ``--ckpt_path last`` resumes from the last
+      checkpoint, or from step 0 in the same MLflow run (:mod:`lit_rl.run_owner`).
+    * The handlers are installed once Lightning has installed its own (at the sanity check, else the first
+      batch) and replace them: Lightning's would stop a validation half-way and skip the checkpoint. Before
+      that (model loading, setup), Ctrl-C is Python's ``KeyboardInterrupt``.
+    * ``ModelCheckpoint(save_last=True)`` is told that ``last.ckpt`` is its own file, so a periodic save at the
+      same step overwrites it instead of writing ``last-v1.ckpt`` beside it.
 
     Args:
         filename: checkpoint file name (default ``last.ckpt``, what ``--ckpt_path last`` finds).
+        signals: the signals handled (default SIGTERM and SIGINT, which Ctrl-C sends).
     """
 
-    def __init__(self, filename: str = "last.ckpt") -> None:
+    HANDLED = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP")
+
+    def __init__(self, filename: str = "last.ckpt", signals: Sequence[str] = ("SIGTERM", "SIGINT")) -> None:
+        from lit_rl.errors import ConfigError
+
+        bad = [s for s in signals if s not in self.HANDLED]
+        if bad or not signals:
+            raise ConfigError(f"CheckpointOnSigterm.signals: {bad or '[]'} not handled; choose from "
+                              f"{', '.join(self.HANDLED)}")
         self.filename = filename
+        self.signals = list(dict.fromkeys(signals))
         self.requested = False
+        self.signal_name: str | None = None  # the first signal received
+        self.forced = False  # a second signal stopped the fit at once
         self.saved_path: str | None = None
-        self._previous: Any = None
-        self._installed = False
+        self._previous: dict[int, Any] = {}
         self._exit_after_validation = False
+
+    @property
+    def label(self) -> str:
+        """``Ctrl-C`` or the signal's name, as the lines and the MLflow tag say it."""
+        return "Ctrl-C" if self.signal_name == "SIGINT" else (self.signal_name or "SIGTERM")
 
     # -- signal handling --------------------------------------------------------------------------
     def _handler(self, signum: int, frame: Any) -> None:
-        if self.requested:  # second SIGTERM: stop now
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+        if self.requested:  # second signal: stop now
+            self.forced = True
+            self._restore()
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
             return
         self.requested = True
+        self.signal_name = signal.Signals(signum).name
+        if signum == signal.SIGINT:
+            import sys
+
+            print("\nCtrl-C: finishing this rollout batch, then saving last.ckpt (Ctrl-C again stops at once, "
+                  "without saving)", file=sys.stderr, flush=True)
+
+    def _install(self) -> None:
+        if self._previous:
+            return
+        try:
+            for name in self.signals:
+                sig = getattr(signal, name)
+                self._previous[sig] = signal.signal(sig, self._handler)
+        except ValueError:  # not the main thread
+            rank_zero_warn("CheckpointOnSigterm: cannot install a signal handler outside the main thread")
+
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._install()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # replaces Lightning's handler (installed just before; it would abort a validation mid-way and skip
         # the checkpoint): ours only sets a flag. Lightning restores the original handler at teardown.
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._handler)
-            self._installed = True
-        except ValueError:  # not the main thread
-            rank_zero_warn("CheckpointOnSigterm: cannot install a SIGTERM handler outside the main thread")
+        self._install()
+        if self.requested:  # during the sanity evaluation: stop before the first update
+            from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+            rank_zero_info(f"{self.label}: stopped before update {trainer.global_step + 1}, nothing new to save; "
+                           "resume with --ckpt_path last")
+            raise SIGTERMException
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._restore()
@@ -189,12 +242,12 @@ class CheckpointOnSigterm(L.Callback):
         self._restore()
 
     def _restore(self) -> None:
-        if self._installed:
+        for sig, previous in self._previous.items():
             try:
-                signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
             except ValueError:
                 pass
-            self._installed = False
+        self._previous = {}
 
     # -- save and stop ----------------------------------------------------------------------------
     def checkpoint_path(self, trainer: L.Trainer) -> Path:
@@ -213,7 +266,11 @@ class CheckpointOnSigterm(L.Callback):
         path = self.checkpoint_path(trainer)
         trainer.save_checkpoint(str(path))
         self.saved_path = str(path)
-        rank_zero_info(f"SIGTERM: saved {path} at step {trainer.global_step}; resume with --ckpt_path last")
+        for cb in trainer.checkpoint_callbacks:  # a periodic save at this step overwrites it, no last-v1.ckpt
+            if isinstance(cb, ModelCheckpoint) and cb.save_last and cb.dirpath:
+                if Path(cb.format_checkpoint_name({}, cb.CHECKPOINT_NAME_LAST)) == path:
+                    cb.last_model_path = str(path)
+        rank_zero_info(f"{self.label}: saved {path} at step {trainer.global_step}; resume with --ckpt_path last")
         if self._validation_due(trainer):
             self._exit_after_validation = True  # let the scheduled evaluation finish first
         else:

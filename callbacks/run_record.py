@@ -6,15 +6,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_info
 
 from lit_rl.resume import RECORD_KEY, identity, mlflow_runs
 
-__all__ = ["RunRecord"]
+__all__ = ["RunRecord", "fold_versions"]
 
 
 class RunRecord(L.Callback):
@@ -30,7 +32,8 @@ class RunRecord(L.Callback):
       when the run folder moved. Every later save then went to ``last-v1.ckpt`` while ``last.ckpt``, the file
       the docs' resume / ``predict`` / ``export`` commands read, stayed at the interruption.
       ``enable_version_counter=False`` would avoid it, but it is the user's setting and also governs the
-      top-k names. Overwriting ``last.ckpt`` in place is safe with
+      top-k names. ``last-v1.ckpt`` files already there (older runs) are folded into ``last.ckpt`` first
+      (:func:`fold_versions`). Overwriting ``last.ckpt`` in place is safe with
       :class:`~lit_rl.checkpoint_io.AtomicCheckpointIO` (temp file + rename): a reader or a crash sees the
       old file or the new one.
 
@@ -55,5 +58,39 @@ class RunRecord(L.Callback):
             if "{" in cb.CHECKPOINT_NAME_LAST:  # a templated last name ("{epoch}-last") is a new file each time
                 continue
             last = cb.format_checkpoint_name({}, cb.CHECKPOINT_NAME_LAST)  # the name Lightning compares
+            if trainer.is_global_zero:
+                fold_versions(Path(last))
             if Path(last).is_file():
                 cb.last_model_path = last
+
+
+def _step(path: Path) -> int:
+    """A checkpoint's ``global_step`` (-1 when it cannot be read)."""
+    import torch
+
+    try:
+        return int(torch.load(path, map_location="cpu", mmap=True, weights_only=False).get("global_step", -1))
+    except Exception:  # noqa: BLE001 - torn or foreign: older than any readable one
+        return -1
+
+
+def fold_versions(last: Path) -> list[str]:
+    """One ``last.ckpt``: fold the ``last-v1.ckpt``, ``last-v2.ckpt`` ... that Lightning wrote beside ``last``
+    (runs before this fix, or a config of its own) into it. The newest readable of them all (by step, then
+    modification time) becomes ``last.ckpt`` (renamed over it, atomically); the others are removed. One line
+    names what happened. Returns the removed or renamed names."""
+    versions = sorted(last.parent.glob(f"{last.stem}-v[0-9]*{last.suffix}"))
+    if not versions:
+        return []
+    files = ([last] if last.is_file() else []) + versions
+    newest = max(files, key=lambda p: (_step(p), p.stat().st_mtime, p == last))
+    if newest != last:
+        os.replace(newest, last)
+    gone = [p.name for p in versions if p != newest]
+    for p in versions:
+        if p != newest:
+            p.unlink(missing_ok=True)
+    rank_zero_info(f"resume: one {last.name}: " + (f"{newest.name} (step {_step(last)}) renamed to {last.name}"
+                                                  if newest != last else f"{last.name} is the newest")
+                   + (f"; removed {', '.join(gone)}" if gone else ""))
+    return [p.name for p in versions]

@@ -21,6 +21,8 @@ import sys
 from typing import Callable
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+#: ``LIT_RL_DEBUG=1``: the one-line errors (a bad config, checkpoint or reward function) print their traceback too
+DEBUG_ENV = "LIT_RL_DEBUG"
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("lit_rl.score", "Score generation files (d1 JSON or lit_rl JSONL) with a task's eval/reward rules."),
     "rollouts": ("lit_rl.rollouts.cli", "Build or inspect external rollout pools."),
@@ -96,12 +98,17 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-    from lit_rl.models.remote_compat import RemoteCodeError
+    from lit_rl.algorithms.rl_module import NonFiniteUpdateError
     from lit_rl.errors import CheckpointError, ConfigError, FieldError, RewardError
+    from lit_rl.models.remote_compat import RemoteCodeError
 
     try:
         run_lightning_cli(None if from_command_line else argv)
-    except (RemoteCodeError, ConfigError, CheckpointError, FieldError, RewardError) as e:
+    except (RemoteCodeError, ConfigError, CheckpointError, FieldError, RewardError, NonFiniteUpdateError) as e:
+        if os.environ.get(DEBUG_ENV) == "1":
+            import traceback
+
+            traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -79,19 +79,31 @@ class LitRLCLI(LightningCLI):
 
     def fit(self, model: LightningModule, datamodule: LightningDataModule | None = None, ckpt_path=None,
             **kwargs) -> None:
-        """``trainer.fit`` after :func:`lit_rl.resume.prepare_resume`; a SIGTERM stop marks the MLflow run
-        KILLED (:func:`lit_rl.resume.mark_stopped`). LightningCLI calls a method named after the subcommand
-        in place of the trainer's."""
+        """``trainer.fit`` after :func:`lit_rl.resume.prepare_resume`, with the run folder's MLflow runs recorded
+        (:mod:`lit_rl.run_owner`); a stop by SIGTERM or Ctrl-C marks the MLflow run KILLED
+        (:func:`lit_rl.resume.mark_stopped`). LightningCLI calls a method named after the subcommand in place of
+        the trainer's."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        from callbacks.resume import CheckpointOnSigterm
         from lit_rl.resume import mark_stopped, prepare_resume
+        from lit_rl.run_owner import record
+        from lit_rl.runs import run_dir
 
         ckpt_path = prepare_resume(self.trainer, model, datamodule, ckpt_path, kwargs.get("weights_only"),
                                    self._fit_components())
+        record(self.trainer, run_dir(self.trainer))
+        stoppers = [cb for cb in self.trainer.callbacks if isinstance(cb, CheckpointOnSigterm)]
         try:
             self.trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
         except SIGTERMException:
-            mark_stopped(self.trainer)
+            label = next((cb.label for cb in stoppers if cb.requested), "SIGTERM")
+            mark_stopped(self.trainer, f"{label} at step {self.trainer.global_step}; resume with --ckpt_path last")
+            raise
+        except SystemExit:  # Lightning's exit(1) after a KeyboardInterrupt
+            if any(cb.forced for cb in stoppers):
+                mark_stopped(self.trainer, f"a second Ctrl-C at step {self.trainer.global_step}, stopped without "
+                             "saving; resume with --ckpt_path last (from the last checkpoint)")
             raise
         summary = fit_summary(self.trainer)
         if summary:
@@ -137,7 +149,8 @@ class LitRLCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         """``predict`` writes the completions (:class:`callbacks.predictions.PredictionWriter`) unless the
         config already has a prediction writer; ``fit`` records the run in its checkpoints
-        (:class:`callbacks.run_record.RunRecord`) and ends with a validation
+        (:class:`callbacks.run_record.RunRecord`), saves and stops cleanly on SIGTERM and Ctrl-C
+        (:class:`callbacks.resume.CheckpointOnSigterm`) and ends with a validation
         (:class:`callbacks.final_validation.FinalValidation`) unless the config already has them."""
         from lit_rl.config.trainer_rules import check_trainer_args
         from lit_rl.errors import ConfigError, FieldError
@@ -157,6 +170,10 @@ class LitRLCLI(LightningCLI):
                 records = trainer.callbacks[-1:]
             for cb in records:
                 cb.components = self._fit_components()
+            from callbacks.resume import CheckpointOnSigterm
+
+            if not any(isinstance(cb, CheckpointOnSigterm) for cb in trainer.callbacks):
+                trainer.callbacks.append(CheckpointOnSigterm())  # Ctrl-C and SIGTERM save and exit cleanly
             from callbacks.final_validation import FinalValidation
 
             if not any(isinstance(cb, FinalValidation) for cb in trainer.callbacks):

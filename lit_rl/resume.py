@@ -38,8 +38,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zer
 
 from lit_rl.errors import CheckpointError
 
-__all__ = ["ALLOW_ENV", "RECORD_KEY", "check_fits", "checkpoint_dirs", "components", "continue_mlflow_run", "identity",
-           "mark_stopped", "mlflow_runs", "prepare_resume", "resolve_checkpoint"]
+__all__ = ["ALLOW_ENV", "RECORD_KEY", "check_fits", "checkpoint_dirs", "components", "continue_mlflow_run",
+           "continue_runs", "identity", "mark_stopped", "mlflow_runs", "prepare_resume", "resolve_checkpoint"]
 
 RECORD_KEY = "lit_rl_run"
 ALLOW_ENV = "LIT_RL_ALLOW_RESUME_MISMATCH"
@@ -263,6 +263,12 @@ def continue_mlflow_run(trainer: Any, path: Path, ckpt: dict) -> None:
     ``_run_id``); the id is known only once the checkpoint is chosen, after the logger is built, so it is set
     here, before the logger first opens its run."""
     records = (ckpt.get(RECORD_KEY) or {}).get("mlflow") or []
+    continue_runs(trainer, records, path.name, f"{path} (step {ckpt.get('global_step', '?')})")
+
+
+def continue_runs(trainer: Any, records: list[dict], source: str, resumed_from: str) -> None:
+    """:func:`continue_mlflow_run` for ``records`` (``[{"run_id", ...}]``) read from ``source`` (a checkpoint, or
+    the run folder's :data:`lit_rl.run_owner.FILE` when there is no checkpoint yet)."""
     if rank_zero_only.rank != 0:
         return
     for logger, rec in zip(_mlflow_loggers(trainer), records):
@@ -275,19 +281,20 @@ def continue_mlflow_run(trainer: Any, path: Path, ckpt: dict) -> None:
                 raise LookupError("deleted")
         except Exception as e:  # noqa: BLE001 - a store without it, a deleted run: a new run, said in one line
             why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-            rank_zero_info(f"resume: MLflow run {run_id} of {path.name} is not usable in {logger._tracking_uri} "
+            rank_zero_info(f"resume: MLflow run {run_id} of {source} is not usable in {logger._tracking_uri} "
                            f"({why}); logging to a new run")
             continue
         was = run.info.status
         logger._mlflow_client.update_run(run_id, status="RUNNING")
-        logger._mlflow_client.set_tag(run_id, "lit_rl.resumed_from", f"{path} (step {ckpt.get('global_step', '?')})")
+        logger._mlflow_client.set_tag(run_id, "lit_rl.resumed_from", resumed_from)
         logger._run_id = run_id
         rank_zero_info(f"resume: MLflow run {run_id} continues (it was {was})")
 
 
-def mark_stopped(trainer: Any) -> None:
-    """Mark the MLflow runs of a fit that SIGTERM stopped (with a checkpoint, exit status 0) KILLED, with a tag
-    ``lit_rl.stopped`` naming the step.
+def mark_stopped(trainer: Any, why: str | None = None) -> None:
+    """Mark the MLflow runs of a fit that a signal stopped (SIGTERM or Ctrl-C: with a checkpoint, exit status 0;
+    or a second one, at once) KILLED, with a tag ``lit_rl.stopped``: ``why``, by default naming SIGTERM and the
+    step.
 
     Lightning ends every interrupted fit with ``finalize("failed")``. KILLED is MLflow's status for a run ended
     from outside, which this is. FAILED would say it broke, though it stopped as asked and can resume.
@@ -304,9 +311,9 @@ def mark_stopped(trainer: Any) -> None:
             client = logger.experiment
             client.set_terminated(logger.run_id, "KILLED")
             client.set_tag(logger.run_id, "lit_rl.stopped",
-                           f"SIGTERM at step {trainer.global_step}; resume with --ckpt_path last")
+                           why or f"SIGTERM at step {trainer.global_step}; resume with --ckpt_path last")
         except Exception as e:  # noqa: BLE001 - the tracking server away: the run keeps Lightning's FAILED
-            rank_zero_warn(f"MLflow run {logger.run_id}: could not mark it KILLED after SIGTERM ({e})")
+            rank_zero_warn(f"MLflow run {logger.run_id}: could not mark it KILLED after the stop ({e})")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -315,8 +322,15 @@ def prepare_resume(trainer: Any, module: Any, datamodule: Any, ckpt_path: Any, w
     """The ``ckpt_path`` to hand to ``trainer.fit`` (a resolved file, or what Lightning resolves itself), after
     the checks and the MLflow link above (a checkpoint of another run let through by the override starts a new
     MLflow run: its curve is not this run's)."""
+    from lit_rl.run_owner import FILE, mark_orphans, recorded_runs
+    from lit_rl.runs import run_dir
+
+    folder = run_dir(trainer)
+    mark_orphans(trainer, folder)
     path, ckpt = resolve_checkpoint(ckpt_path, trainer, weights_only)
     if ckpt is None:
+        if path is None and str(ckpt_path) == "last":  # no checkpoint yet: the run the folder's first attempt opened
+            continue_runs(trainer, recorded_runs(folder), str(folder / FILE), f"{folder} (no checkpoint: step 0)")
         return path
     if check_fits(path, ckpt, module, datamodule, config_classes):
         continue_mlflow_run(trainer, path, ckpt)

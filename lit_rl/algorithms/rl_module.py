@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import re
 from typing import Any, Callable, Iterator, Sequence
 
 import lightning as L
@@ -51,7 +52,7 @@ from lit_rl.algorithms.processors import Processor, run_processors
 from lit_rl.errors import FieldError
 from lit_rl.batch import PromptBatch, RolloutBatch
 
-__all__ = ["NonFiniteUpdateError", "RLModule", "warn_unused_sugar"]
+__all__ = ["NonFiniteUpdateError", "RLModule", "reward_summary", "warn_unused_sugar"]
 
 
 def warn_unused_sugar(sugar: str, sugar_value: Any, part: str, part_value: Any) -> None:
@@ -63,7 +64,18 @@ def warn_unused_sugar(sugar: str, sugar_value: Any, part: str, part_value: Any) 
 
 
 class NonFiniteUpdateError(RuntimeError):
-    """Too many consecutive optimizer updates were skipped for NaN/inf."""
+    """Too many consecutive optimizer updates were skipped for NaN/inf (the message names the last rollout
+    batch's reward range and reward functions, :func:`reward_summary`)."""
+
+
+def reward_summary(rewards: Tensor, stats: dict[str, Any]) -> str:
+    """``"the last rollout batch's rewards ranged from -1 to 1e+05 (reward functions: sudoku_reward, brevity)"``:
+    the finite rewards' range and the functions whose ``rewards/<name>/mean`` the batch logged."""
+    r = rewards.detach().float().reshape(-1)
+    r = r[~torch.isnan(r)]
+    names = sorted({m.group(1) for k in stats if (m := re.search(r"(?:^|/)rewards/([^/]+)/mean$", k))})
+    span = f"ranged from {r.min().item():g} to {r.max().item():g}" if r.numel() else "were all NaN (no reward)"
+    return f"the last rollout batch's rewards {span}" + (f" (reward functions: {', '.join(names)})" if names else "")
 
 
 def _local(t: Tensor) -> Tensor:
@@ -212,6 +224,7 @@ class RLModule(L.LightningModule):
         # 2. processors: rewards -> advantages (and rows kept or replaced)
         ro = run_processors(self.processors, ro, batch)
         batch.rollouts = ro  # callbacks (RolloutTracker, ...) see the rows that are trained on, with their advantages
+        self.last_rewards = reward_summary(ro.rewards, batch.stats)  # named if the updates go non-finite
         # 3. metrics of this rollout batch: the DataModule's and the processors' (batch.stats), the module's own
         self.log_batch_metrics(ro, batch)
         # 4. the loss's fixed part, once per batch (rows trained on, masks, π_old / π_ref)
@@ -351,6 +364,7 @@ class RLModule(L.LightningModule):
                 raise NonFiniteUpdateError(
                     f"{self.consecutive_skips} consecutive updates had a non-finite loss or gradient "
                     f"(model.max_consecutive_skips = {self.max_consecutive_skips}); last loss {loss_sum.item()}"
+                    + (f"; {self.last_rewards}" if getattr(self, "last_rewards", None) else "")
                 )
             return loss_sum
         self.consecutive_skips = 0

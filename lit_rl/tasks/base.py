@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple, Sequence
 
 from lit_rl.errors import FieldError
-from lit_rl.tasks.rewards import RewardFunc, call_reward_func, completion_text, resolve_reward_funcs, reward_func_name
+from lit_rl.tasks.rewards import (MAX_ABS_REWARD, RewardFunc, call_reward_func, completion_text, resolve_reward_funcs,
+                                  reward_func_name)
 
 #: ``eval``: the written evaluation rules (docs/tasks.md); ``reward``: the training reward's parsing;
 #: ``reference``: bug-compatible with d1's ``eval/parse_and_get_acc.py`` (where the two differ: text without
@@ -204,6 +205,9 @@ class Task(abc.ABC):
     #: reward at or above which the *answer* is correct (Sudoku/Countdown 1.0; MATH 2.0: the correctness
     #: term, whatever the format credit on top)
     correct_reward: float = 1.0
+    #: the largest reward size taken from a ``reward_funcs`` entry (:data:`lit_rl.tasks.rewards.MAX_ABS_REWARD`);
+    #: a larger finite value is refused in one line naming the function, the row and the prompt id
+    max_abs_reward: float = MAX_ABS_REWARD
     #: d1's texts, per prompt style; subclasses fill these
     SYSTEM_PROMPTS: dict[str, str] = {}
     QUESTION_TEMPLATES: dict[str, str] = {}
@@ -342,7 +346,8 @@ class Task(abc.ABC):
             ids = [list(map(int, row)) for row in completion_ids] if completion_ids is not None else None
             kwargs = self.reward_kwargs(examples)
             for f, w in zip(self.extra_reward_funcs, self.reward_weights):
-                values = call_reward_func(f, prompts, comps, completion_ids=ids, timeout=self.reward_timeout, **kwargs)
+                values = call_reward_func(f, prompts, comps, completion_ids=ids, timeout=self.reward_timeout,
+                                          max_abs=self.max_abs_reward, **kwargs)
                 name = reward_func_name(f)
                 while name in per_func:
                     name += "_"

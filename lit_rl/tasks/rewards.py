@@ -32,6 +32,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 RewardFunc = Callable[..., list[float]]
 
+#: the largest reward size a task takes from a reward function by default (``Task.max_abs_reward``): |r| above
+#: it is refused in one line. Rewards reach the loss as float32 advantages; 1e6 is far below what overflows
+#: there (group statistics square them: about 1.8e19) and far above any reward in the papers (0-3).
+MAX_ABS_REWARD = 1e6
+
 
 def zero_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
     """A reward callable that gives 0 to everything (handy as a placeholder or in tests)."""
@@ -89,42 +94,28 @@ def resolve_reward_funcs(specs: Iterable[RewardFunc | str] | RewardFunc | str | 
 
 def call_reward_func(
     f: RewardFunc, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None,
-    timeout: float | None = None, **kwargs: Any
+    timeout: float | None = None, max_abs: float | None = None, **kwargs: Any
 ) -> list[float]:
     """Call a reward function as TRL does (module doc) and check its output: one number per completion
     (``None`` or NaN -> NaN: no reward, it adds nothing, as TRL's ``nansum``).
 
     Raises :class:`~lit_rl.errors.RewardError` naming the function (and the row and its prompt id) for an output
-    that is not a list of that length, an entry that is not a number (a string, a list ...) and an infinite value.
+    that is not a list of that length, an entry that is not a number (a string, a list ...), an infinite value, a
+    finite one above ``max_abs`` in size (:data:`MAX_ABS_REWARD` for tasks), and for an exception the function
+    raised (:func:`_failure`: the first row it raises on alone, the exception, the function's line).
     With ``timeout`` (seconds), a call that has not returned by then is left running in a background thread and
     its values for this batch are NaN; the first such call of each function is a warning naming it.
     """
     name = reward_func_name(f)
-    args: dict[str, Any] = {"prompts": prompts, "completions": completions, **kwargs}
-    if completion_ids is not None:
-        args["completion_ids"] = completion_ids
+    call = _caller(f, prompts, completions, completion_ids, kwargs)
     try:
-        params = inspect.signature(f).parameters
-    except (TypeError, ValueError):  # builtins, some C callables: TRL's keyword call
-        params = None
-    if params is None:
-        def call() -> Any:
-            return f(**args)
-    else:
-        var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        if "completions" in named or var_kw and not _positional_only(params):
-            def call() -> Any:
-                return f(**(args if var_kw else {k: v for k, v in args.items() if k in named}))
-        else:  # lit_rl's older positional form f(prompts, completions, **kwargs) under other names
-            rest = {k: v for k, v in args.items() if k not in ("prompts", "completions") and (var_kw or k in named)}
-
-            def call() -> Any:
-                return f(prompts, completions, **rest)
-    if timeout is None:
-        out = call()
-    else:
-        done, out = _call_with_timeout(call, timeout)
+        if timeout is None:
+            out = call()
+        else:
+            done, out = _call_with_timeout(call, timeout)
+    except Exception as e:  # noqa: BLE001 - the user's function failed: one line naming it, the row, the prompt
+        raise _failure(name, e, f, prompts, completions, completion_ids, kwargs, timeout) from e
+    if timeout is not None:
         if not done:
             if name not in _TIMED_OUT:
                 _TIMED_OUT.add(name)
@@ -133,7 +124,64 @@ def call_reward_func(
                     f"{len(completions)} completions): its rewards of this batch count as None (they add nothing) "
                     "and the call is left running in the background. Shown once per function", stacklevel=2)
             return [float("nan")] * len(completions)
-    return check_reward_output(name, out, len(completions), kwargs.get("prompt_id"))
+    return check_reward_output(name, out, len(completions), kwargs.get("prompt_id"), max_abs=max_abs)
+
+
+def _caller(f: RewardFunc, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None,
+            kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """``f`` bound to one batch, called as TRL calls it (module doc)."""
+    args: dict[str, Any] = {"prompts": prompts, "completions": completions, **kwargs}
+    if completion_ids is not None:
+        args["completion_ids"] = completion_ids
+    try:
+        params = inspect.signature(f).parameters
+    except (TypeError, ValueError):  # builtins, some C callables: TRL's keyword call
+        return lambda: f(**args)
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if "completions" in named or var_kw and not _positional_only(params):
+        return lambda: f(**(args if var_kw else {k: v for k, v in args.items() if k in named}))
+    # lit_rl's older positional form f(prompts, completions, **kwargs) under other names
+    rest = {k: v for k, v in args.items() if k not in ("prompts", "completions") and (var_kw or k in named)}
+    return lambda: f(prompts, completions, **rest)
+
+
+def _failure(name: str, err: Exception, f: RewardFunc, prompts: list[Any], completions: list[Any],
+             completion_ids: list[list[int]] | None, kwargs: dict[str, Any], timeout: float | None = None
+             ) -> Exception:
+    """The :class:`~lit_rl.errors.RewardError` for a reward function that raised on a batch: the first row it
+    raises on alone (each row called by itself, as a batch of one), its prompt id, the exception and the
+    function's line where it was raised. ``LIT_RL_DEBUG=1`` makes the CLI print the traceback as well."""
+    import traceback
+
+    from lit_rl.errors import RewardError
+
+    n = len(completions)
+    where = ""
+    frames = traceback.extract_tb(err.__traceback__)
+    if frames:
+        where = f" ({frames[-1].filename}:{frames[-1].lineno})"
+    row = None
+    for i in range(n):
+        one = {k: v[i : i + 1] if isinstance(v, (list, tuple)) and len(v) == n else v for k, v in kwargs.items()}
+        ids = completion_ids[i : i + 1] if completion_ids is not None else None
+        call = _caller(f, prompts[i : i + 1], completions[i : i + 1], ids, one)
+        try:
+            if timeout is None:
+                call()
+            elif not _call_with_timeout(call, timeout)[0]:
+                break  # hangs on a row alone: stop looking
+        except Exception:  # noqa: BLE001 - raised again on this row alone
+            row = i
+            break
+    pids = kwargs.get("prompt_id")
+    at = f"on a batch of {n} completions (each row alone passes)"
+    if row is not None:
+        pid = pids[row] if isinstance(pids, (list, tuple)) and row < len(pids) else None
+        at = f"at row {row}" + (f" (prompt {pid!r})" if pid is not None else "")
+    msg = (str(err).strip().splitlines() or [""])[0][:200]
+    return RewardError(f"reward function {name} raised {type(err).__name__}{': ' + msg if msg else ''} {at}{where}; "
+                       "LIT_RL_DEBUG=1 prints the traceback")
 
 
 #: reward functions that have timed out in this process (each is warned about once)
@@ -161,9 +209,10 @@ def _call_with_timeout(call: Callable[[], Any], timeout: float) -> tuple[bool, A
     return True, box["out"]
 
 
-def check_reward_output(name: str, out: Any, n: int, prompt_ids: Sequence[Any] | None = None) -> list[float]:
+def check_reward_output(name: str, out: Any, n: int, prompt_ids: Sequence[Any] | None = None,
+                        max_abs: float | None = None) -> list[float]:
     """A reward function's output as ``n`` floats (``None`` -> NaN), or a :class:`~lit_rl.errors.RewardError`
-    naming the function, the row and its prompt id."""
+    naming the function, the row and its prompt id (also for a finite value above ``max_abs`` in size)."""
     from lit_rl.errors import RewardError
 
     def row(i: int) -> str:
@@ -187,6 +236,9 @@ def check_reward_output(name: str, out: Any, n: int, prompt_ids: Sequence[Any] |
         if math.isinf(x):
             raise RewardError(f"reward function {name} returned {x} at {row(i)}: rewards must be finite (None or "
                               "NaN means no reward)")
+        if max_abs is not None and abs(x) > max_abs:
+            raise RewardError(f"reward function {name} returned {x:g} at {row(i)}: a reward's size must be at most "
+                              f"{max_abs:g} (the task's max_abs_reward; larger values overflow the update)")
         values.append(x)
     return values
 

@@ -32,3 +32,40 @@ def test_a_run_overwrites_the_last_ckpt_it_found_instead_of_versioning_it(tmp_pa
     assert last["global_step"] == 4  # the newest state
     record = last[RECORD_KEY]  # what a resume checks: the run's identity and its components
     assert record["components"] == {"model": "BoringModel"} and "identity" in record and "mlflow" in record
+
+
+def _save(path, step: int) -> None:
+    torch.save({"global_step": step, "state_dict": {}}, path)
+
+
+def test_old_last_versions_fold_into_last_ckpt_the_newest_state_kept(tmp_path):
+    """A folder left by an older run: ``last.ckpt`` at step 4, ``last-v1.ckpt`` at 6, ``last-v2.ckpt`` at 2 and a
+    torn ``last-v3.ckpt``: step 6 becomes ``last.ckpt``, the others go, one line says so."""
+    from callbacks.run_record import fold_versions
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    _save(folder / "last.ckpt", 4)
+    _save(folder / "last-v1.ckpt", 6)
+    _save(folder / "last-v2.ckpt", 2)
+    (folder / "last-v3.ckpt").write_bytes(b"PK\x03\x04 torn")
+    _save(folder / "epoch=0-step=4.ckpt", 4)  # not a version of last: kept
+    assert fold_versions(folder / "last.ckpt") == ["last-v1.ckpt", "last-v2.ckpt", "last-v3.ckpt"]
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=4.ckpt", "last.ckpt"]
+    assert torch.load(folder / "last.ckpt")["global_step"] == 6
+    # last.ckpt newest already: the versions are removed, last.ckpt untouched
+    _save(folder / "last-v1.ckpt", 5)
+    assert fold_versions(folder / "last.ckpt") == ["last-v1.ckpt"]
+    assert torch.load(folder / "last.ckpt")["global_step"] == 6 and not (folder / "last-v1.ckpt").exists()
+    assert fold_versions(folder / "last.ckpt") == []  # nothing to fold
+
+
+def test_a_fit_starts_by_folding_a_stale_last_v1(tmp_path):
+    """What a run folder of an older lit_rl holds after SIGTERM on a periodic step, then a resume: the stale
+    ``last-v1.ckpt`` is gone once the next fit starts there."""
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    _save(folder / "last.ckpt", 0)
+    _save(folder / "last-v1.ckpt", 0)
+    _fit(tmp_path, [RunRecord()], max_steps=2)
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "last.ckpt"]

@@ -18,15 +18,16 @@ class KillAt(L.Callback):
     one rollout batch.
     """
 
-    def __init__(self, step: int, sig: str = "SIGKILL") -> None:
-        self.step, self.sig, self.sent = step, sig, False
+    def __init__(self, step: int, sig: str = "SIGKILL", times: int = 1) -> None:
+        self.step, self.sig, self.times, self.sent = step, sig, times, False
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
         if not self.sent and trainer.global_step == self.step:
             self.sent = True
             with open(os.path.join(trainer.default_root_dir, "fault.txt"), "w") as fh:
-                fh.write(f"{self.sig} at global_step {trainer.global_step}\n")
-            os.kill(os.getpid(), getattr(signal, self.sig))
+                fh.write(f"{self.sig} x{self.times} at global_step {trainer.global_step}\n")
+            for _ in range(self.times):  # a second one lands while the first one's stop is pending
+                os.kill(os.getpid(), getattr(signal, self.sig))
 
 
 class _DieWhilePickled:

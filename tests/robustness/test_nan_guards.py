@@ -283,6 +283,7 @@ def test_consecutive_skips_stop_the_run_with_a_clear_error():
     assert isinstance(err, NonFiniteUpdateError)
     assert "3 consecutive updates had a non-finite loss or gradient" in str(err)
     assert "model.max_consecutive_skips = 3" in str(err)
+    assert str(err).endswith("; the last rollout batch's rewards ranged from 0 to 1"), str(err)  # 0/1 rewards
     assert module.skipped_updates == 3 and trainer.global_step == 2
     # the weights are those after the last clean update
     assert _same(snaps.after[1][0], {k: v for k, v in module.policy.state_dict().items()})
