@@ -25,6 +25,8 @@ class RunRecord(L.Callback):
     * ``on_save_checkpoint``: ``checkpoint["lit_rl_run"] = {"identity": {task, algorithm, policy, data},
       "components": {config key: class_path}, "mlflow": [{"run_id", "tracking_uri"}]}``, so that a resume can
       refuse another run's checkpoint and continue the same MLflow run (:mod:`lit_rl.resume`).
+    * ``on_exception``: a failed checkpoint write logs its batch's metrics first (else that step would be
+      missing from the run after the resume).
     * ``on_train_start``: each ``ModelCheckpoint(save_last=True)`` takes the ``last.ckpt`` already in its
       folder as its own. Lightning versions a ``last.ckpt`` it did not write in this run to ``last-v1.ckpt``
       and leaves the old file in place: its ``last_model_path`` comes from the checkpoint, and is empty when
@@ -62,6 +64,24 @@ class RunRecord(L.Callback):
                 fold_versions(Path(last))
             if Path(last).is_file():
                 cb.last_model_path = last
+
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        """A checkpoint write that failed (:class:`~lit_rl.errors.CheckpointError`: a full disk) stops the fit in
+        ``on_train_batch_end``, before Lightning hands that batch's metrics to the loggers; the resume restarts
+        after the periodic checkpoint of that same step, so the step would never be logged. Hand them over here
+        (the loggers' ``finalize`` sends them, or spills them to a file with the replay command)."""
+        from lit_rl.errors import CheckpointError
+
+        if not isinstance(exception, CheckpointError) or not trainer.training:
+            return
+        connector = getattr(trainer, "_logger_connector", None)
+        try:  # Lightning's own end-of-batch steps (training_epoch_loop.advance), which the exception skipped
+            connector.on_batch_end()
+            connector.update_train_step_metrics()
+        except Exception as e:  # noqa: BLE001 - a Lightning without these: the step stays unlogged, as before
+            rank_zero_info(f"the metrics of step {trainer.global_step} could not be logged after the failed "
+                           f"checkpoint write ({type(e).__name__}: {e})")
 
 
 def _step(path: Path) -> int:

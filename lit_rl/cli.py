@@ -100,11 +100,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     from lit_rl.algorithms.rl_module import NonFiniteUpdateError
     from lit_rl.errors import CheckpointError, ConfigError, FieldError, RewardError
+    from lit_rl.loggers import TrackingUnavailableError
     from lit_rl.models.remote_compat import RemoteCodeError
 
     try:
         run_lightning_cli(None if from_command_line else argv)
-    except (RemoteCodeError, ConfigError, CheckpointError, FieldError, RewardError, NonFiniteUpdateError) as e:
+    except (RemoteCodeError, ConfigError, CheckpointError, FieldError, RewardError, NonFiniteUpdateError,
+            TrackingUnavailableError) as e:
         if os.environ.get(DEBUG_ENV) == "1":
             import traceback
 

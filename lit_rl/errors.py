@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "ConfigError", "FieldError", "RewardError"]
+__all__ = ["CheckpointError", "ConfigError", "FieldError", "RewardError", "one_line"]
 
 
 class ConfigError(ValueError):
@@ -31,3 +31,18 @@ class RewardError(ValueError):
     """A reward function's output that cannot be a reward (not a list of one number per completion, a string, an
     infinite value); the one-line message names the function, and the row and its prompt id
     (:func:`lit_rl.tasks.rewards.check_reward_output`)."""
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """The first line of ``text`` (an exception's message, say) for a one-line error, at most ``limit``
+    characters: a longer one is cut after its last full sentence that fits, else at a word, never mid-word,
+    and ends with an ellipsis."""
+    line = (str(text).strip().splitlines() or [""])[0].strip()
+    if len(line) <= limit:
+        return line
+    head = line[: limit - 1]
+    end = head.rfind(". ")
+    if end >= limit // 3:
+        return head[: end + 1] + " …"
+    space = head.rfind(" ")
+    return (head[:space] if space > 0 else head).rstrip(" ,;:") + "…"

@@ -87,15 +87,21 @@ class LitRLCLI(LightningCLI):
 
         from callbacks.resume import CheckpointOnSigterm
         from lit_rl.resume import mark_stopped, prepare_resume
-        from lit_rl.run_owner import record
+        from lit_rl.errors import ConfigError, FieldError
+        from lit_rl.run_owner import discard_empty, record
         from lit_rl.runs import run_dir
 
         ckpt_path = prepare_resume(self.trainer, model, datamodule, ckpt_path, kwargs.get("weights_only"),
                                    self._fit_components())
+        new_run = not any(getattr(lg, "_run_id", None) for lg in self.trainer.loggers)  # not a continued one
         record(self.trainer, run_dir(self.trainer))
         stoppers = [cb for cb in self.trainer.callbacks if isinstance(cb, CheckpointOnSigterm)]
         try:
             self.trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, **kwargs)
+        except (ConfigError, FieldError):  # refused while setting up (a data file): no empty FAILED run left
+            if new_run and self.trainer.global_step == 0:
+                discard_empty(self.trainer, run_dir(self.trainer))
+            raise
         except SIGTERMException:
             label = next((cb.label for cb in stoppers if cb.requested), "SIGTERM")
             mark_stopped(self.trainer, f"{label} at step {self.trainer.global_step}; resume with --ckpt_path last")

@@ -57,10 +57,10 @@ from lightning.pytorch.loggers import MLFlowLogger as _LightningMLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.errors import FieldError
+from lit_rl.errors import FieldError, one_line
 from lit_rl.tracking import get_or_create_experiment, tracking_uri_problem
 
-__all__ = ["MLFlowLogger", "TrackingUnavailableError", "is_transient", "read_spill", "replay"]
+__all__ = ["MLFlowLogger", "TrackingUnavailableError", "is_transient", "read_spill", "replay", "root_cause"]
 
 log = logging.getLogger("lit_rl.loggers")
 
@@ -112,7 +112,8 @@ def _metric_row(m: Any) -> dict[str, Any]:
 
 
 def read_spill(path: str | Path) -> tuple[dict[str, str], list[Any]]:
-    """A spill file's header (``tracking_uri``, ``run_id``) and its metrics; a malformed line raises
+    """A spill file's header (``tracking_uri``, ``run_id``; ``end_status`` in the last file of a fit whose end the
+    store missed) and its metrics; a malformed line raises
     ``ValueError`` naming the file and the line."""
     from mlflow.entities import Metric
 
@@ -124,6 +125,8 @@ def read_spill(path: str | Path) -> tuple[dict[str, str], list[Any]]:
             row = json.loads(line)
             if n == 1:
                 header = {"tracking_uri": str(row["tracking_uri"]), "run_id": str(row["run_id"])}
+                if row.get("end_status") in ("FINISHED", "FAILED", "KILLED"):
+                    header["end_status"] = row["end_status"]
             else:
                 metrics.append(Metric(key=str(row["key"]), value=float(row["value"]),
                                       timestamp=int(row["timestamp"]), step=int(row["step"])))
@@ -136,7 +139,8 @@ def read_spill(path: str | Path) -> tuple[dict[str, str], list[Any]]:
 
 def replay(paths: Sequence[str | Path], tracking_uri: str | None = None, delete: bool = True) -> int:
     """Send spilled metrics to their run (``tracking_uri`` overrides the header's); returns how many were sent.
-    A file is deleted once all of it has been sent (``delete``)."""
+    A file with an ``end_status`` also ends its run so (if it still shows RUNNING). A file is deleted once all of
+    it has been sent (``delete``)."""
     from mlflow.tracking import MlflowClient
 
     sent = 0
@@ -146,6 +150,8 @@ def replay(paths: Sequence[str | Path], tracking_uri: str | None = None, delete:
         for i in range(0, len(metrics), BATCH):
             client.log_batch(header["run_id"], metrics=metrics[i : i + BATCH])
         sent += len(metrics)
+        if header.get("end_status") and client.get_run(header["run_id"]).info.status == "RUNNING":
+            client.set_terminated(header["run_id"], header["end_status"])  # the end the store missed
         if delete:
             Path(path).unlink()
     return sent
@@ -210,6 +216,7 @@ class MLFlowLogger(_LightningMLFlowLogger):
         self._last_error = ""
         self._uploads: list[tuple[Any, str, tuple, dict]] = []  # deferred artifact calls, in call order
         self._client_view: _DeferringClient | None = None
+        self._gave_up = False  # finalize said the store did not take the metrics
         #: every metric's step when set: a ``validate``/``test`` run logs at its checkpoint's step
         #: (:mod:`lit_rl.eval_runs`); Lightning's evaluation loops log at step 0
         self.eval_step: int | None = None
@@ -282,9 +289,11 @@ class MLFlowLogger(_LightningMLFlowLogger):
 
     def _attempt(self, fn: Any) -> bool:
         """Run ``fn()`` with this logger's short HTTP retries: ``True`` if it worked, ``False`` (the outage
-        noted) on an outage; any other error is raised."""
+        noted) on an outage; any other error is raised. MLflow's SQL store logs each failed query with its
+        traceback and every bound parameter (a full disk printed 2,400 lines); those records are dropped here,
+        the outage is said once (:meth:`_note_outage`)."""
         try:
-            with self._http():
+            with self._http(), _quiet(_SQL_STORE_LOGGER):
                 fn()
         except Exception as e:  # noqa: BLE001 - sorted by is_transient; the rest is raised
             if not is_transient(e):
@@ -318,31 +327,43 @@ class MLFlowLogger(_LightningMLFlowLogger):
         if not self._send_uploads():
             return False
         if self._down_since is not None:
-            rank_zero_warn(f"MLflow tracking server {self._tracking_uri} answers again after "
+            rank_zero_warn(f"{self._store} answers again after "
                            f"{time.monotonic() - self._down_since:.0f} s; what was kept meanwhile was sent")
         self._down_since = None
         return True
 
     # 2. an outage --------------------------------------------------------------------------------------
+    @property
+    def _store(self) -> str:
+        """How the lines name the store: ``MLflow store sqlite:///...`` or ``MLflow tracking server http://...``."""
+        uri = str(self._tracking_uri or "")
+        return f"MLflow {'store' if uri.startswith('sqlite:') else 'tracking server'} {uri}"
+
     def _note_outage(self, e: BaseException) -> None:
-        self._last_error = str(e).splitlines()[0][:500] if str(e) else type(e).__name__
+        self._last_error = root_cause(e)
         now = time.monotonic()
         if self._down_since is None:
             self._down_since = now
-            rank_zero_warn(f"MLflow tracking server {self._tracking_uri} is not taking metrics "
-                           f"({self._last_error}); training goes on, metrics are kept and sent when it answers "
-                           f"(tried again every {self.retry_every_s:g} s)")
+            rank_zero_warn(f"{self._store} is not taking metrics ({self._last_error}); training goes on, metrics "
+                           f"are kept and sent when it answers (tried again every {self.retry_every_s:g} s)")
         self._next_try = now + self.retry_every_s
 
+    def _store_full(self) -> bool:
+        """A SQLite store whose disk is full: waiting at the end does not help (nothing frees the disk)."""
+        return str(self._tracking_uri or "").startswith("sqlite:") and any(
+            w in self._last_error for w in ("disk is full", "No space left", "disk I/O error"))
+
     # 3. spill to disk --------------------------------------------------------------------------------
-    def _spill(self) -> Path | None:
-        if not self._outbox:
+    def _spill(self, end_status: str | None = None) -> Path | None:
+        """Write the outbox to a spill file (``end_status``: also when empty, the run's end for the replay)."""
+        if not self._outbox and end_status is None:
             return None
-        lines = [json.dumps({"tracking_uri": self._tracking_uri, "run_id": self.run_id})]
+        head = {"tracking_uri": self._tracking_uri, "run_id": self.run_id}
+        lines = [json.dumps({**head, "end_status": end_status} if end_status else head)]
         lines += [json.dumps(_metric_row(m)) for m in self._outbox]
         path = self.spill_dir.resolve() / f"{self.run_id}-{uuid.uuid4().hex[:8]}.jsonl"
         atomic_write_text(path, "\n".join(lines) + "\n", mode=0o600)  # its tracking URI may hold credentials
-        rank_zero_warn(f"MLflow tracking server {self._tracking_uri}: {len(self._outbox)} unsent metrics of run "
+        rank_zero_warn(f"{self._store}: {len(self._outbox)} unsent metrics of run "
                        f"{self.run_id} written to {path}")
         self._spilled.append(path)
         self._outbox.clear()
@@ -351,26 +372,32 @@ class MLFlowLogger(_LightningMLFlowLogger):
     # 4. the end of the fit ---------------------------------------------------------------------------
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
-        if not self._initialized:
+        if not self._initialized or self._gave_up:  # said already (Lightning calls it again after the error)
             return
         ok = status in ("success", "finished")
-        deadline = time.monotonic() + (self.final_wait_s if ok else 0.0)  # a failed fit: one try, no wait
+        wait = self.final_wait_s if ok and not self._store_full() else 0.0  # a failed fit: one try, no wait
+        deadline = time.monotonic() + wait
         _until(lambda: self._send(wait=True), deadline)
         while not self._outbox and self._spilled and self._server_problem() is None:
             if not self._attempt(lambda: replay(self._spilled[:1], tracking_uri=self._tracking_uri)):
                 break  # the files stay; the error below names them
             self._spilled.pop(0)
         if self._outbox or self._spilled or self._uploads:
-            self._spill()
+            self._spill(end_status="FINISHED" if ok else "FAILED")
             files = " ".join(str(p) for p in self._spilled)
-            msg = (f"MLflow tracking server {self._tracking_uri} did not take the metrics of run {self.run_id} "
-                   f"(waited {self.final_wait_s:g} s at the end; last error: {self._last_error})")
+            waited = f"waited {wait:g} s at the end; " if wait else ""
+            msg = (f"{self._store} did not take the metrics of run {self.run_id} ({waited}last error: "
+                   f"{self._last_error})")
+            if ok:
+                msg += "; training went on to the end, its checkpoints are saved as usual"
             if files:
-                msg += f"; they are in {files}; send them with: python -m lit_rl.loggers replay {files}"
+                msg += (f"; the metrics are in {files}; send them with: python -m lit_rl.loggers replay {files}"
+                        + (" once the disk has room" if self._store_full() else ""))
             if self._uploads:
                 kept = ", ".join(str(a[1]) if n in ("log_artifact", "log_artifacts")
                                  else f"{n} {kw.get('artifact_file', '')}".strip() for _, n, a, kw in self._uploads)
                 msg += f"; {len(self._uploads)} artifact uploads did not happen (copies: {kept})"
+            self._gave_up = True
             if ok:
                 raise TrackingUnavailableError(msg)
             rank_zero_warn(msg)  # the fit failed already: keep its own error, and do not wait on the server
@@ -378,12 +405,44 @@ class MLFlowLogger(_LightningMLFlowLogger):
         end = super().finalize
         if _until(lambda: self._attempt(lambda: end(status)), deadline):  # the end status, with the same patience
             return
-        msg = (f"MLflow tracking server {self._tracking_uri}: every metric of run {self.run_id} was sent, but the "
+        msg = (f"{self._store}: every metric of run {self.run_id} was sent, but the "
                f"run could not be marked {'FINISHED' if ok else 'FAILED'} (last error: {self._last_error}); "
                "it shows as RUNNING")
         if ok:
             raise TrackingUnavailableError(msg)
         rank_zero_warn(msg)
+
+
+_SQL_STORE_LOGGER = "mlflow.store.db.utils"
+
+
+@contextlib.contextmanager
+def _quiet(name: str):
+    """Drop the records of logger ``name`` below CRITICAL while the block runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def root_cause(e: BaseException) -> str:
+    """The first line of the innermost cause of ``e`` (``__cause__``, ``__context__``, SQLAlchemy's ``orig``):
+    ``database or disk is full`` rather than MLflow's and SQLAlchemy's wrapping of it."""
+    seen, inner = set(), e
+    while id(inner) not in seen:
+        seen.add(id(inner))
+        nxt = getattr(inner, "orig", None) or inner.__cause__
+        ctx = inner.__context__
+        if nxt is None and ctx is not None and type(ctx).__module__.split(".")[0] in ("sqlalchemy", "sqlite3"):
+            nxt = ctx  # raised while handling the database's error (not an unrelated one being handled)
+        if not isinstance(nxt, BaseException):
+            break
+        inner = nxt
+    text = str(inner).strip() or str(e).strip()
+    return one_line(text, 500) or type(inner).__name__
 
 
 def _until(fn: Any, deadline: float) -> bool:

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Sequence
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
 from lit_rl.cli_args import LitArgumentParser
+from lit_rl.errors import one_line
 from lit_rl.tracking import get_or_create_experiment
 
 __all__ = ["RunData", "ReportSpec", "build_report", "draw_pareto", "load_runs", "main", "mean_std", "pareto_front",
@@ -488,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # a wrong selector or a broken store is one line (exit 2), not a traceback
         runs = load_runs(a.tracking_uri, a.experiment, tags, a.study, a.filter, a.run_id, a.label)
         if not runs:
-            print("no runs matched", file=sys.stderr)
+            print(no_match(a.tracking_uri, a.experiment, tags, a.study, a.filter), file=sys.stderr)
             return 1
         out = Path(a.out)
         drawn = build_report(runs, out, spec, a.title)
@@ -501,15 +502,42 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - MLflow / SQLAlchemy / OS errors of the store, a selector that matches no experiment
         if not _store_error(e):
             raise
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        first = one_line(e) or type(e).__name__
         print(f"error: MLflow store {a.tracking_uri}: {first}", file=sys.stderr)
         return 2
     return 0
 
 
+def no_match(tracking_uri: str, experiments: Sequence[str] | None, tags: dict[str, str], study: str | None,
+             filter_string: str | None) -> str:
+    """The line for selectors that matched no run: which selectors, and what the store does hold (its
+    experiments, and its sweeps for ``--study``)."""
+    from mlflow.tracking import MlflowClient
+
+    said = [f"--experiment {' '.join(experiments)}" if experiments else "",
+            " ".join(f"--tag {k}={v}" for k, v in tags.items()), f"--study {study}" if study else "",
+            f"--filter {filter_string!r}" if filter_string else ""]
+    line = f"no runs matched {' '.join(x for x in said if x) or 'in the store'} in {tracking_uri}"
+    try:
+        client = MlflowClient(tracking_uri=tracking_uri)
+        exps = [e for e in client.search_experiments() if e.name != "Default" or not experiments]
+        names = sorted(e.name for e in exps)
+        if study:
+            runs = client.search_runs([e.experiment_id for e in exps], max_results=5000)
+            sweeps = sorted({r.data.tags["lit_rl.sweep"] for r in runs if r.data.tags.get("lit_rl.sweep")})
+            line += f"; its sweeps: {', '.join(sweeps[:20]) or 'none'}"
+        line += f"; its experiments: {', '.join(names[:20]) or 'none'}"
+    except Exception:  # noqa: BLE001 - the hint is a courtesy: the store said nothing more
+        pass
+    return line
+
+
 def store_problem(uri: str) -> str | None:
     """Why ``report`` cannot read the store ``uri`` (``None`` if it looks readable). A missing sqlite file is an
     error, not an empty store: MLflow would create the database there."""
+    if uri.startswith("file:") or "://" not in uri:  # MLflow's file store: its deprecation notice is a paragraph
+        return (f"MLflow tracking URI {uri!r} (--tracking_uri): MLflow 3's file store is not supported; use the "
+                "sqlite:/// URI the runs' config names (e.g. sqlite:///runs/mlflow.db) or a server")
     if not uri.startswith("sqlite:///"):
         return None
     db = Path(uri[len("sqlite:///"):])

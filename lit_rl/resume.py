@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 
-from lit_rl.errors import CheckpointError
+from lit_rl.errors import CheckpointError, one_line
 
 __all__ = ["ALLOW_ENV", "RECORD_KEY", "check_fits", "checkpoint_dirs", "components", "continue_mlflow_run",
            "continue_runs", "identity", "mark_stopped", "mlflow_runs", "prepare_resume", "resolve_checkpoint"]
@@ -90,7 +90,7 @@ def _why_unreadable(path: Path, weights_only: bool) -> tuple[dict | None, str | 
     except Exception as e:  # noqa: BLE001 - whatever the reason, the file cannot be resumed from
         if not zipfile.is_zipfile(path):
             return None, f"not a complete checkpoint: truncated, or not written by torch.save ({size} bytes)"
-        return None, (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        return None, one_line(e, 200) or type(e).__name__
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         return None, "not a Lightning checkpoint (no state_dict)"
     return ckpt, None
@@ -280,7 +280,7 @@ def continue_runs(trainer: Any, records: list[dict], source: str, resumed_from: 
             if run.info.lifecycle_stage == "deleted":
                 raise LookupError("deleted")
         except Exception as e:  # noqa: BLE001 - a store without it, a deleted run: a new run, said in one line
-            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            why = one_line(e, 200) or type(e).__name__
             rank_zero_info(f"resume: MLflow run {run_id} of {source} is not usable in {logger._tracking_uri} "
                            f"({why}); logging to a new run")
             continue

@@ -16,6 +16,11 @@ and reads it back at the next fit into the same folder, before anything else ope
 2. :func:`recorded_runs`: what ``--ckpt_path last`` continues when it finds no checkpoint
    (:func:`lit_rl.resume.prepare_resume`), so the run keeps one MLflow run whatever ended its first attempt.
 
+Lightning opens the MLflow run before the DataModule's ``setup`` reads the data, so a data file refused there
+(a pool whose completions cannot fit the policy, a prompt file with a bad row) used to leave a FAILED run with
+nothing in it. :func:`discard_empty` removes such a run (new in this process, no metric logged), the record
+and the run folder if nothing else is in it: the error line is then the only trace, as for the preflight's.
+
 Only rank 0 reads or writes the file; it is written atomically (temp file + rename). A file that cannot be
 parsed is ignored with one line (nothing is continued from it).
 """
@@ -31,8 +36,9 @@ from typing import Any
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from lit_rl.atomic import atomic_write_text
+from lit_rl.errors import one_line
 
-__all__ = ["FILE", "mark_orphans", "process_alive", "record", "recorded_runs", "this_process"]
+__all__ = ["FILE", "discard_empty", "mark_orphans", "process_alive", "record", "recorded_runs", "this_process"]
 
 FILE = "mlflow_runs.json"
 
@@ -71,7 +77,7 @@ def _read(folder: Path) -> dict[str, Any]:
             raise ValueError("no 'runs' list")
         return data
     except (OSError, ValueError) as e:
-        rank_zero_info(f"resume: ignored {path}: cannot be read ({str(e).splitlines()[0][:120] if str(e) else e})")
+        rank_zero_info(f"resume: ignored {path}: cannot be read ({one_line(e, 120) or type(e).__name__})")
         return {}
 
 
@@ -130,3 +136,32 @@ def mark_orphans(trainer: Any, folder: str | os.PathLike) -> list[str]:
                            "gone: marked KILLED")
             break
     return marked
+
+
+def discard_empty(trainer: Any, folder: str | os.PathLike) -> list[str]:
+    """Delete the MLflow runs this process opened that hold no metric (a fit refused while setting up), then the
+    record and ``folder`` if they are all that is left in it. Rank 0 only; returns the deleted run ids."""
+    if rank_zero_only.rank != 0:
+        return []
+    gone = []
+    for logger in _mlflow_loggers(trainer):
+        run_id = logger._run_id if getattr(logger, "_initialized", False) else None
+        if not run_id:
+            continue
+        try:
+            client = logger._mlflow_client
+            if client.get_run(run_id).data.metrics:
+                continue
+            client.delete_run(run_id)
+        except Exception:  # noqa: BLE001 - a store that does not answer: the run stays, FAILED
+            continue
+        gone.append(run_id)
+        rank_zero_info(f"MLflow run {run_id} was opened before the data were read and holds nothing: removed")
+    path = Path(folder) / FILE
+    if gone and path.is_file():
+        path.unlink()
+        try:
+            Path(folder).rmdir()  # only if empty
+        except OSError:
+            pass
+    return gone

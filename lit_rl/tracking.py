@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-__all__ = ["check_tracking_uri", "get_or_create_experiment", "sqlite_artifact_location", "tracking_uri_problem"]
+__all__ = ["check_tracking_uri", "get_or_create_experiment", "sqlite_artifact_location", "sqlite_file_problem",
+           "tracking_uri_problem"]
 
 
 def _sqlite_db(uri: str) -> Path | None:
@@ -16,6 +18,42 @@ def _sqlite_db(uri: str) -> Path | None:
     if not uri.startswith(prefix) or uri == prefix + ":memory:":
         return None
     return Path(uri[len(prefix):])
+
+
+#: a SQLite store on a disk with less free space than this is refused before a fit starts
+MIN_FREE_BYTES = 1 << 20
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def sqlite_file_problem(db: Path) -> str | None:
+    """Why the SQLite file ``db`` cannot serve as an MLflow store (``None``: it is missing, empty, or opens and
+    answers a query): not a SQLite database (its header), or SQLite's own error on opening it."""
+    import sqlite3
+
+    try:
+        if not db.is_file() or db.stat().st_size == 0:
+            return None
+        with open(db, "rb") as fh:
+            head = fh.read(16)
+    except OSError as e:
+        return f"{db} cannot be read ({e.strerror or e})"
+    if head != b"SQLite format 3\x00":
+        return f"{db} is not an SQLite database (no SQLite header); move it away or name another file"
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=5)
+        try:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        return f"{db} cannot be opened by SQLite ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    return None
 
 
 def check_tracking_uri(uri: str) -> str:
@@ -41,6 +79,13 @@ def tracking_uri_problem(uri: str, timeout: float = 3.0) -> str | None:
             return f"MLflow store {uri!r} unreachable: cannot create or write {folder}"
         if db.exists() and not os.access(db, os.R_OK | os.W_OK):
             return f"MLflow store {uri!r} unreachable: {db} is not readable and writable"
+        problem = sqlite_file_problem(db)
+        if problem:
+            return f"MLflow store {uri!r} cannot be used: {problem}"
+        free = _free_bytes(probe)
+        if free is not None and free < MIN_FREE_BYTES:
+            return (f"MLflow store {uri!r} cannot be written: {free // 1024} KiB free on {probe} (SQLite needs "
+                    f"room for the runs and its journal); free space or point tracking_uri elsewhere")
         return None
     if uri.startswith(("http://", "https://")):
         u = urlparse(uri)

@@ -11,10 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: module -> the test file that exercises it today (through its package, an integration test or a sibling's tests;
-#: ``callbacks/resume.py`` runs in whole fits killed and resumed)
+#: module -> the test file that exercises it today (through its package, an integration test or a sibling's tests)
 NOT_MIRRORED = {
-    "callbacks/resume.py": "tests/robustness/test_resume.py",  # fits killed and resumed, as subprocesses
     "lit_rl/models/native.py": "tests/models/test_4bit_resume.py",  # and test_{llada,dream}_reference.py
 }
 

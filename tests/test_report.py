@@ -128,3 +128,19 @@ def test_selection_by_tag_and_study(store, tmp_path):
     assert [r.name for r in load_runs(uri, tags={"variant": "spg"})] == ["spg"]
     assert [r.name for r in load_runs(uri, study="s")] == ["s-trial-0", "s-trial-1", "s-trial-2"]
     assert main(["--tracking_uri", uri, "--tag", "variant=nothing", "--no_log", "--out", str(tmp_path / "x")]) == 1
+
+
+def test_a_study_that_matches_nothing_names_the_sweeps_and_experiments_there(store, tmp_path, capsys):
+    uri, _ = store
+    assert main(["--tracking_uri", uri, "--study", "nosuch", "--no_log", "--out", str(tmp_path / "x")]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()  # was only "no runs matched"
+    assert line == (f"no runs matched --study nosuch in {uri}; its sweeps: s; its experiments: Default, "
+                    "double-rollout, lit_rl-embedded, lit_rl-sweeps"), line
+
+
+def test_a_file_store_uri_is_one_line_not_mlflows_paragraph(tmp_path, capsys):
+    assert main(["--tracking_uri", str(tmp_path / "mlruns"), "--no_log", "--out", str(tmp_path / "x")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"error: MLflow tracking URI '{tmp_path / 'mlruns'}' (--tracking_uri): MLflow 3's file store is "
+                    "not supported; use the sqlite:/// URI the runs' config names (e.g. sqlite:///runs/mlflow.db) or "
+                    "a server"), line

@@ -56,6 +56,9 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, str]]:
     syntax error raises :class:`ConfigError` naming the file and line (the preflight and sweep configs)."""
     import yaml
 
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a config file (--config takes a YAML file, e.g. "
+                          f"{path / 'config.yaml'})")
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found (--config)")
     raw = path.read_bytes()

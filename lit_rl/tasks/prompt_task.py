@@ -146,6 +146,10 @@ class PromptTask(Task):
         ):
             raise ValueError(f"{where}: column {self.prompt_column!r} must be text or chat messages, "
                              f"got {short_repr(prompt)}")
+        text = prompt if isinstance(prompt, str) else "".join(str(m.get("content") or "") for m in prompt)
+        if not text.strip():
+            raise ValueError(f"{where}: column {self.prompt_column!r} is empty: a prompt without text cannot be "
+                             "trained on; fill it or remove the row")
         answer = None
         if self.answer_check != "none":
             if self.answer_column not in row or row[self.answer_column] is None:

@@ -154,7 +154,7 @@ def _failure(name: str, err: Exception, f: RewardFunc, prompts: list[Any], compl
     function's line where it was raised. ``LIT_RL_DEBUG=1`` makes the CLI print the traceback as well."""
     import traceback
 
-    from lit_rl.errors import RewardError
+    from lit_rl.errors import RewardError, one_line
 
     n = len(completions)
     where = ""
@@ -179,7 +179,7 @@ def _failure(name: str, err: Exception, f: RewardFunc, prompts: list[Any], compl
     if row is not None:
         pid = pids[row] if isinstance(pids, (list, tuple)) and row < len(pids) else None
         at = f"at row {row}" + (f" (prompt {pid!r})" if pid is not None else "")
-    msg = (str(err).strip().splitlines() or [""])[0][:200]
+    msg = one_line(err, 200)
     return RewardError(f"reward function {name} raised {type(err).__name__}{': ' + msg if msg else ''} {at}{where}; "
                        "LIT_RL_DEBUG=1 prints the traceback")
 

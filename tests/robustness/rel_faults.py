@@ -53,3 +53,24 @@ class KillDuringSave(L.Callback):
 
             checkpoint["zz_padding"] = torch.zeros(2_000_000)
             checkpoint["zz_die"] = _DieWhilePickled()
+
+
+class FillDiskAt(L.Callback):
+    """Fill the file system holding ``path`` right before update ``step + 1``: a filler file written until the
+    disk refuses (ENOSPC), as another process filling a shared disk would."""
+
+    def __init__(self, step: int, path: str) -> None:
+        self.step, self.path, self.done = step, path, False
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if self.done or trainer.global_step < self.step:
+            return
+        self.done = True
+        for name, chunk in (("filler.bin", 1 << 16), ("filler-small.bin", 512)):
+            try:
+                with open(os.path.join(self.path, name), "wb") as fh:
+                    while True:
+                        fh.write(b"\0" * chunk)
+                        fh.flush()
+            except OSError:
+                pass

@@ -277,6 +277,10 @@ def test_missing_config_file(tmp_path):
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert rc == 2 and len(errors) == 1 and "nope.yaml: config file not found" in errors[0], stderr[-1500:]
     MESSAGES["missing_config_file"] = errors[0]
+    rc, stderr, _ = _run(["fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(tmp_path)])
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert rc == 2 and errors == [f"error: {tmp_path}: is a folder, not a config file (--config takes a YAML file, "
+                                  f"e.g. {tmp_path / 'config.yaml'})"], stderr[-1500:]  # was "not found"
 
 
 def test_command_line_override_is_named(tmp_path):

@@ -135,3 +135,23 @@ def test_score_of_an_empty_file_is_an_error(tmp_path):
         rc = cli.main(["score", "--task", "sudoku", "--generations", str(empty)])
     lines = err.getvalue().strip().splitlines()
     assert rc == 2 and len(lines) == 1 and f"{empty}: no generations in the file" in lines[0], err.getvalue()
+
+
+def test_a_pool_refused_at_setup_leaves_no_run_and_no_run_folder(tmp_path):
+    """The pool check needs the policy's tokenizer, so it runs when the DataModule meets the policy, after
+    Lightning opened the MLflow run: that empty FAILED run (and the run folder holding only its record) used to
+    stay; now the error line is the only trace."""
+    import mlflow
+
+    overlay = tmp_path / "long.yaml"
+    overlay.write_text(  # the preflight's max_prompt_len + L_gen <= max_positions holds; a 48-token trace does not fit
+        "model:\n  init_args:\n    policy:\n      init_args:\n        max_positions: 64\n"
+        "data:\n  init_args:\n    max_external_len: 512\n    max_prompt_len: 32\n"
+        "    generation: {gen_length: 32, block_length: 32, steps: 4, temperature: 1.0}\n"
+        "    eval_generation: {gen_length: 32, block_length: 32, steps: 4, temperature: 0.0}\n")
+    rc, stderr = _run(_fit(tmp_path, overlay) + [f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/m.db"])
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    assert rc == 2 and len(errors) == 1 and "max_positions = 64" in errors[0], stderr[-2000:]
+    client = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path}/m.db")
+    assert [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])] == []
+    assert not (tmp_path / "run").exists()

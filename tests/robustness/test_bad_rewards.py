@@ -163,4 +163,5 @@ def test_non_finite_updates_name_the_last_batch_reward_range():
              "train/on_policy/rewards/brevity/mean": -2.0, "train/on_policy/reward_mean": 0.1}
     assert reward_summary(torch.tensor([0.0, float("nan"), -3.5, 1e5]), stats) == (
         "the last rollout batch's rewards ranged from -3.5 to 100000 (reward functions: brevity, sudoku_reward)")
-    assert reward_summary(torch.tensor([float("nan")]), {}) == "the last rollout batch's rewards were all NaN (no reward)"
+    assert reward_summary(torch.tensor([float("nan")]), {}) == (
+        "the last rollout batch's rewards were all NaN (no reward)")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import io
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from lit_rl.cli import main
 
 from support.resume_runs import copy_run as _copy  # noqa: E402
 from support.resume_runs import run_args as _args  # noqa: E402
+from support.tmpfs import mount_tmpfs  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # rel_faults, for the SIGTERM injector's class_path
@@ -142,17 +142,9 @@ def test_full_disk_during_fit_is_one_error_then_resume_from_the_newest_readable(
     assert done.info.run_id == failed.info.run_id and done.info.status == "FINISHED"
 
 
-def _tmpfs(folder: Path, size: str) -> bool:
-    folder.mkdir(parents=True, exist_ok=True)
-    if sys.platform != "linux" or os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                          capture_output=True).returncode == 0
-
-
 def test_a_real_full_disk_keeps_last_ckpt_and_names_the_free_space(tmp_path):
     disk = tmp_path / "disk"
-    if not _tmpfs(disk, "512k"):
+    if not mount_tmpfs(disk, "512k"):
         pytest.skip("cannot mount a tmpfs here (needs root on Linux)")
     try:
         io_ = AtomicCheckpointIO()
@@ -217,3 +209,33 @@ def test_a_checkpoint_of_another_algorithm_config_is_refused_naming_the_key(resu
     assert line.startswith(f"error: checkpoint {ckpt} is from another run: model.init_args.advantages.class_path "
                            "is lit_rl.algorithms.advantages.SourceSpecific there, lit_rl.algorithms.advantages.Joint "
                            f"here; resume with its config ({resume_base / 'config.yaml'})"), line
+
+
+def _enospc_on(real_save, step: int, name: str):
+    """lit_rl.checkpoint_io.atomic_torch_save that fails with ENOSPC for the checkpoint of ``step`` written to
+    the file ``name`` (the others are written)."""
+    def save(obj, path):
+        if isinstance(obj, dict) and obj.get("global_step") == step and Path(path).name == name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, path)
+
+    return save
+
+
+def test_the_step_whose_checkpoint_write_failed_keeps_its_metrics(tmp_path, monkeypatch):
+    """The disk fills between the periodic checkpoint of update 4 and ``last.ckpt``: the fit stops (one line),
+    the resume restarts after update 4 from the periodic file. Update 4's metrics were never logged before
+    (the run had train/loss at 2, 6, 8); now every step is in the run once."""
+    run = tmp_path / "run"
+    import lit_rl.checkpoint_io as cio
+
+    monkeypatch.setattr(cio, "atomic_torch_save", _enospc_on(cio.atomic_torch_save, 4, "last.ckpt"))
+    assert main(_args(run, 8)) == 2
+    monkeypatch.undo()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["epoch=0-step=4.ckpt"]  # last.ckpt failed
+    (failed,) = _runs(run)
+    assert _loss_steps(run, failed.info.run_id) == [2, 4]
+    assert main(_args(run, 8, "--ckpt_path", "last")) == 0
+    (done,) = _runs(run)
+    assert done.info.run_id == failed.info.run_id and done.info.status == "FINISHED"
+    assert _loss_steps(run, failed.info.run_id) == [2, 4, 6, 8]

@@ -85,6 +85,12 @@ def test_bad_rows_and_options_name_the_file_line_and_column(tmp_path):
         PromptTask(eval_path=str(bad), answer_check="fuzzy")
     with pytest.raises(ValueError, match="no train data"):
         PromptTask(eval_path=str(bad)).train_examples()
+    empty = _write(tmp_path, [{"prompt": "1+1", "answer": "2"}, {"prompt": "  ", "answer": "4"}], "empty.jsonl")
+    with pytest.raises(ValueError, match=r"empty.jsonl:2: column 'prompt' is empty: a prompt without text"):
+        PromptTask(train_path=str(empty)).train_examples()  # was trained on without a word
+    chat = _write(tmp_path, [{"prompt": [{"role": "user", "content": ""}], "answer": "2"}], "chat.jsonl")
+    with pytest.raises(ValueError, match=r"chat.jsonl:1: column 'prompt' is empty"):
+        PromptTask(train_path=str(chat)).train_examples()
 
 
 def test_registry_score_records_and_format_warmup():
