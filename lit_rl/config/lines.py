@@ -112,17 +112,44 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, str]]:
 _CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
 
 
+#: lit_rl's key in a ``class_path`` node that changes the class: the earlier ``init_args`` it keeps
+INHERIT = "inherit"
+
+
+def same_class(a: Any, b: Any) -> bool:
+    """Two ``class_path`` values that name the same class (the full path, or the same last component)."""
+    return isinstance(a, str) and isinstance(b, str) and (a == b or a.rsplit(".", 1)[-1] == b.rsplit(".", 1)[-1])
+
+
 def _merge(base: Any, new: Any) -> Any:
-    """jsonargparse-like merge: mappings merge key by key, a changed ``class_path`` drops the old
-    ``init_args``, anything else (lists included) is replaced."""
+    """The merge lit_rl's command line makes (:mod:`lit_rl.config.edits` rewrites the files so that jsonargparse
+    makes the same): mappings merge key by key; a changed ``class_path`` drops the old ``init_args`` except those
+    its node lists under ``inherit`` (``[policy, optimizer]`` or ``all``); anything else (lists included) is
+    replaced."""
     if isinstance(base, dict) and isinstance(new, dict):
         out = dict(base)
-        if "class_path" in new and "class_path" in base and new["class_path"] != base["class_path"]:
-            out.pop("init_args", None)
+        if "class_path" in new and "class_path" in base and not same_class(new["class_path"], base["class_path"]):
+            old = out.pop("init_args", None)
+            keep = new.get(INHERIT)
+            if isinstance(old, dict) and keep:
+                kept = {k: v for k, v in old.items() if keep == "all" or k in keep}
+                if kept:
+                    out["init_args"] = kept
         for k, v in new.items():
-            out[k] = _merge(out[k], v) if k in out else v
+            if k == INHERIT and "class_path" in new:
+                continue
+            out[k] = _merge(out[k], v) if k in out else strip_inherit(v)
         return out
-    return new
+    return strip_inherit(new)
+
+
+def strip_inherit(data: Any) -> Any:
+    """``data`` without the ``inherit`` keys of its ``class_path`` nodes (jsonargparse does not know them)."""
+    if isinstance(data, dict):
+        return {k: strip_inherit(v) for k, v in data.items() if not (k == INHERIT and "class_path" in data)}
+    if isinstance(data, list):
+        return [strip_inherit(v) for v in data]
+    return data
 
 
 def _class_matches(entry: Any, class_path: str) -> bool:

@@ -249,6 +249,8 @@ def _check_task_and_pool(cfg: ConfigView) -> None:
     try:
         train = task.train_examples()
         evals = task.eval_examples()
+    except FieldError as e:  # an argument of the task (question_template ...): at its own line
+        raise fail(cfg, tpath + ("init_args", e.field), e.problem) from None
     except Exception as e:  # noqa: BLE001
         raise fail(cfg, tpath, f"cannot read the task's data: {type(e).__name__}: {e}") from None
     ntp = dargs.get("num_train_prompts")

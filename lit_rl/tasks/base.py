@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import codecs
 import json
+import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple, Sequence
@@ -145,6 +146,10 @@ def check_prompt_set(examples: Sequence["Example"], prompts_per_batch: int, worl
         ranks = f" x {world} ranks = {need}" if world > 1 else ""
         raise FieldError("prompts_per_batch", f"{prompts_per_batch}{ranks} prompts per batch, but the training set "
                          f"has {len(examples)}: every batch would repeat prompts; lower prompts_per_batch")
+
+
+#: a ``{name}`` placeholder of a question template (``\\boxed{}`` and other braces are text)
+_PLACEHOLDER = re.compile(r"(?<!\\)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def fill_template(template: str, **fields: Any) -> str:
@@ -272,8 +277,17 @@ class Task(abc.ABC):
         return self.QUESTION_TEMPLATES.get(self.prompt_style, "{question}")
 
     def format_question(self, **fields: Any) -> str:
-        """The question text for one row (template filled with the task's fields)."""
-        return fill_template(self.question_template, **fields)
+        """The question text for one row (template filled with the task's fields). A ``{name}`` placeholder the
+        task has no field for is a :class:`~lit_rl.errors.FieldError` naming ``question_template`` (it used to be
+        left in the prompt as literal text: an overlay that switched to ``PromptTask`` but kept Sudoku's
+        ``{puzzle}`` trained on the text ``{puzzle}``)."""
+        template = self.question_template
+        missing = [m for m in _PLACEHOLDER.findall(template) if m not in fields]
+        if missing:
+            raise FieldError("question_template", f"{template!r} has placeholder(s) "
+                             f"{', '.join('{' + m + '}' for m in dict.fromkeys(missing))} that {type(self).__name__} "
+                             f"does not fill (its fields: {', '.join('{' + f + '}' for f in fields) or 'none'})")
+        return fill_template(template, **fields)
 
     def messages(self, example: Example) -> list[dict[str, str]]:
         """Zero-shot chat messages for ``example``: one user message (d1), or system + user."""
