@@ -230,8 +230,11 @@ def _check_task_and_pool(cfg: ConfigView) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 if k in _INPUT_PATHS and isinstance(v, str) and v and not Path(v).exists():
-                    what = "external rollout pool" if k == "pool_path" else "data file"
-                    raise fail(cfg, path + (k,), f"{what} not found: {v}")
+                    if k == "pool_path":
+                        raise fail(cfg, path + (k,), f"external rollout pool not found: {v}; write one with python -m "
+                                   "lit_rl rollouts build (a served model) or rollouts scripted (the built-in "
+                                   "teachers): docs/erils.md")
+                    raise fail(cfg, path + (k,), f"data file not found: {v}")
                 walk(v, path + (k,))
         elif isinstance(node, list):
             for i, v in enumerate(node):
@@ -253,6 +256,7 @@ def _check_task_and_pool(cfg: ConfigView) -> None:
         raise fail(cfg, tpath + ("init_args", e.field), e.problem) from None
     except Exception as e:  # noqa: BLE001
         raise fail(cfg, tpath, f"cannot read the task's data: {type(e).__name__}: {e}") from None
+    _check_scripted_warmup(cfg, getattr(task, "name", None))
     ntp = dargs.get("num_train_prompts")
     use = train[:ntp] if _is_int(ntp) else train
     if not use:
@@ -280,6 +284,26 @@ def _check_task_and_pool(cfg: ConfigView) -> None:
         check_prompt_set(use, ppb if _is_int(ppb) and ppb >= 1 else 1, devices if _is_int(devices) else 1)
     except FieldError as e:
         raise fail(cfg, tpath if e.field == "task" else dpath + (e.field,), e.problem) from None
+
+
+def _check_scripted_warmup(cfg: ConfigView, task_name: str | None) -> None:
+    """A ``ScriptedSFTWarmup`` (steps > 0) on a task without scripted traces (a prompt file of your own) is refused
+    at the callback's line, before any run folder: it used to fail in ``on_fit_start`` after 20 s with a 50-line
+    traceback, a run folder and a FAILED MLflow run."""
+    from lit_rl.tasks.registry import known_traces, scripted_tasks
+
+    callbacks = cfg.get(("trainer", "callbacks"))
+    if not isinstance(callbacks, list) or task_name is None or known_traces(task_name):
+        return
+    for i, cb in enumerate(callbacks):
+        if not (isinstance(cb, dict) and str(cb.get("class_path", "")).endswith("ScriptedSFTWarmup")):
+            continue
+        steps = (cb.get("init_args") or {}).get("steps", 300)
+        if _is_int(steps) and steps > 0:
+            raise fail(cfg, ("trainer", "callbacks", i), f"ScriptedSFTWarmup: task {task_name!r} has no scripted "
+                       f"traces (only {', '.join(sorted(scripted_tasks()))} do); a pretrained policy needs no "
+                       "warm-up: leave the callback out, or set its steps to 0 (in an overlay: trainer: "
+                       "{callbacks~: [{class_path: ScriptedSFTWarmup, init_args: {steps: 0}}]})")
 
 
 def _check_mlflow(cfg: ConfigView) -> None:

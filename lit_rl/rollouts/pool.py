@@ -181,7 +181,7 @@ def iter_pool(path: str | Path, with_lines: bool = False) -> tuple[dict[str, Any
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"pool file not found: {path}")
+        raise FileNotFoundError(f"pool file not found: {path} (python -m lit_rl rollouts build writes one)")
     lines = _read_lines(path)
     try:
         _, first = next(lines, (1, b""))

@@ -240,7 +240,7 @@ class Task(abc.ABC):
 
     def __init__(
         self,
-        reward_funcs: Sequence[RewardFunc | str] | None = None,
+        reward_funcs: Sequence[str | RewardFunc] | None = None,
         reward_weights: Sequence[float] | None = None,
         reward_completions: str = "conversational",
         system_prompt: str | None = None,

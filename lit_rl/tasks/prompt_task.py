@@ -190,8 +190,12 @@ class PromptTask(Task):
         return [dict(m) for m in own] if own else super().messages(example)
 
     def reward_kwargs(self, examples: Sequence[Example]) -> dict[str, list[Any]]:
+        """TRL's columns; the answer column reaches reward functions under its own name too (``solution`` for
+        ``answer_column: solution``), as TRL passes every dataset column, besides lit_rl's ``answer``."""
         kw = super().reward_kwargs(examples)
         kw.pop("_messages", None)
+        if self.answer_column and self.answer_column != "answer" and self.answer_check != "none":
+            kw.setdefault(self.answer_column, kw["answer"])
         return kw
 
     def example_from_record(self, question: str, ground_truth: Any, index: int = 0, **extra: Any) -> Example:

@@ -54,6 +54,14 @@ def completion_text(completion: Any) -> str:
     return "" if completion is None else str(completion)
 
 
+#: packages a reward function may need that lit_rl's core install leaves out: how to get each
+OPTIONAL_INSTALLS = {
+    "trl": "TRL's reward functions need trl: pip install trl (lit_rl's dev extra has it: pip install 'lit-rl[dev]')",
+    "math_verify": "math-verify comes with lit_rl's math extra: pip install 'lit-rl[math]'",
+    "datasets": "datasets comes with lit_rl's datasets extra: pip install 'lit-rl[datasets]'",
+}
+
+
 def import_object(path: str) -> Any:
     """Import ``"pkg.mod.attr"`` or ``"pkg.mod:attr"`` (the attribute may be dotted after a colon)."""
     if ":" in path:
@@ -65,7 +73,9 @@ def import_object(path: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"reward function {path!r}: cannot import module {module_name!r} ({e})") from e
+        missing = (getattr(e, "name", None) or "").split(".")[0]
+        hint = f"; {OPTIONAL_INSTALLS[missing]}" if missing in OPTIONAL_INSTALLS else ""
+        raise ValueError(f"reward function {path!r}: cannot import module {module_name!r} ({e}){hint}") from e
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

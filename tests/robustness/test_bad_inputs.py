@@ -101,7 +101,8 @@ CASES: dict[str, tuple] = {
         [], ["data.init_args.pool_path", "required when g_ext > 0"], "pool_path", None),
     "pool_file_missing": (
         "data:\n  init_args:\n    pool_path: {tmp}/no_such_pool.jsonl\n",
-        [], ["data.init_args.pool_path", "external rollout pool not found", "no_such_pool.jsonl"], "pool_path", None),
+        [], ["data.init_args.pool_path", "external rollout pool not found", "no_such_pool.jsonl",
+             "python -m lit_rl rollouts build"], "pool_path", None),
     "pool_bad_json_line": (
         "data:\n  init_args:\n    pool_path: {pool}\n",
         [], ["data.init_args.pool_path", "pool.jsonl:4:", "invalid JSON"], "pool_path",

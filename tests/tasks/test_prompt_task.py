@@ -134,3 +134,17 @@ def test_math_verify_check(tmp_path):
     assert task.reward("so it is \\boxed{0.5}", ex) == 1.0
     assert task.reward("\\boxed{1/3}", ex) == 0.0
     assert task.reward("no answer at all " * 50, ex) == 0.0
+
+
+def test_the_answer_column_reaches_rewards_under_its_own_name_too(tmp_path):
+    """TRL passes every dataset column by its name: f(completions, solution, **kw) used to get a TypeError because
+    the answer column arrived only as ``answer``."""
+    data = _write(tmp_path, [{"prompt": "1+1", "solution": "2"}])
+
+    def trl_style(completions, solution, **kwargs):
+        return [float(c[0]["content"].strip() == s) for c, s in zip(completions, solution)]
+
+    task = PromptTask(train_path=str(data), answer_column="solution", reward_funcs=[trl_style])
+    ex = task.train_examples()[0]
+    assert task.reward_kwargs([ex])["solution"] == ["2"] == task.reward_kwargs([ex])["answer"]
+    assert task.total_rewards(["2"], [ex]).per_func["trl_style"] == [1.0]

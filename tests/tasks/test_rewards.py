@@ -55,3 +55,45 @@ def test_registry():
         get_task("chess")
     assert [SudokuTask.max_reward, CountdownTask.max_reward, MathTask.max_reward] == [1.0, 1.0, 3.0]
     assert [SudokuTask.correct_reward, CountdownTask.correct_reward, MathTask.correct_reward] == [1.0, 1.0, 2.0]
+
+
+def test_an_optional_package_missing_names_how_to_install_it(monkeypatch):
+    import sys
+
+    from lit_rl.tasks.rewards import import_object
+
+    monkeypatch.setitem(sys.modules, "trl", None)  # as without trl installed
+    with pytest.raises(ValueError, match=r"cannot import module 'trl.rewards' .*pip install trl \(lit_rl's dev extra"):
+        import_object("trl.rewards.think_format_reward")
+    monkeypatch.setitem(sys.modules, "math_verify", None)
+    with pytest.raises(ValueError, match=r"pip install 'lit-rl\[math\]'"):
+        import_object("math_verify.verify")
+
+
+@pytest.mark.parametrize("spec", ["examples.own_rewards:final_number", "examples.own_rewards.final_number"])
+def test_a_reward_function_named_either_way_round_trips_through_a_saved_config(tmp_path, capsys, monkeypatch, spec):
+    """docs/rewards.md's ``module:function`` form used to be saved as ``Unable to serialize instance ...``, and
+    ``predict`` / ``validate`` / resume from that saved config failed; both forms are saved as written."""
+    from pathlib import Path
+
+    import yaml
+
+    from lit_rl.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    argv = ["fit", "--config", "conf/prompts.yaml", f"--data.init_args.task.init_args.reward_funcs=[{spec}]",
+            "--data.init_args.task.init_args.reward_weights=[1.0]"]
+    with pytest.raises(SystemExit):
+        main([*argv, "--print_config"])
+    saved = tmp_path / "config.yaml"
+    saved.write_text(capsys.readouterr().out)
+    assert yaml.safe_load(saved.read_text())["data"]["init_args"]["task"]["init_args"]["reward_funcs"] == [spec]
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(saved), "--print_config"])  # the saved config parses again, the same
+    again = yaml.safe_load(capsys.readouterr().out)
+    assert again["data"]["init_args"]["task"]["init_args"]["reward_funcs"] == [spec]
+    from lit_rl.tasks import PromptTask
+
+    task = PromptTask(train_path="data/prompts/sums_train.jsonl", reward_funcs=[spec])
+    assert task.extra_reward_funcs[0].__name__ == "final_number"
