@@ -91,6 +91,14 @@ class LitRLCLI(LightningCLI):
         from lit_rl.run_owner import discard_empty, record
         from lit_rl.runs import run_dir
 
+        if ckpt_path is None and (self.config.get("fit") or {}).get("overwrite"):
+            from lit_rl.config.rerun import clear_run
+            from lit_rl.resume import checkpoint_dirs
+
+            gone = clear_run(checkpoint_dirs(self.trainer), run_dir(self.trainer)) if self.trainer.is_global_zero \
+                else []
+            if gone:
+                rank_zero_info(f"--overwrite: removed the earlier run's {', '.join(gone)}")
         ckpt_path = prepare_resume(self.trainer, model, datamodule, ckpt_path, kwargs.get("weights_only"),
                                    self._fit_components())
         new_run = not any(getattr(lg, "_run_id", None) for lg in self.trainer.loggers)  # not a continued one
@@ -141,8 +149,11 @@ class LitRLCLI(LightningCLI):
             raise cause from None
 
     def add_arguments_to_parser(self, parser) -> None:
+        from lit_rl.config.rerun import OVERWRITE_HELP
+
         parser.add_argument("--threads", type=int | None, default=None,
                             help="torch CPU threads (default: torch's choice)")
+        parser.add_argument("--overwrite", type=bool, default=False, help=OVERWRITE_HELP)
 
     def before_instantiate_classes(self) -> None:
         sub = self.config.get(self.subcommand) if self.subcommand else self.config

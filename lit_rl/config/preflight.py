@@ -28,7 +28,8 @@ __all__ = ["ConfigError", "preflight"]
 
 
 # -- the checks ---------------------------------------------------------------------------------------
-_TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "ckpt_path", "optimizer", "lr_scheduler",
+_TOP_KEYS = {"seed_everything", "trainer", "model", "data", "threads", "overwrite", "ckpt_path", "optimizer",
+             "lr_scheduler",
              "config",
              # the Trainer.fit/validate/test/predict arguments LightningCLI exposes (a saved fit config has them)
              "weights_only", "verbose", "return_predictions"}
@@ -339,7 +340,7 @@ def preflight(argv: Sequence[str], data: bool = True) -> ConfigView | None:
     parsed = parse_command_line(argv)
     if parsed is None:
         return None
-    _sub, cfg = parsed
+    sub, cfg = parsed
     _check_base(cfg)
     check_shapes(cfg)
     _check_semantics(cfg)
@@ -348,4 +349,19 @@ def preflight(argv: Sequence[str], data: bool = True) -> ConfigView | None:
     if data:
         _check_mlflow(cfg)
         _check_task_and_pool(cfg)
+        if sub == "fit":
+            _check_rerun(cfg)
     return cfg
+
+
+def _check_rerun(cfg: ConfigView) -> None:
+    """A fit into a folder that holds an earlier run's checkpoints (:mod:`lit_rl.config.rerun`)."""
+    import os
+
+    from lit_rl.config.rerun import check_rerun
+
+    root = cfg.get(("trainer", "default_root_dir")) or os.getcwd()
+    problem = check_rerun(root, cfg.get(("trainer", "callbacks")), cfg.data.get("ckpt_path"),
+                          cfg.data.get("overwrite") in (True, "true", "True", 1))
+    if problem:
+        raise fail(cfg, ("trainer", "default_root_dir"), problem)

@@ -57,7 +57,8 @@ class Job:
     def digest(self) -> str:
         """What the job runs: a ``done.json`` from another command line (or of another run of the job it reads)
         does not count as done."""
-        argv = [a for a in self.argv if not a.startswith("--threads=")]  # speed, not results
+        # speed and how the process starts (a rerun resumes its own checkpoint), not results
+        argv = [a for a in self.argv if not a.startswith("--threads=") and a != "--ckpt_path=last"]
         what = argv if self.after is None else [argv, self.after.digest]
         return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
 
@@ -148,6 +149,12 @@ def run_jobs(
         else:
             if job.done_file.exists():
                 echo(f"[reproduce] {job.name}: done with another command line before, running again")
+                if job.argv[:1] == ["fit"]:  # not a resume of the other run: its checkpoints go
+                    from lit_rl.config.rerun import clear_run
+
+                    gone = clear_run([job.folder / "checkpoints"], job.folder)
+                    if gone:
+                        echo(f"[reproduce] {job.name}: removed the other run's {', '.join(gone)}")
             pending.append(job)
     running: list[tuple[Job, subprocess.Popen]] = []
     total, finished = (len(pending) if total is None else total), numbered_from
@@ -233,6 +240,7 @@ def fit_job(
         f"--trainer.logger.init_args.experiment_name={experiment}",
         f"--trainer.logger.init_args.run_name={name}",
         f"--trainer.logger.init_args.tags={json.dumps(tags)}",
+        "--ckpt_path=last",  # an interrupted job goes on from its last checkpoint (a new one starts at step 0)
         *extra,
     ]
     return Job(name, argv, folder, tags)
