@@ -61,11 +61,15 @@ class ModelShape:
         return self.vocab * self.hidden * (1 if self.tied else 2)
 
 
-#: config.json numbers of the recipes' models (Qwen2.5-0.5B/1.5B-Instruct, LLaDA-8B-Instruct)
+#: config.json numbers of the configs' models (Qwen2.5-0.5B/1.5B-Instruct, LLaDA-8B-Instruct; SmolLM2-135M-Instruct,
+#: the real-model configs'; Qwen3-30B-A3B, the double-rollout paper config's MoE: 128 experts of 768, 8 active per
+#: token, so ``intermediate`` is the active width 8 x 768 = 6144, which sets the activations; ``params`` counts all)
 MODELS = {
     "qwen2.5-0.5b": ModelShape("Qwen/Qwen2.5-0.5B-Instruct", 494.0e6, 24, 896, 4864, 128, 151936, True),
     "qwen2.5-1.5b": ModelShape("Qwen/Qwen2.5-1.5B-Instruct", 1.544e9, 28, 1536, 8960, 256, 151936, True),
     "llada-8b": ModelShape("GSAI-ML/LLaDA-8B-Instruct", 8.02e9, 32, 4096, 12288, 4096, 126464, False),
+    "smollm2-135m": ModelShape("HuggingFaceTB/SmolLM2-135M-Instruct", 134.5e6, 30, 576, 1536, 192, 49152, True),
+    "qwen3-30b-a3b": ModelShape("Qwen/Qwen3-30B-A3B-Thinking-2507", 30.5e9, 48, 2048, 6144, 512, 151936, False),
 }
 
 
@@ -107,6 +111,7 @@ def estimate(
     *,
     four_bit: bool = False,
     lora_r: int | None = None,
+    lora_mlp: bool = True,
     micro_batch_rows: int = 1,
     seq_len: int = 1024,
     gradient_checkpointing: bool = True,
@@ -122,6 +127,7 @@ def estimate(
         shape: the model.
         four_bit: NF4 base (bitsandbytes, double quantisation) instead of bf16.
         lora_r: LoRA rank on attention + MLP (``None``: full fine-tuning of every weight).
+        lora_mlp: LoRA on the MLP projections too (False: attention only, as the MoE configs do).
         micro_batch_rows, seq_len: one micro-batch of the loss (prompt + completion tokens per row).
         gradient_checkpointing: recompute layer activations in the backward pass.
         frozen_copies: extra frozen weight copies (a reference model for KL: 1).
@@ -138,7 +144,7 @@ def estimate(
     if lora_r is None:
         trainable = shape.params * 12.0
     else:
-        trainable = lora_params(shape, lora_r) * 16.0
+        trainable = lora_params(shape, lora_r, mlp=lora_mlp) * 16.0
     tokens = micro_batch_rows * seq_len
     logits = tokens * shape.vocab * 4 * 2
     if gradient_checkpointing:
@@ -180,7 +186,36 @@ def recipe_table() -> list[dict[str, object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the recipes' estimates as a Markdown table, then one JSON line."""
+    """``python -m lit_rl.memory``: the recipes' estimates as a Markdown table; ``--config FILE ...``: one training
+    config's (:mod:`lit_rl.memory_config`). A JSON line last either way."""
+    import argparse
+
+    from lit_rl.errors import ConfigError
+
+    p = argparse.ArgumentParser(prog="python -m lit_rl.memory", description=(
+        "GPU memory of a training run, estimated from parameter counts (not measured; benchmarks/gpu_smoke.py "
+        "measures). Without --config: the conf/gpu/ recipes' table."))
+    p.add_argument("--config", action="append", default=[], metavar="FILE",
+                   help="a training config, as fit takes it (repeat for an overlay: base first)")
+    p.add_argument("--gpu_gib", type=float, default=80.0, help="the card's memory, for vLLM's share (default 80)")
+    a = p.parse_args(argv)
+    if a.config:
+        from lit_rl.memory_config import config_estimate
+
+        try:
+            row = config_estimate(a.config, gpu_gib=a.gpu_gib)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{' + '.join(a.config)}: {row['model']} on {row['devices']} GPU(s) ({row['strategy']}), per GPU:")
+        for k in ("weights", "trainable_state", "activations", "generation", "frozen_copies", "vllm", "total"):
+            print(f"  {k:<16} {row[k]:>8.2f} GiB")
+        for note in row["notes"]:
+            print(f"  note: {note}")
+        fits = "fits" if row["total"] <= a.gpu_gib else "does NOT fit"
+        print(f"  -> {row['total']:.1f} GiB of {a.gpu_gib:g}: {fits} (plus ~1-2 GiB CUDA context)")
+        print(json.dumps(row))
+        return 0
     rows = recipe_table()
     print("| recipe | model | weights | trainable state | loss activations + logits | dLLM rollouts | vLLM share "
           "| total (GiB) |")
