@@ -60,6 +60,8 @@ def training_parser():
     parser.add_lightning_class_args(LightningDataModule, "data", subclass_mode=True)
     parser.add_argument("--seed_everything", type=int | bool | None, default=None)
     parser.add_argument("--threads", type=int | None, default=None)
+    parser.add_argument("--overwrite", type=bool, default=False)
+    parser.add_argument("--ckpt_path", type=str | None, default=None)  # fit's own argument (reproduce passes last)
     parser.add_lightning_class_args(Trainer, "trainer")
     return parser
 

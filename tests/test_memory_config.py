@@ -1,4 +1,5 @@
-"""lit_rl/memory_config.py: a training config read into the memory estimate (``python -m lit_rl.memory --config``)."""
+"""lit_rl/memory.py's config reader: a training config read into the memory estimate (``python -m lit_rl.memory
+--config``); the estimate's own arithmetic is in tests/test_memory.py."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from lit_rl.errors import ConfigError
-from lit_rl.memory import MODELS, RECIPES, estimate, main
-from lit_rl.memory_config import config_estimate, model_key
+from lit_rl.memory import MODELS, RECIPES, config_estimate, estimate, main, model_key
 
 ROOT = Path(__file__).resolve().parents[1]
 

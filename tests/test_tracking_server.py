@@ -186,7 +186,9 @@ def test_a_server_that_stays_down_fails_the_fit_naming_it_and_replay_sends_the_r
     f, uri = outage["fits"]["gone"], outage["uri"]
     text = f["log"].read_text()
     assert f["rc"] != 0, "a fit whose metrics never reached the server must not pass"
-    assert "TrackingUnavailableError" in text and uri in text and f["run_id"] in text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("error: ")]  # one line (was a traceback)
+    assert "did not take the metrics" in line and uri in line and f["run_id"] in line, line
+    assert "Traceback" not in text
     files = sorted((f["tmp"] / "unsent").glob("*.jsonl"))
     assert len(files) == 1 and str(files[0]) in text
     assert not list((f["tmp"] / "unsent").glob(".*.partial"))

@@ -62,7 +62,8 @@ def test_an_optional_package_missing_names_how_to_install_it(monkeypatch):
 
     from lit_rl.tasks.rewards import import_object
 
-    monkeypatch.setitem(sys.modules, "trl", None)  # as without trl installed
+    monkeypatch.setitem(sys.modules, "trl", None)  # as without trl installed (also when another test imported it)
+    monkeypatch.setitem(sys.modules, "trl.rewards", None)
     with pytest.raises(ValueError, match=r"cannot import module 'trl.rewards' .*pip install trl \(lit_rl's dev extra"):
         import_object("trl.rewards.think_format_reward")
     monkeypatch.setitem(sys.modules, "math_verify", None)
