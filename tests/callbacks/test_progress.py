@@ -27,6 +27,22 @@ def test_the_total_is_the_rollout_batches_left_with_mu_updates_each(tmp_path):
         updates_per_batch = 4  # μ: optimizer updates per rollout batch (RLModule's attribute)
 
     # 10 updates at 4 per rollout batch: 3 batches (the last one cut short), not Lightning's 10 "batches"
-    assert _totals(RLLike(), tmp_path / "rl", max_steps=10) == [(3, "RL rollout batches")]
+    assert _totals(RLLike(), tmp_path / "rl", max_steps=10) == [(3, "RL rollout batches (x4 updates)")]
     # a module without μ counts as one update per batch
     assert _totals(BoringModel(), tmp_path / "plain", max_steps=10) == [(10, "RL rollout batches")]
+
+
+def test_the_bar_leaves_out_v_num(tmp_path):
+    """Lightning shows the logger's version (for MLflow the run id's tail) as ``v_num``: it says nothing here."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    bar = RolloutProgressBar()
+    seen: list = []
+
+    class Probe(Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            seen.append(bar.get_metrics(trainer, pl_module))
+
+    Trainer(max_steps=2, callbacks=[bar, Probe()], default_root_dir=tmp_path, logger=CSVLogger(tmp_path),
+            enable_checkpointing=False, limit_val_batches=0, accelerator="cpu", devices=1).fit(BoringModel())
+    assert seen and all("v_num" not in m for m in seen)
