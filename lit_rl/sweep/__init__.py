@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from lit_rl.cli_args import LitArgumentParser
@@ -86,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking_uri", default=None, help="override the MLflow tracking URI")
     parser.add_argument("--sampler", default=None, help="override sampler.name (tpe, random, grid, class path)")
     parser.add_argument("--output_dir", default=None, help="override output_dir")
+    parser.add_argument("--max_steps", type=int, default=None,
+                        help="every trial's budget: trainer.max_steps (goes into the sweep's overrides)")
+    parser.add_argument("--eval_size", type=int, default=None,
+                        help="every trial's evaluation set size: data.init_args.eval_size (overrides)")
+    parser.add_argument("--overlay", action="append", default=[], metavar="FILE",
+                        help="a training overlay for every trial, after the sweep's base configs (repeatable)")
     args = parser.parse_args(argv)
     if args.max_trials is not None and args.max_trials < 1:
         parser.error(f"--max_trials must be >= 1, got {args.max_trials}")
@@ -96,8 +103,16 @@ def main(argv: list[str] | None = None) -> int:
             overrides[(key,)] = (getattr(args, key), f"command line (--{key.replace('_', '-')})")
     if args.sampler:
         overrides[("sampler", "name")] = (args.sampler, "command line (--sampler)")
+    if args.max_steps is not None:  # a trial budget: one key of the overlay every trial gets
+        overrides[("overrides", "trainer", "max_steps")] = (args.max_steps, "command line (--max_steps)")
+    if args.eval_size is not None:
+        overrides[("overrides", "data", "init_args", "eval_size")] = (args.eval_size, "command line (--eval_size)")
     try:  # a bad sweep file is one line naming the file, line and key (exit 2), not a traceback
         cfg = SweepConfig.from_yaml(args.config, overrides)
+        for path in args.overlay:
+            if not Path(path).is_file():
+                raise SweepConfigError(f"{path}: overlay not found (--overlay)")
+            cfg.base = [*cfg.base, str(path)]
         check_against_base(cfg)  # space keys, choices, derived values, the objective: before any trial trains
         runner = SweepRunner(cfg)
         runner.setup(args.n_trials)

@@ -241,3 +241,31 @@ def test_ddp_spawn_trials_complete_and_prune_across_processes(tmp_path):
     _, children = _runs(tmp_path, "ddp")
     assert [children[n].info.status for n in range(2)] == ["FINISHED", "KILLED"]
     assert "train/on_policy/reward_mean" in children[0].data.metrics  # the children's logger wrote the child run
+
+
+def test_trial_budget_flags_reach_every_trial(tmp_path, monkeypatch):
+    """``--max_steps``, ``--eval_size`` and ``--overlay``: a short sweep without editing the sweep file; the check
+    against the base config sees them, and each trial's command line carries them."""
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(_cfg(tmp_path, study_name="budget")))
+    overlay = tmp_path / "short.yaml"
+    overlay.write_text("trainer:\n  val_check_interval: 2\n")
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(cfg):
+        seen["cfg"] = cfg
+        raise Stop
+
+    monkeypatch.setattr("lit_rl.sweep.SweepRunner", capture)
+    with pytest.raises(Stop):
+        sweep_main(["--config", str(path), "--max_steps", "4", "--eval_size", "2", "--overlay", str(overlay)])
+    cfg = seen["cfg"]
+    assert cfg.overrides["trainer"]["max_steps"] == 4 and cfg.overrides["data"]["init_args"]["eval_size"] == 2
+    assert cfg.base[-1] == str(overlay)
+    args = cfg.cli_args({}, tmp_path / "t0", tmp_path / "o.yaml", "rid", "name")
+    assert args.index(str(overlay)) < args.index(str(tmp_path / "o.yaml"))  # before the trial's own overlay
+    assert sweep_main(["--config", str(path), "--overlay", str(tmp_path / "nope.yaml")]) == 2
