@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-__all__ = ["atomic_savefig", "atomic_write", "atomic_write_text"]
+__all__ = ["atomic_savefig", "atomic_write", "atomic_write_text", "current_umask"]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -29,7 +29,7 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """The process's umask, read without changing it where Linux shows it (``/proc/self/status``); elsewhere
     set and restored at once (``os.umask`` has no read-only form)."""
     try:
@@ -50,7 +50,7 @@ def _mode_for(path: Path) -> int:
     try:
         return stat.S_IMODE(path.stat().st_mode)
     except OSError:
-        return 0o666 & ~_umask()
+        return 0o666 & ~current_umask()
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], mode: int | None = None) -> Path:

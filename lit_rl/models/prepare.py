@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lit_rl.atomic import _umask, atomic_write_text
+from lit_rl.atomic import current_umask, atomic_write_text
 from lit_rl.errors import ConfigError, one_line
 
 __all__ = ["KNOWN_MODELS", "MANIFEST", "ModelSource", "PrepareError", "default_models_dir", "prepare",
@@ -270,7 +270,7 @@ def _prepare_locked(name: str, src: ModelSource, gguf_path: Path, target: Path, 
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's folder is private (0o700); a model folder is not
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's folder is private (0o700); a model folder is not
         log(f"models prepare: converting {gguf_path} ({gguf_path.stat().st_size / 1e6:.0f} MB) to {dtype}")
         params, versions = _convert(gguf_path.parent, gguf_path.name, dtype, tmp)
         missing = [f for f in REQUIRED if not (tmp / f).is_file()]

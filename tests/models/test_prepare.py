@@ -105,7 +105,7 @@ def test_a_conversion_killed_half_way_leaves_no_prepared_folder(monkeypatch, tmp
     folder, manifest = prep.prepare("fake", out=out, install=False, log=lambda m: None)
     assert folder == out and manifest["parameters"] == 7 and prep.read_manifest(out)["gguf_sha256"] == manifest[
         "gguf_sha256"]
-    assert out.stat().st_mode & 0o777 == 0o777 & ~prep._umask()  # as mkdir would make it, not mkdtemp's 0o700
+    assert out.stat().st_mode & 0o777 == 0o777 & ~prep.current_umask()  # as mkdir would make it, not mkdtemp's 0o700
     # a folder that is not a prepared model is never overwritten
     other = tmp_path / "mine"
     other.mkdir()
