@@ -13,13 +13,17 @@ from __future__ import annotations
 import re
 
 _NUMBER = re.compile(r"-?\d+")
+_STATED = re.compile(r"(?:answer is|answer:|####)\s*\$?\s*(-?\d+)", re.IGNORECASE)
 
 
 def final_number(completions, solution, **kwargs):
-    """1.0 when the last number the completion writes is the solution, else 0.0."""
+    """1.0 when the completion's answer is the solution, else 0.0. Its answer: the last one it states ("the answer
+    is 7", "answer: 7", "#### 7"; a small instruct model often states it and then keeps writing), else the last
+    number it writes."""
     rewards = []
     for completion, want in zip(completions, solution):
         text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
-        numbers = _NUMBER.findall(text)
+        stated = _STATED.findall(text)
+        numbers = stated or _NUMBER.findall(text)
         rewards.append(1.0 if numbers and int(numbers[-1]) == int(want) else 0.0)
     return rewards

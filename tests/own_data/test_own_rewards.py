@@ -18,9 +18,10 @@ def _msg(text: str) -> list[dict]:
     return [{"role": "assistant", "content": text}]
 
 
-def test_final_number_reads_the_last_number_and_never_raises():
-    completions = [_msg("Ana has 9 - 6 = 3 shells."), _msg("3 shells, then 4"), _msg("no number"), "-2", _msg("")]
-    assert final_number(completions, solution=[3, 3, 3, -2, 0]) == [1.0, 0.0, 0.0, 1.0, 0.0]
+def test_final_number_reads_the_stated_answer_else_the_last_number():
+    completions = [_msg("Ana has 9 - 6 = 3 shells."), _msg("3 shells, then 4"), _msg("no number"), "-2", _msg(""),
+                   _msg("So the answer is 11. Next, 4 + 5 = 9"), _msg("#### 16\nThen 2 more")]
+    assert final_number(completions, solution=[3, 3, 3, -2, 0, 11, 2]) == [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0]
 
 
 def test_the_sample_data_are_the_columns_the_template_names():
