@@ -26,3 +26,7 @@ def test_the_smoke_run_ends_with_its_accuracy(tmp_path):
     assert 0.0 < float(m.group(1)) < 1.0
     assert "run folder runs/smoke" in out and (tmp_path / "runs/smoke/checkpoints/last.ckpt").is_file()
     assert (tmp_path / "runs/mlflow.db").is_file() and not (tmp_path / "mlruns").exists()
+    # the same command again: the smoke config starts over (overwrite: true) instead of refusing its own folder
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "--overwrite: removed the earlier run's" in again.stdout + again.stderr
