@@ -9,9 +9,10 @@ right before update ``step + 1``, so the rollout batch in flight ends at update 
 * SIGTERM and SIGINT (what Ctrl-C sends), once: the batch finishes, ``last.ckpt`` is saved, exit status 0, the
   MLflow run KILLED; ``--ckpt_path last`` then continues the same run to FINISHED. No ``last-v1.ckpt`` at any
   point (before the fix, SIGTERM at step 3 left ``last-v1.ckpt`` beside ``last.ckpt``).
-* twice: Ctrl-C twice stops at once (exit 1, no new checkpoint, the run KILLED); SIGTERM twice and ``kill -9``
-  end the process (a subprocess here) and leave the run RUNNING; the next fit marks it KILLED and the resume
-  continues it, even with no checkpoint at all (before: a second MLflow run).
+* twice, at the same three places: Ctrl-C twice stops at once (exit 1, no new checkpoint, the run KILLED);
+  SIGTERM twice (and ``kill -9`` before any checkpoint) ends the process (a subprocess here) and leaves the run
+  RUNNING; the next fit marks it KILLED and the resume continues it, even with no checkpoint at all (before: a
+  second MLflow run).
 """
 
 from __future__ import annotations
@@ -94,26 +95,32 @@ def test_one_signal_saves_the_batch_and_the_resume_continues_the_run(tmp_path, c
     _resume_to_the_end(run, first.info.run_id)
 
 
-def test_ctrl_c_twice_stops_at_once_and_the_resume_continues_the_same_run(tmp_path, sigint_restored):
+#: what a stop at once leaves: nothing before update 4, the periodic checkpoint of update 4 after it
+AT_ONCE = [(1, {}), (3, {}), (5, {"epoch=0-step=4.ckpt": 4, "last.ckpt": 4})]
+
+
+@pytest.mark.parametrize("step, left", AT_ONCE)
+def test_ctrl_c_twice_stops_at_once_and_the_resume_continues_the_same_run(tmp_path, sigint_restored, step, left):
     run = tmp_path / "run"
     with pytest.raises(SystemExit) as stop:
-        main(_args(run, 8, callbacks=(_kill(1, "SIGINT", times=2),)))
+        main(_args(run, 8, callbacks=(_kill(step, "SIGINT", times=2),)))
     assert stop.value.code == 1
-    assert _ckpts(run) == {}  # stopped without saving, before any checkpoint
+    assert _ckpts(run) == left  # stopped without saving (no last-v1.ckpt either)
     (first,) = _runs(run)
     assert first.info.status == "KILLED" and first.data.tags["lit_rl.stopped"].startswith("a second Ctrl-C at step")
     _resume_to_the_end(run, first.info.run_id)  # no checkpoint: the run folder's record names the run
 
 
-@pytest.mark.parametrize("sig, times", [("SIGKILL", 1), ("SIGTERM", 2)])
-def test_a_process_killed_before_any_checkpoint_leaves_one_run_that_the_resume_continues(tmp_path, caplog, sig,
-                                                                                          times):
+@pytest.mark.parametrize("sig, times, step, left", [("SIGKILL", 1, 1, {}), *(("SIGTERM", 2, s, k) for s, k in AT_ONCE)])
+def test_a_killed_process_leaves_one_run_that_the_resume_continues(tmp_path, caplog, sig, times, step, left):
+    """kill -9, and a second SIGTERM (its default action), before the first checkpoint, in the batch that would
+    end on one, and between two: the run is left RUNNING; the next fit marks it KILLED and continues it."""
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
-    proc = subprocess.run([sys.executable, "-m", "lit_rl", *_args(run, 8, callbacks=(_kill(1, sig, times),))],
+    proc = subprocess.run([sys.executable, "-m", "lit_rl", *_args(run, 8, callbacks=(_kill(step, sig, times),))],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -getattr(signal, sig), proc.stderr[-2000:]
-    assert (run / "prompt_order.jsonl").is_file() and (run / FILE).is_file() and _ckpts(run) == {}
+    assert (run / "prompt_order.jsonl").is_file() and (run / FILE).is_file() and _ckpts(run) == left
     (first,) = _runs(run)
     assert first.info.status == "RUNNING"  # what the killed process left
     caplog.clear()
