@@ -205,11 +205,9 @@ class CheckpointOnSigterm(L.Callback):
             return
         self.requested = True
         self.signal_name = signal.Signals(signum).name
-        if signum == signal.SIGINT:
-            import sys
-
-            print("\nCtrl-C: finishing this rollout batch, then saving last.ckpt (Ctrl-C again stops at once, "
-                  "without saving)", file=sys.stderr, flush=True)
+        if signum == signal.SIGINT:  # os.write: print() from a handler can re-enter a stream mid-write
+            os.write(2, b"\nCtrl-C: finishing this rollout batch, then saving last.ckpt (Ctrl-C again stops at "
+                        b"once, without saving)\n")
 
     def _install(self) -> None:
         if self._previous:
@@ -228,7 +226,10 @@ class CheckpointOnSigterm(L.Callback):
         # replaces Lightning's handler (installed just before; it would abort a validation mid-way and skip
         # the checkpoint): ours only sets a flag. Lightning restores the original handler at teardown.
         self._install()
-        if self.requested:  # during the sanity evaluation: stop before the first update
+        stop = (trainer.strategy.reduce_boolean_decision(self.requested, all=False) if trainer.world_size > 1
+                else self.requested)  # every rank stops, or none (one rank alone would hang the others)
+        if stop:  # during the sanity evaluation: stop before the first update
+            self.requested = True
             from lightning.pytorch.utilities.exceptions import SIGTERMException
 
             rank_zero_info(f"{self.label}: stopped before update {trainer.global_step + 1}, nothing new to save; "

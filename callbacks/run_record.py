@@ -61,7 +61,7 @@ class RunRecord(L.Callback):
                 continue
             last = cb.format_checkpoint_name({}, cb.CHECKPOINT_NAME_LAST)  # the name Lightning compares
             if trainer.is_global_zero:
-                fold_versions(Path(last))
+                fold_versions(Path(last), resumed=getattr(trainer, "ckpt_path", None))
             if Path(last).is_file():
                 cb.last_model_path = last
 
@@ -94,16 +94,21 @@ def _step(path: Path) -> int:
         return -1
 
 
-def fold_versions(last: Path) -> list[str]:
+def fold_versions(last: Path, resumed: str | Path | None = None) -> list[str]:
     """One ``last.ckpt``: fold the ``last-v1.ckpt``, ``last-v2.ckpt`` ... that Lightning wrote beside ``last``
-    (runs before this fix, or a config of its own) into it. The newest readable of them all (by step, then
-    modification time) becomes ``last.ckpt`` (renamed over it, atomically); the others are removed. One line
-    names what happened. Returns the removed or renamed names."""
-    versions = sorted(last.parent.glob(f"{last.stem}-v[0-9]*{last.suffix}"))
+    (runs before this fix, or a config of its own) into it. The file this fit resumed from (``resumed``) wins if it
+    is one of them; else the newest readable (by step, then modification time). It becomes ``last.ckpt`` (renamed
+    over it, atomically); the other versions are removed. Only names ``<last>-v<digits>.ckpt`` count. One line names
+    what happened. Returns the versions' names."""
+    import re
+
+    pattern = re.compile(rf"^{re.escape(last.stem)}-v\d+{re.escape(last.suffix)}$")
+    versions = sorted(p for p in last.parent.glob(f"{last.stem}-v*{last.suffix}") if pattern.match(p.name))
     if not versions:
         return []
     files = ([last] if last.is_file() else []) + versions
-    newest = max(files, key=lambda p: (_step(p), p.stat().st_mtime, p == last))
+    chosen = [p for p in files if resumed is not None and p.resolve() == Path(resumed).resolve()]
+    newest = chosen[0] if chosen else max(files, key=lambda p: (_step(p), p.stat().st_mtime, p == last))
     if newest != last:
         os.replace(newest, last)
     gone = [p.name for p in versions if p != newest]
@@ -111,6 +116,6 @@ def fold_versions(last: Path) -> list[str]:
         if p != newest:
             p.unlink(missing_ok=True)
     rank_zero_info(f"resume: one {last.name}: " + (f"{newest.name} (step {_step(last)}) renamed to {last.name}"
-                                                  if newest != last else f"{last.name} is the newest")
+                                                  if newest != last else f"{last.name} kept")
                    + (f"; removed {', '.join(gone)}" if gone else ""))
     return [p.name for p in versions]

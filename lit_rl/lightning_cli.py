@@ -94,6 +94,9 @@ class LitRLCLI(LightningCLI):
         if ckpt_path is None and (self.config.get("fit") or {}).get("overwrite"):
             from lit_rl.config.rerun import clear_run
             from lit_rl.resume import checkpoint_dirs
+            from lit_rl.run_owner import mark_orphans
+
+            mark_orphans(self.trainer, run_dir(self.trainer))  # before its record goes: a killed run ends KILLED
 
             gone = clear_run(checkpoint_dirs(self.trainer), run_dir(self.trainer)) if self.trainer.is_global_zero \
                 else []
@@ -116,8 +119,10 @@ class LitRLCLI(LightningCLI):
             raise
         except SystemExit:  # Lightning's exit(1) after a KeyboardInterrupt
             if any(cb.forced for cb in stoppers):
-                mark_stopped(self.trainer, f"a second Ctrl-C at step {self.trainer.global_step}, stopped without "
-                             "saving; resume with --ckpt_path last (from the last checkpoint)")
+                saved = any(cb.saved_path for cb in stoppers)
+                mark_stopped(self.trainer, f"a second Ctrl-C at step {self.trainer.global_step}, "
+                             + ("after last.ckpt was saved" if saved else "stopped without saving")
+                             + "; resume with --ckpt_path last (from the last checkpoint)")
             raise
         summary = fit_summary(self.trainer)
         if summary:

@@ -120,7 +120,7 @@ def resolve_checkpoint(ckpt_path: Any, trainer: Any, weights_only: bool | None =
     where = ", ".join(str(d) for d in dirs)
     if skipped:
         raise CheckpointError(f"--ckpt_path last: no readable checkpoint in {where} ({', '.join(skipped)} cannot be "
-                              "read); start a new run without --ckpt_path")
+                              "read); start over with --overwrite true (removes them)")
     rank_zero_info(f"resume: --ckpt_path last found no checkpoint in {where}; starting at step 0")
     return None, None
 
@@ -220,7 +220,7 @@ def check_fits(path: Path, ckpt: dict, module: Any, datamodule: Any, config_clas
     if diffs:
         if os.environ.get(ALLOW_ENV) != "1":
             raise CheckpointError(f"checkpoint {path} is from another run: {'; '.join(diffs)}; resume with "
-                                  f"{own_config}, or start a new run without --ckpt_path ({ALLOW_ENV}=1 resumes "
+                                  f"{own_config}, or start over with --overwrite true ({ALLOW_ENV}=1 resumes "
                                   "anyway)")
         rank_zero_info(f"resume: {ALLOW_ENV}=1: resuming from {path} although {'; '.join(diffs)}; logging to a "
                        "new MLflow run")
@@ -230,8 +230,8 @@ def check_fits(path: Path, ckpt: dict, module: Any, datamodule: Any, config_clas
                 else "this model")
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CheckpointError(f"checkpoint {path} does not fit {part}: {problems[0]}{more}; another architecture's "
-                              f"weights cannot be loaded: resume with {own_config}, or start a new run without "
-                              "--ckpt_path")
+                              f"weights cannot be loaded: resume with {own_config}, or start over with --overwrite "
+                              "true")
     return not diffs
 
 

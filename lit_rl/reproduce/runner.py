@@ -156,6 +156,17 @@ def run_jobs(
                     if gone:
                         echo(f"[reproduce] {job.name}: removed the other run's {', '.join(gone)}")
             pending.append(job)
+    for job in pending:  # an unfinished job whose command line changed since it started: not a resume of it
+        try:
+            started = json.loads((job.folder / "started.json").read_text()).get("argv_sha")
+        except (OSError, ValueError, AttributeError):
+            started = None
+        if started not in (None, job.digest) and job.argv[:1] == ["fit"]:
+            from lit_rl.config.rerun import clear_run
+
+            gone = clear_run([job.folder / "checkpoints"], job.folder)
+            if gone:
+                echo(f"[reproduce] {job.name}: started with another command line; removed its {', '.join(gone)}")
     running: list[tuple[Job, subprocess.Popen]] = []
     total, finished = (len(pending) if total is None else total), numbered_from
     previous = _raise_on_sigterm()
@@ -163,6 +174,8 @@ def run_jobs(
         while pending or running:
             while pending and len(running) < max(1, workers):
                 job = pending.pop(0)
+                job.folder.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(job.folder / "started.json", json.dumps({"name": job.name, "argv_sha": job.digest}))
                 echo(f"[reproduce] start {job.name} ({finished + len(running) + 1}/{total}); log {job.log_file}")
                 running.append((job, _start(job, threads)))
             time.sleep(0.5)

@@ -171,8 +171,13 @@ def _failure(name: str, err: Exception, f: RewardFunc, prompts: list[Any], compl
     frames = traceback.extract_tb(err.__traceback__)
     if frames:
         where = f" ({frames[-1].filename}:{frames[-1].lineno})"
-    row = None
+    import time
+
+    row, tried, t0 = None, 0, time.monotonic()
     for i in range(n):
+        if i >= SEARCH_ROWS or time.monotonic() - t0 > SEARCH_SECONDS:  # a slow or paid reward: bounded calls
+            break
+        tried += 1
         one = {k: v[i : i + 1] if isinstance(v, (list, tuple)) and len(v) == n else v for k, v in kwargs.items()}
         ids = completion_ids[i : i + 1] if completion_ids is not None else None
         call = _caller(f, prompts[i : i + 1], completions[i : i + 1], ids, one)
@@ -185,7 +190,8 @@ def _failure(name: str, err: Exception, f: RewardFunc, prompts: list[Any], compl
             row = i
             break
     pids = kwargs.get("prompt_id")
-    at = f"on a batch of {n} completions (each row alone passes)"
+    at = (f"on a batch of {n} completions (each row alone passes)" if tried == n
+          else f"on a batch of {n} completions (the first {tried} rows alone pass)")
     if row is not None:
         pid = pids[row] if isinstance(pids, (list, tuple)) and row < len(pids) else None
         at = f"at row {row}" + (f" (prompt {pid!r})" if pid is not None else "")
@@ -193,6 +199,10 @@ def _failure(name: str, err: Exception, f: RewardFunc, prompts: list[Any], compl
     return RewardError(f"reward function {name} raised {type(err).__name__}{': ' + msg if msg else ''} {at}{where}; "
                        "LIT_RL_DEBUG=1 prints the traceback")
 
+
+#: a failed batch is searched for its first failing row by calling the function on at most this many rows, for
+#: at most this many seconds (a network or LLM-judge reward must not be called hundreds of times to word an error)
+SEARCH_ROWS, SEARCH_SECONDS = 16, 10.0
 
 #: reward functions that have timed out in this process (each is warned about once)
 _TIMED_OUT: set[str] = set()

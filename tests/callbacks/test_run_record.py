@@ -69,3 +69,16 @@ def test_a_fit_starts_by_folding_a_stale_last_v1(tmp_path):
     _save(folder / "last-v1.ckpt", 0)
     _fit(tmp_path, [RunRecord()], max_steps=2)
     assert sorted(p.name for p in folder.iterdir()) == ["epoch=0-step=2.ckpt", "last.ckpt"]
+
+
+def test_the_checkpoint_the_fit_resumed_from_wins_and_other_names_stay(tmp_path):
+    from callbacks.run_record import fold_versions
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    _save(folder / "last.ckpt", 4)
+    _save(folder / "last-v1.ckpt", 8)
+    _save(folder / "last-v2-backup.ckpt", 9)  # not a version Lightning writes: the user's
+    assert fold_versions(folder / "last.ckpt", resumed=folder / "last.ckpt") == ["last-v1.ckpt"]
+    assert torch.load(folder / "last.ckpt")["global_step"] == 4  # the state this fit runs from, not step 8
+    assert sorted(p.name for p in folder.iterdir()) == ["last-v2-backup.ckpt", "last.ckpt"]

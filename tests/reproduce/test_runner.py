@@ -99,3 +99,22 @@ def test_progress_counts_over_the_whole_study(tmp_path, monkeypatch):
     starts = [line.split("(")[1].split(")")[0] for line in lines if line.startswith("[reproduce] start")]
     assert total == 3 and starts == ["1/3", "2/3", "3/3"]
     assert jobs_to_run(jobs) == 0
+
+
+def test_an_unfinished_job_whose_command_line_changed_starts_over(tmp_path, monkeypatch):
+    """A fit job resumes its own checkpoints (``--ckpt_path last``), but not another command line's: a job that
+    started with other arguments (a changed plan) and never finished loses its checkpoints first."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    job = Job("fit_s0", ["fit", "--help"], tmp_path / "fit_s0")
+    (job.folder / "checkpoints").mkdir(parents=True)
+    (job.folder / "checkpoints/last.ckpt").write_bytes(b"an older command line's")
+    (job.folder / "started.json").write_text('{"name": "fit_s0", "argv_sha": "0123456789abcdef"}')
+    said: list[str] = []
+    (result,) = run_jobs([job], echo=said.append)
+    assert result.ok and not (job.folder / "checkpoints/last.ckpt").exists()
+    assert any("started with another command line; removed its last.ckpt" in s for s in said), said
+    # the same command line again: its own checkpoint stays (a resume)
+    (job.folder / "checkpoints/last.ckpt").write_bytes(b"its own")
+    job.done_file.unlink()
+    run_jobs([job], echo=said.append)
+    assert (job.folder / "checkpoints/last.ckpt").read_bytes() == b"its own"

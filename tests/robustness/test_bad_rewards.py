@@ -165,3 +165,22 @@ def test_non_finite_updates_name_the_last_batch_reward_range():
         "the last rollout batch's rewards ranged from -3.5 to 100000 (reward functions: brevity, sudoku_reward)")
     assert reward_summary(torch.tensor([float("nan")]), {}) == (
         "the last rollout batch's rewards were all NaN (no reward)")
+
+
+def test_the_row_search_of_a_failed_batch_is_bounded():
+    """A failing batch is searched row by row for its first failing row, on at most 16 rows: a network or paid
+    reward is not called hundreds of times to word an error."""
+    from lit_rl.tasks.rewards import call_reward_func
+
+    calls = []
+
+    def batch_only(prompts, completions, **kwargs):
+        calls.append(len(completions))
+        if len(completions) > 1:
+            raise ValueError("expects one completion at a time")
+        return [0.0]
+
+    with pytest.raises(RewardError) as err:
+        call_reward_func(batch_only, [None] * 40, ["x"] * 40)
+    assert "on a batch of 40 completions (the first 16 rows alone pass)" in str(err.value), str(err.value)
+    assert calls == [40] + [1] * 16

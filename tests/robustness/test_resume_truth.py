@@ -198,7 +198,7 @@ def test_a_checkpoint_of_another_architecture_is_refused_with_one_line(resume_ba
                       "--model.init_args.policy.init_args.hidden_size=48")) == 2
     (line,) = _lines(capsys.readouterr().err, "error:")
     assert line.startswith(f"error: checkpoint {ckpt} does not fit this model (model.init_args.policy): policy."), line
-    assert "is [" in line and "] there, [" in line and "48" in line and "start a new run without --ckpt_path" in line
+    assert "is [" in line and "] there, [" in line and "48" in line and "start over with --overwrite true" in line
 
 
 def test_a_checkpoint_of_another_algorithm_config_is_refused_naming_the_key(resume_base, tmp_path, capsys):
