@@ -7,6 +7,7 @@ Imported lazily by :mod:`lit_rl.cli` so ``score``/``rollouts`` do not pay for Li
 from __future__ import annotations
 
 import argparse
+import re
 import os
 import sys
 from pathlib import Path
@@ -36,9 +37,23 @@ def user_facing_cause(err: BaseException) -> BaseException | None:
     return None
 
 
+_RST_ROLE = re.compile(r":(?:class|func|mod|meth|attr|data|obj|exc):`(~?)([^`]+)`")
+
+
+def plain_text(text: str) -> str:
+    """Docstring reST as a terminal shows it: ``:class:`~a.b.C``` -> ``C``, ``:func:`a.b``` -> ``a.b``, double
+    backquotes dropped (Lightning's and lit_rl's docstrings reach ``--help`` as they are written)."""
+    text = _RST_ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    return text.replace("``", "")
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
-    """jsonargparse's formatter that keeps the description's lines (one subcommand per line). At module level: a
-    ``ddp_spawn`` run pickles the parser, and a class local to a function cannot be pickled."""
+    """jsonargparse's formatter that keeps the description's lines (one subcommand per line) and shows docstring
+    reST as plain text (:func:`plain_text`). At module level: a ``ddp_spawn`` run pickles the parser, and a class
+    local to a function cannot be pickled."""
+
+    def _expand_help(self, action) -> str:
+        return plain_text(super()._expand_help(action))
 
 
 class LitRLCLI(LightningCLI):
@@ -56,6 +71,9 @@ class LitRLCLI(LightningCLI):
         """Lightning's subcommands, then the usage line (set after them: argparse builds each subcommand's
         ``prog`` from the main usage, which would otherwise be repeated in ``fit --help``)."""
         super()._add_subcommands(parser, **kwargs)
+        action = getattr(parser, "_subcommands_action", None)
+        for sub in getattr(action, "_name_parser_map", {}).values():  # fit/validate/...: the classes a config names
+            sub.description = f"{sub.description or ''}\n\n{MODEL_CLASSES_HELP}".strip()
         names = ",".join((*self.subcommands(), *self.extra_commands))
         parser.usage = f"python -m lit_rl [-h] [-c CONFIG] {{{names}}} ..."
 
@@ -342,6 +360,16 @@ def silence_benign_warnings() -> None:
             log.addFilter(_DropRecords(prefix))
 
 
+#: the shipped classes a config names under ``model`` / ``data`` (listed in --help without importing them: that
+#: import alone takes ~3 s; ``--model.help CLASS`` shows one's arguments)
+MODEL_CLASSES_HELP = (
+    "Algorithms (model.class_path): lit_rl.algorithms.erils.ERILSModule, lit_rl.algorithms.double_rollout."
+    "DoubleRolloutGRPO,\n  lit_rl.algorithms.denoising_sft.DenoisingSFT; data (data.class_path): "
+    "datamodules.RolloutDataModule, datamodules.ar_rollouts.ARRolloutDataModule.\n  Their arguments: "
+    "fit --model.help CLASS, fit --data.help CLASS."
+)
+
+
 def build_cli(args: list[str] | None, run: bool, extra_commands_help: str,
               extra_commands: tuple[str, ...] = ()) -> LitRLCLI:
     silence_benign_warnings()
@@ -368,6 +396,6 @@ def build_cli(args: list[str] | None, run: bool, extra_commands_help: str,
             "prog": "python -m lit_rl",
             "formatter_class": HelpFormatter,
             "description": "lit_rl: RL for language models with verifiable rewards (dLLM-ERILS, double-rollout GRPO).\n"
-            "Other subcommands (python -m lit_rl <cmd> --help):\n" + extra_commands_help,
+            "Other subcommands (python -m lit_rl <cmd> --help):\n" + extra_commands_help + "\n" + MODEL_CLASSES_HELP,
         },
     )

@@ -31,3 +31,18 @@ def test_benign_log_records_are_dropped_and_others_kept(caplog):
             logging.getLogger(name).warning("something else from the same logger")
     assert [r.getMessage() for r in caplog.records] == ["something else from the same logger"] * len(BENIGN_LOG_RECORDS)
     assert all(len(logging.getLogger(n).filters) == 1 for n, _, _ in BENIGN_LOG_RECORDS)
+
+
+def test_help_shows_docstrings_as_plain_text_and_names_the_algorithm_classes(capsys):
+    import pytest
+
+    from lit_rl.cli import main
+    from lit_rl.lightning_cli import plain_text
+
+    assert plain_text("see :class:`~lit_rl.loggers.MLFlowLogger` and :func:`lit_rl.resume.prepare_resume`, "
+                      "``last.ckpt``") == "see MLFlowLogger and lit_rl.resume.prepare_resume, last.ckpt"
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    out = capsys.readouterr().out
+    assert "``" not in out and ":class:`" not in out and ":func:`" not in out  # 93 such marks before
+    assert "lit_rl.algorithms.erils.ERILSModule" in out and "datamodules.ar_rollouts.ARRolloutDataModule" in out
