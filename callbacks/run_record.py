@@ -65,7 +65,6 @@ class RunRecord(L.Callback):
             if Path(last).is_file():
                 cb.last_model_path = last
 
-
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         """A checkpoint write that failed (:class:`~lit_rl.errors.CheckpointError`: a full disk) stops the fit in
         ``on_train_batch_end``, before Lightning hands that batch's metrics to the loggers; the resume restarts

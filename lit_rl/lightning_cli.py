@@ -104,18 +104,16 @@ class LitRLCLI(LightningCLI):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         from callbacks.resume import CheckpointOnSigterm
-        from lit_rl.resume import mark_stopped, prepare_resume
         from lit_rl.errors import ConfigError, FieldError
-        from lit_rl.run_owner import discard_empty, record
+        from lit_rl.resume import mark_stopped, prepare_resume
+        from lit_rl.run_owner import discard_empty, mark_orphans, record
         from lit_rl.runs import run_dir
 
         if ckpt_path is None and (self.config.get("fit") or {}).get("overwrite"):
             from lit_rl.config.rerun import clear_run
             from lit_rl.resume import checkpoint_dirs
-            from lit_rl.run_owner import mark_orphans
 
             mark_orphans(self.trainer, run_dir(self.trainer))  # before its record goes: a killed run ends KILLED
-
             gone = clear_run(checkpoint_dirs(self.trainer), run_dir(self.trainer)) if self.trainer.is_global_zero \
                 else []
             if gone:

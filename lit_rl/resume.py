@@ -37,6 +37,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 
 from lit_rl.errors import CheckpointError, one_line
+from lit_rl.run_owner import mlflow_loggers
 
 __all__ = ["ALLOW_ENV", "RECORD_KEY", "check_fits", "checkpoint_dirs", "components", "continue_mlflow_run",
            "continue_runs", "identity", "mark_stopped", "mlflow_runs", "prepare_resume", "resolve_checkpoint"]
@@ -238,17 +239,11 @@ def check_fits(path: Path, ckpt: dict, module: Any, datamodule: Any, config_clas
 # ---------------------------------------------------------------------------------------------------------
 # 3. the MLflow run
 # ---------------------------------------------------------------------------------------------------------
-def _mlflow_loggers(trainer: Any) -> list:
-    from lightning.pytorch.loggers import MLFlowLogger
-
-    return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
-
-
 def mlflow_runs(trainer: Any) -> list[dict[str, str]]:
     """``[{"run_id", "tracking_uri"}]`` of the trainer's MLflow loggers, for the checkpoint (rank 0; other ranks
     have no run)."""
     out = []
-    for logger in _mlflow_loggers(trainer):
+    for logger in mlflow_loggers(trainer):
         run_id = logger.run_id if rank_zero_only.rank == 0 else None
         if run_id:
             out.append({"run_id": str(run_id), "tracking_uri": str(logger._tracking_uri)})
@@ -271,7 +266,7 @@ def continue_runs(trainer: Any, records: list[dict], source: str, resumed_from: 
     the run folder's :data:`lit_rl.run_owner.FILE` when there is no checkpoint yet)."""
     if rank_zero_only.rank != 0:
         return
-    for logger, rec in zip(_mlflow_loggers(trainer), records):
+    for logger, rec in zip(mlflow_loggers(trainer), records):
         if logger._run_id is not None:  # the config chose a run
             continue
         run_id = rec.get("run_id")
@@ -304,7 +299,7 @@ def mark_stopped(trainer: Any, why: str | None = None) -> None:
     """
     if rank_zero_only.rank != 0:
         return
-    for logger in _mlflow_loggers(trainer):
+    for logger in mlflow_loggers(trainer):
         if not getattr(logger, "_initialized", False) or not logger.run_id:
             continue
         try:

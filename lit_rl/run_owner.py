@@ -38,7 +38,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lit_rl.atomic import atomic_write_text
 from lit_rl.errors import one_line
 
-__all__ = ["FILE", "discard_empty", "mark_orphans", "process_alive", "record", "recorded_runs", "this_process"]
+__all__ = ["FILE", "discard_empty", "mark_orphans", "mlflow_loggers", "process_alive", "record", "recorded_runs",
+           "this_process"]
 
 FILE = "mlflow_runs.json"
 
@@ -86,7 +87,8 @@ def recorded_runs(folder: str | os.PathLike) -> list[dict[str, str]]:
     return [r for r in _read(Path(folder)).get("runs", []) if isinstance(r, dict) and r.get("run_id")]
 
 
-def _mlflow_loggers(trainer: Any) -> list:
+def mlflow_loggers(trainer: Any) -> list:
+    """The trainer's MLflow loggers (Lightning's class and lit_rl's subclass)."""
     from lightning.pytorch.loggers import MLFlowLogger
 
     return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
@@ -95,7 +97,7 @@ def _mlflow_loggers(trainer: Any) -> list:
 def record(trainer: Any, folder: str | os.PathLike) -> Path | None:
     """Open the trainer's MLflow runs (what Lightning does at the start of ``fit`` anyway) and write
     ``<folder>/mlflow_runs.json`` naming them and this process. Rank 0 only; ``None`` without an MLflow logger."""
-    loggers = _mlflow_loggers(trainer)
+    loggers = mlflow_loggers(trainer)
     if rank_zero_only.rank != 0 or not loggers:
         return None
     runs = []
@@ -113,7 +115,7 @@ def mark_orphans(trainer: Any, folder: str | os.PathLike) -> list[str]:
     """Mark KILLED each run recorded in ``folder`` that is still RUNNING in the trainer's MLflow store although
     its process is gone; returns their ids. Rank 0 only; a store that does not answer changes nothing."""
     data = _read(Path(folder))
-    loggers = _mlflow_loggers(trainer)
+    loggers = mlflow_loggers(trainer)
     if rank_zero_only.rank != 0 or not data or not loggers or process_alive(data.get("process")) is not False:
         return []
     proc = data["process"]
@@ -144,7 +146,7 @@ def discard_empty(trainer: Any, folder: str | os.PathLike) -> list[str]:
     if rank_zero_only.rank != 0:
         return []
     gone = []
-    for logger in _mlflow_loggers(trainer):
+    for logger in mlflow_loggers(trainer):
         run_id = logger._run_id if getattr(logger, "_initialized", False) else None
         if not run_id:
             continue

@@ -130,6 +130,24 @@ def _raise_on_sigterm():
         return None
 
 
+def _clear_other_run(job: Job, echo: Callable[[str], None]) -> None:
+    """A fit job resumes its own checkpoints (``--ckpt_path last``), not those of a run with another command line:
+    when its ``done.json`` or ``started.json`` names another digest (a changed plan), its checkpoints go first."""
+    shas = []
+    for marker in (job.done_file, job.folder / "started.json"):
+        try:
+            shas.append(json.loads(marker.read_text()).get("argv_sha"))
+        except (OSError, ValueError, AttributeError):
+            continue
+    if job.argv[:1] != ["fit"] or all(sha in (None, job.digest) for sha in shas):
+        return
+    from lit_rl.config.rerun import clear_run
+
+    gone = clear_run([job.folder / "checkpoints"], job.folder)
+    if gone:
+        echo(f"[reproduce] {job.name}: started with another command line; removed its {', '.join(gone)}")
+
+
 def run_jobs(
     jobs: Sequence[Job], workers: int = 1, threads: int = 2, echo: Callable[[str], None] = print,
     numbered_from: int = 0, total: int | None = None,
@@ -149,24 +167,8 @@ def run_jobs(
         else:
             if job.done_file.exists():
                 echo(f"[reproduce] {job.name}: done with another command line before, running again")
-                if job.argv[:1] == ["fit"]:  # not a resume of the other run: its checkpoints go
-                    from lit_rl.config.rerun import clear_run
-
-                    gone = clear_run([job.folder / "checkpoints"], job.folder)
-                    if gone:
-                        echo(f"[reproduce] {job.name}: removed the other run's {', '.join(gone)}")
+            _clear_other_run(job, echo)
             pending.append(job)
-    for job in pending:  # an unfinished job whose command line changed since it started: not a resume of it
-        try:
-            started = json.loads((job.folder / "started.json").read_text()).get("argv_sha")
-        except (OSError, ValueError, AttributeError):
-            started = None
-        if started not in (None, job.digest) and job.argv[:1] == ["fit"]:
-            from lit_rl.config.rerun import clear_run
-
-            gone = clear_run([job.folder / "checkpoints"], job.folder)
-            if gone:
-                echo(f"[reproduce] {job.name}: started with another command line; removed its {', '.join(gone)}")
     running: list[tuple[Job, subprocess.Popen]] = []
     total, finished = (len(pending) if total is None else total), numbered_from
     previous = _raise_on_sigterm()

@@ -3,8 +3,6 @@ it resumes (``--ckpt_path last``) or starts over (``--overwrite true``); reprodu
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import torch
@@ -13,6 +11,7 @@ from lit_rl.cli import main
 from lit_rl.config.rerun import check_rerun, checkpoint_folders, clear_run
 
 from support.resume_runs import run_args as _args  # noqa: E402
+from support.resume_runs import run_cli as _run  # noqa: E402
 
 CKPT = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"dirpath": "/x/ck"}}
 
@@ -40,13 +39,6 @@ def test_a_folder_with_checkpoints_is_refused_unless_resumed_or_overwritten(tmp_
     assert sorted(clear_run([tmp_path / "checkpoints"], tmp_path)) == ["epoch=0-step=4.ckpt", "last.ckpt",
                                                                        "mlflow_runs.json"]
     assert check_rerun(tmp_path, None, None, False) is None
-
-
-def _run(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        rc = main(argv)
-    return rc, err.getvalue()
 
 
 def test_rerunning_a_fit_is_refused_then_overwrite_starts_over(tmp_path):

@@ -116,19 +116,25 @@ def test_a_slow_reward_function_times_out_with_one_warning_naming_it():
     assert first.totals == first.per_func["sudoku_reward"] and all(v != v for v in second.per_func["sleepy"])
 
 
-def test_an_infinite_reward_stops_fit_with_one_line(tmp_path):
-    """Through the CLI: one ``error:`` line naming the function and the row, exit 2 (was a NonFiniteUpdateError
-    traceback about the loss)."""
+def _fit_with_reward(tmp_path, name: str) -> tuple[int, str]:
+    """``fit`` of the tiny ERILS config (2 updates) with this module's reward ``name``: (exit status, stderr)."""
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = cli.main([
             "fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "tests/tiny_overlay.yaml"),
             f"--trainer.default_root_dir={tmp_path}/run", f"--data.init_args.pool_path={POOL}",
             f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db", "--trainer.max_steps=2",
-            f"--data.init_args.task.init_args.reward_funcs=[{__name__}.inf_at_row_2]",
+            f"--data.init_args.task.init_args.reward_funcs=[{__name__}.{name}]",
         ])
-    errors = [ln for ln in err.getvalue().splitlines() if ln.startswith("error:")]
-    assert rc == 2 and len(errors) == 1, err.getvalue()[-2000:]
+    return rc, err.getvalue()
+
+
+def test_an_infinite_reward_stops_fit_with_one_line(tmp_path):
+    """Through the CLI: one ``error:`` line naming the function and the row, exit 2 (was a NonFiniteUpdateError
+    traceback about the loss)."""
+    rc, text = _fit_with_reward(tmp_path, "inf_at_row_2")
+    errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    assert rc == 2 and len(errors) == 1, text[-2000:]
     assert "reward function inf_at_row_2 returned inf at row 2 (prompt 'sudoku-train-" in errors[0], errors[0]
 
 
@@ -138,15 +144,7 @@ def test_a_reward_function_that_raises_stops_fit_with_one_line(tmp_path, monkeyp
     exit 2 (was a 94-line traceback); ``LIT_RL_DEBUG=1`` prints the traceback above it."""
     if debug:
         monkeypatch.setenv("LIT_RL_DEBUG", "1")
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        rc = cli.main([
-            "fit", "--config", str(ROOT / "conf/erils.yaml"), "--config", str(ROOT / "tests/tiny_overlay.yaml"),
-            f"--trainer.default_root_dir={tmp_path}/run", f"--data.init_args.pool_path={POOL}",
-            f"--trainer.logger.init_args.tracking_uri=sqlite:///{tmp_path}/mlflow.db", "--trainer.max_steps=2",
-            f"--data.init_args.task.init_args.reward_funcs=[{__name__}.raises_on_a_batch_only]",
-        ])
-    text = err.getvalue()
+    rc, text = _fit_with_reward(tmp_path, "raises_on_a_batch_only")
     errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
     assert rc == 2 and len(errors) == 1, text[-2000:]
     assert errors[0].startswith("error: reward function raises_on_a_batch_only raised ValueError: expects one "

@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import sqlite3
 import sys
@@ -23,21 +21,14 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from lit_rl.cli import main
 from lit_rl.loggers import replay
 
 from support.resume_runs import run_args as _args  # noqa: E402
+from support.resume_runs import run_cli as _run  # noqa: E402
 from support.tmpfs import tmpfs  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # rel_faults, for FillDiskAt's class_path
-
-
-def _run(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        rc = main(argv)
-    return rc, err.getvalue()
 
 
 def test_a_store_of_random_bytes_is_one_line_before_any_run_folder(tmp_path):

@@ -40,6 +40,19 @@ def run_args(run: Path, max_steps: int, *extra: str, callbacks: tuple = (),
 
 
 
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """``python -m lit_rl`` in this process with its stdout silenced: (exit status, stderr)."""
+    import contextlib
+    import io
+
+    from lit_rl.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(argv)
+    return rc, err.getvalue()
+
+
 def copy_run(base: Path, dst: Path) -> Path:
     """The base run in a new folder, its checkpoints' own paths kept (as after ``cp -r`` of a run)."""
     shutil.copytree(base, dst)
