@@ -278,15 +278,16 @@ class SaveConfigToRun(SaveConfigCallback):
 
 
 def log_run_params(logger: MLFlowLogger, config) -> None:
-    """The resolved config as flat MLflow params (:func:`lit_rl.run_params.flatten_config`), the config files
-    and the git commit as tags. A resumed run (the same MLflow run, :mod:`lit_rl.resume`) whose config changed
-    keeps its first values (MLflow refuses to change a param) and says which; ``ckpt_path``, which only says how
-    this process started, is left as it was without a word."""
+    """The resolved config as flat MLflow params (:func:`lit_rl.run_params.flatten_config`); the config files,
+    the git commit and the params that only name the run (its folder, run name: :func:`split_identity`) as
+    tags. A resumed run (the same MLflow run, :mod:`lit_rl.resume`) whose config changed keeps its first values
+    (MLflow refuses to change a param) and says which; ``ckpt_path``, which only says how this process started,
+    is left as it was without a word."""
     from lightning.pytorch.utilities import rank_zero_warn
     from mlflow.entities import Param
     from mlflow.exceptions import MlflowException
 
-    from lit_rl.run_params import flatten_config, git_state
+    from lit_rl.run_params import flatten_config, git_state, split_identity
 
     raw = config.as_dict() if hasattr(config, "as_dict") else dict(config)
     files = raw.pop("config", None) or []
@@ -295,7 +296,8 @@ def log_run_params(logger: MLFlowLogger, config) -> None:
         logged = dict(client.get_run(run_id).data.params)  # empty for a new run
     except MlflowException:
         logged = {}
-    flat = {k: v for k, v in sorted(flatten_config(raw).items()) if logged.get(k) != v}
+    flat, identity = split_identity(flatten_config(raw))
+    flat = {k: v for k, v in sorted(flat.items()) if logged.get(k) != v}
     kept = [f"{k} ({logged[k]} -> {v})" for k, v in flat.items() if k in logged and k != "ckpt_path"]
     if kept:
         rank_zero_warn(f"MLflow run {run_id} continues with its first values of {len(kept)} changed param(s): "
@@ -306,7 +308,8 @@ def log_run_params(logger: MLFlowLogger, config) -> None:
             client.log_batch(run_id, params=params[i : i + 100])
     except MlflowException as err:
         rank_zero_warn(f"MLflow params not (all) logged for run {run_id}: {str(err).splitlines()[0]}")
-    tags = {"lit_rl.config_files": ", ".join(str(f) for f in files)[:5000], **git_state(Path(__file__).parent)}
+    tags = {"lit_rl.config_files": ", ".join(str(f) for f in files)[:5000], **git_state(Path(__file__).parent),
+            **identity}
     for k, v in tags.items():
         client.set_tag(run_id, k, v)
 

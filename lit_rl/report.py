@@ -147,7 +147,8 @@ def load_runs(
         history = {}
         for key in keys:
             points = client.get_metric_history(run.info.run_id, key)
-            history[key] = [(m.step, m.value) for m in sorted(points, key=lambda m: (m.step, m.timestamp))]
+            history[key] = [(m.step, m.value) for m in sorted(points, key=lambda m: (m.step, m.timestamp))
+                            if not (key == "sweep/objective" and math.isnan(m.value))]  # a trial's "no value yet"
         tag = _label(run, label)
         seen[tag] = seen.get(tag, 0) + 1
         if seen[tag] > 1:  # labels name lines and table rows: keep them unique
@@ -155,7 +156,8 @@ def load_runs(
         out.append(RunData(
             run_id=run.info.run_id, name=run.info.run_name or run.info.run_id[:8], label=tag,
             status=run.info.status, tags=dict(run.data.tags), params=dict(run.data.params),
-            final=dict(run.data.metrics), history=history,
+            final={k: v for k, v in run.data.metrics.items() if not (k == "sweep/objective" and math.isnan(v))},
+            history=history,
         ))
     return out
 

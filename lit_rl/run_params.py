@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_VALUE", "flatten_config", "git_state"]
+__all__ = ["MAX_VALUE", "RUN_IDENTITY", "flatten_config", "git_state", "split_identity"]
 
 MAX_VALUE = 250
 _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_\-. /:]")  # MLflow's allowed key characters
@@ -38,6 +38,29 @@ def flatten_config(config: Any, prefix: str = "") -> dict[str, str]:
         out[_BAD_KEY_CHARS.sub("_", prefix)[:250]] = _value(
             "{}" if config == {} else "[]" if config in ([], ()) else config)
     return out
+
+
+#: params that name the run rather than configure it: different in every run (every sweep trial), so MLflow's
+#: compare view, which preselects the first three *differing* params in alphabetical order, would plot them
+#: instead of what was varied. They are tags (``lit_rl.run.<key>``) instead, as is any value inside the run folder.
+RUN_IDENTITY = ("trainer.default_root_dir", "trainer.logger.init_args.run_name", "trainer.logger.init_args.run_id")
+
+
+def split_identity(flat: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``flatten_config`` output -> (params, tags): the :data:`RUN_IDENTITY` keys and every value that is a path
+    inside ``trainer.default_root_dir`` (a checkpoint ``dirpath``, a predictions file) move to tags named
+    ``lit_rl.run.<key>``; the rest stay params. ``{"trainer.default_root_dir": "runs/t3", "a.lr": "0.1",
+    "cb.dirpath": "runs/t3/ckpt"}`` -> ``({"a.lr": "0.1"}, {"lit_rl.run.trainer.default_root_dir": "runs/t3",
+    "lit_rl.run.cb.dirpath": "runs/t3/ckpt"})``."""
+    folder = flat.get("trainer.default_root_dir", "null").rstrip("/")
+    inside = folder not in ("", "null", ".") and not folder.endswith("...")
+
+    def identity(k: str, v: str) -> bool:
+        return k in RUN_IDENTITY or (inside and (v == folder or v.startswith(folder + "/")))
+
+    params = {k: v for k, v in flat.items() if not identity(k, v)}
+    tags = {f"lit_rl.run.{k}": v for k, v in flat.items() if identity(k, v)}
+    return params, tags
 
 
 def git_state(path: str | Path = ".") -> dict[str, str]:

@@ -40,6 +40,12 @@ KEYS = [GREEDY, CONF, PASSES, GEN, AGREE_TOK, AGREE_COMPL]
 CURVE_POINTS = (60, 120, 180, 240)  # the evaluations before the last (every 15 rollout batches of 4 updates)
 
 
+def run_folder(run) -> str:
+    """A run's folder: the tag ``lit_rl.run.trainer.default_root_dir`` (runs logged since the folder became a
+    tag), else the param of that name (older runs)."""
+    return run.tags.get("lit_rl.run.trainer.default_root_dir") or run.params.get("trainer.default_root_dir", "")
+
+
 def select(uri: str) -> tuple[str, str | None]:
     """``URI#FILTER`` -> the store and the ``trainer.default_root_dir`` substring its runs must contain."""
     store, _, flt = uri.partition("#")
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
         for uri in uris:
             store, flt = select(uri)
             picked = [(r, wall) for r, wall in runs_with_wall(store, KEYS)
-                      if flt is None or flt in r.params.get("trainer.default_root_dir", "")]
+                      if flt is None or flt in run_folder(r)]
             if not picked:
                 ap.error(f"--mode {name}: no finished run in {uri}")
             modes.setdefault(name, []).extend((r, run_figures(r, wall)) for r, wall in picked)

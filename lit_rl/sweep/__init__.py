@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summarize(runner.study))
+    print(f"  runs list, objective first: {runner.tracker.view_url()}")
     return _exit_status(runner.study, [n for n in ran if n not in runner.dropped])
 
 

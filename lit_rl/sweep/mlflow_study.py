@@ -1,10 +1,26 @@
-"""MLflow for sweeps: one parent run per study, one nested child run per trial (:class:`StudyTracker`)."""
+"""MLflow for sweeps: one parent run per study, one nested child run per trial (:class:`StudyTracker`).
+
+What a researcher opens after a sweep is MLflow's runs list and its compare view; both are arranged so that the
+objective comes first (checked in a real Chromium, ``tests/e2e/test_mlflow_sweep_view.py``):
+
+* **Compare view** (select trials -> Compare): its parallel-coordinates plot preselects the *first* metric the
+  first run holds (MLflow lists a run's metrics in the order they were first logged) against the first three
+  params that differ, in alphabetical order. So each trial's run logs ``sweep/objective`` first, as NaN ("no
+  value yet") at step 0, before the fit logs anything; the trial's end logs the value (a later step or time:
+  it becomes the run's latest value). Params that only name the run (its folder, run name) are tags
+  (:func:`lit_rl.run_params.split_identity`), so the differing params are the searched ones.
+* **Runs list**: the study writes an MLflow *shared view* (experiment tag ``mlflow.sharedViewState.<key>``, the
+  JSON the UI's own "share view" writes) that filters the list to the study's runs, shows ``sweep/objective``
+  and the searched params as its first columns and sorts by the objective; :meth:`StudyTracker.view_url` is its
+  address, printed at the end of a sweep. The parent row carries the best value so far as ``sweep/objective``.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -13,7 +29,10 @@ from typing import Any, Iterable
 from lit_rl.sweep.schema import SweepConfig
 from lit_rl.tracking import get_or_create_experiment
 
-__all__ = ["StudyTracker"]
+__all__ = ["OBJECTIVE", "StudyTracker"]
+
+#: the objective's name in the trials' MLflow runs (and the parent's: the best value so far)
+OBJECTIVE = "sweep/objective"
 
 
 class StudyTracker:
@@ -47,6 +66,40 @@ class StudyTracker:
             self.client.log_param(run.info.run_id, k, str(v)[:6000])
         return run.info.run_id
 
+    # -- the runs list: a shared view with the objective first ----------------------------------------------
+    @property
+    def view_key(self) -> str:
+        """The shared view's key (URL-safe: letters, digits, ``-``, ``_``)."""
+        return "lit_rl-sweep-" + re.sub(r"[^A-Za-z0-9_-]", "-", self.cfg.study_name)
+
+    def view_state(self) -> dict[str, Any]:
+        """The runs list's state: the study's runs, objective and searched params as the first columns, sorted
+        best first (the keys of MLflow's experiment-page state: search facets and ``selectedColumns``)."""
+        def column(kind: str, key: str) -> str:
+            return f"{kind}.`{key}`"
+
+        return {
+            "searchFilter": f"tags.`lit_rl.sweep` = '{self.cfg.study_name}'",
+            "orderByKey": column("metrics", OBJECTIVE),
+            "orderByAsc": self.cfg.objective.direction == "minimize",
+            "selectedColumns": [column("metrics", OBJECTIVE), column("metrics", self.cfg.objective.metric),
+                                *(column("params", k) for k in [*self.cfg.space, *self.cfg.derived])],
+        }
+
+    def publish_view(self) -> None:
+        """Write :meth:`view_state` as the experiment's shared view (plain JSON, which the UI reads)."""
+        self.client.set_experiment_tag(self.experiment_id, f"mlflow.sharedViewState.{self.view_key}",
+                                       json.dumps(self.view_state()))
+
+    def view_url(self) -> str:
+        """The runs list in that view: on the tracking server itself, or on ``mlflow ui`` for a local store (the
+        line says how to start it)."""
+        uri = self.cfg.tracking_uri
+        if uri.startswith(("http://", "https://")):
+            return f"{uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs?viewStateShareKey={self.view_key}"
+        return (f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs?viewStateShareKey={self.view_key} "
+                f"(after: mlflow ui --backend-store-uri {uri})")
+
     def create_child(self, parent_id: str, trial_number: int, values: dict[str, Any], derived: Iterable[str]) -> str:
         from mlflow.entities import Param, RunTag
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
@@ -62,6 +115,8 @@ class StudyTracker:
                 "lit_rl.space": ",".join(cfg.space), "lit_rl.worker": f"{socket.gethostname()}:{os.getpid()}",
             },
         )
+        # the first metric of the run: the compare view preselects it (NaN until the trial's end logs the value)
+        self.client.log_metric(run.info.run_id, OBJECTIVE, float("nan"), step=0)
         self.client.log_batch(
             run.info.run_id,
             params=[Param(k, str(v)) for k, v in values.items()],
@@ -75,7 +130,7 @@ class StudyTracker:
                      error: str | None = None) -> None:
         self.client.set_tag(run_id, "optuna.trial_state", state)
         if value is not None and math.isfinite(value):
-            self.client.log_metric(run_id, "sweep/objective", value, step=step or 0)
+            self.client.log_metric(run_id, OBJECTIVE, value, step=step or 0)
         if error:
             self.client.set_tag(run_id, "lit_rl.error", error[:4000])
         self.client.set_terminated(run_id, self._STATUS[state])
@@ -94,6 +149,7 @@ class StudyTracker:
         except ValueError:
             return
         self.client.log_metric(parent_id, "study/best_value", best.value, step=best.number)
+        self.client.log_metric(parent_id, OBJECTIVE, best.value, step=len(trials))  # the parent row's column
         self._set_shared_tag(parent_id, "optuna.best_trial_number", str(best.number))
         self._set_shared_tag(parent_id, "optuna.best_params", json.dumps(best.params))
         run = best.user_attrs.get("mlflow_run_id")

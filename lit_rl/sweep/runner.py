@@ -187,6 +187,7 @@ class SweepRunner:
                 self._top_up(n_trials)
         self.parent_id = self.study.user_attrs["mlflow_parent_run_id"]
         self.tracker.client.set_terminated(self.parent_id, "RUNNING")
+        self.tracker.publish_view()  # every setup: a study made before the view existed gets it too
 
     def _top_up(self, n_trials: int) -> None:
         """Enqueue slots until the study holds ``n_trials`` trials that are not FAIL."""

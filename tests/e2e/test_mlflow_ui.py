@@ -11,8 +11,6 @@ otherwise the test is skipped when no ``chromium`` is on PATH. Run it alone with
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,37 +21,20 @@ from pathlib import Path
 
 import pytest
 
+from support.browser import ARTIFACTS, BUDGET, chromium_or_skip  # noqa: E402
+from support.browser import run_chromium as _chromium  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "tests/artifacts"
 METRICS = ("train/loss", "val/sudoku/greedy/accuracy", "train/on_policy/reward_mean")
 # The compare view's metrics table is a virtualised scroll box (alphabetical, ~20 rows rendered): these are
 # in its first rows; val/... sits below the fold and is checked through the server's API instead.
 SHOWN = ("train/loss", "train/lr", "train/on_policy/reward_mean", "train/external/reward_mean")
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--hide-scrollbars",
-]
-
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-def _find_chromium() -> str | None:
-    return next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    path = _find_chromium()
-    if path is None and (os.environ.get("CI") or os.environ.get("LIT_RL_INSTALL_CHROMIUM") == "1"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update"], check=True, env=env, stdout=subprocess.DEVNULL)
-        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"],
-                       check=True, env=env, stdout=subprocess.DEVNULL)
-        path = _find_chromium()
-    if path is None:
-        pytest.skip("chromium is not installed (set LIT_RL_INSTALL_CHROMIUM=1 or CI=1 to install it)")
-    return path
+    return chromium_or_skip()
 
 
 def _free_port() -> int:
@@ -109,12 +90,6 @@ def _fit(url: str, tmp: Path, name: str, lr: str):
     ])
 
 
-def _chromium(binary: str, tmp: Path, *args: str, timeout: int = 180) -> subprocess.CompletedProcess:
-    profile = tmp / f"profile-{time.monotonic_ns()}"
-    return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def test_compare_view_shows_both_runs_and_their_metrics(chromium, mlflow_server, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runs = {name: _fit(mlflow_server, tmp_path, name, lr).trainer.loggers[0].run_id
@@ -130,7 +105,7 @@ def test_compare_view_shows_both_runs_and_their_metrics(chromium, mlflow_server,
     query = urllib.parse.urlencode({"runs": json.dumps(list(runs.values())),
                                     "experiments": json.dumps([exp.experiment_id])})
     page = f"{mlflow_server}/#/compare-runs?{query}"
-    budget = "--virtual-time-budget=30000"  # let the single-page app fetch the runs before dumping
+    budget = BUDGET
     size = "--window-size=1600,2000"
     dom = _chromium(chromium, tmp_path, budget, size, "--dump-dom", page)
     assert dom.returncode == 0, dom.stderr[-3000:]

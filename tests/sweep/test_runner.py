@@ -6,6 +6,7 @@ processes of ``python -m lit_rl.sweep``: tests/sweep/test_sweep.py)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from types import SimpleNamespace
@@ -13,6 +14,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 import yaml
+from mlflow.tracking import MlflowClient
 
 from lit_rl.sweep import (
     SweepConfig,
@@ -130,7 +132,25 @@ def test_tiny_sweep_states_and_mlflow_parent_child_runs(tmp_path, monkeypatch):
     assert [children[n].data.tags["optuna.trial_state"] for n in range(3)] == ["COMPLETE", "COMPLETE", "PRUNED"]
     assert [children[n].info.status for n in range(3)] == ["FINISHED", "FINISHED", "KILLED"]
     assert children[0].data.metrics["sweep/objective"] == pytest.approx(trials[0].value)
-    assert "sweep/objective" not in children[2].data.metrics  # a pruned trial's value is the lr, not accuracy
+    # a pruned trial's value is the lr, not accuracy: its objective stays the "no value yet" NaN
+    assert math.isnan(children[2].data.metrics["sweep/objective"])
+    # MLflow's compare view preselects a run's first-logged metric and its first three differing params:
+    # the objective, and only what the sweep varied (the folder and run name are tags)
+    assert all(next(iter(c.data.metrics)) == "sweep/objective" for c in children.values())
+    params = [c.data.params for c in children.values()]
+    differ = {k for k in set().union(*params) if len({p.get(k) for p in params}) > 1}
+    assert differ == {"data.init_args.g_ext", "data.init_args.g_on", "model.init_args.optimizer.init_args.lr"}, differ
+    assert children[1].data.tags["lit_rl.run.trainer.default_root_dir"].endswith("trial_1")
+    assert parent.data.metrics["sweep/objective"] == pytest.approx(max(trials[0].value, trials[1].value))
+    # the runs list's shared view: the study's runs, the objective first and sorted best first
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment(parent.info.experiment_id)
+    view = json.loads(exp.tags["mlflow.sharedViewState.lit_rl-sweep-tiny"])
+    assert view["selectedColumns"][:3] == ["metrics.`sweep/objective`", "metrics.`val/sudoku/greedy/accuracy`",
+                                           "params.`data.init_args.g_ext`"]
+    assert view["orderByKey"] == "metrics.`sweep/objective`" and view["orderByAsc"] is False
+    assert view["searchFilter"] == "tags.`lit_rl.sweep` = 'tiny'"
+    assert len(client.search_runs([exp.experiment_id], view["searchFilter"])) == 4  # the filter MLflow runs
     assert (tmp_path / "out/tiny/trial_2/cli_args.json").exists()
 
     # resuming a finished study runs nothing more
