@@ -12,13 +12,16 @@ from the architecture numbers of each model's ``config.json`` (:data:`MODELS`), 
 * **activations** with gradient checkpointing: each layer's input, ``tokens x hidden x 2`` bytes per
   layer, plus one layer recomputed in full (~``tokens x (10 hidden + 2 intermediate) x 2`` bytes), plus the
   float32 logits and their gradient, ``tokens x vocab x 4 x 2`` bytes (the largest term at 126k-152k
-  vocabularies), for one micro-batch of ``tokens = rows x sequence length``;
+  vocabularies), for one micro-batch of ``tokens = rows x sequence length``; with ``logprob_chunk = c`` the
+  logits exist ``rows x c`` positions at a time (:meth:`lit_rl.models.ar.CausalPolicy.completion_scores`);
 * **dLLM rollouts** (no vLLM for diffusion decoding): the bf16 logits of every decoding step,
   ``rows x sequence x vocab x 2`` bytes, plus the still-masked block positions' float32 copy and float64
   Gumbel noise and log, ``rows x block x vocab x 20`` bytes; generation runs before the loss, so the peak
   is the larger of this and the loss's activations;
 * **frozen copies**: a reference policy (KL) or π_old held as a second set of weights, when asked;
-* **vLLM** (colocated): its ``gpu_memory_utilization`` share of the card, which it takes whole.
+* **vLLM** (colocated): its ``gpu_memory_utilization`` share of the card, which it takes whole; inside it, its
+  own bf16 copy of the weights at tensor parallel 1 and the KV cache in what is left (``layers x kv_dim x 2 x 2``
+  bytes a token), reported as tokens and as rows of ``max_model_len`` in the notes.
 
 ``--config FILE ...`` reads a training config into these settings (:func:`config_estimate`), composed as ``fit``
 composes it (:func:`lit_rl.config.lines.compose_files`):
@@ -27,7 +30,8 @@ composes it (:func:`lit_rl.config.lines.compose_files`):
   (``quantization.load_in_4bit``); LoRA's rank and whether it touches the MLP (``target_modules``).
 * **rows of one loss pass**: ``micro_batch_size``, else every rollout of the rank's batch (``prompts_per_batch`` x G,
   G = ``g_on + g_ext`` or ``num_generations``), times the SPG surrogate's ``num_t`` noisy copies.
-* **tokens per row**: ``max_prompt_len`` plus the generation length (``gen_length`` / ``max_new_tokens``).
+* **tokens per row**: ``max_prompt_len`` plus the generation length (``gen_length`` / ``max_new_tokens``); the
+  policy's ``logprob_chunk``.
 * **rollouts**: a diffusion policy decodes ``prompts_per_batch x g_on`` rows at once (its ``block_length``); a
   ``VLLMBackend`` colocated on the card takes ``gpu_memory_utilization`` of it.
 * **strategy**: per GPU. DDP (and one device) keeps a whole copy on every GPU; a sharding strategy (FSDP,
@@ -140,6 +144,7 @@ def estimate(
     gpu_gib: float = 80.0,
     gen_rows: int = 0,
     gen_block: int = 32,
+    logprob_chunk: int = 0,
 ) -> MemoryEstimate:
     """The estimate of the module docstring for one GPU.
 
@@ -155,6 +160,7 @@ def estimate(
         gpu_gib: the card's memory (for the vLLM share).
         gen_rows, gen_block: dLLM rollouts decoded in one batch (``seq_len`` tokens each) and the decoding
             block (0 rows: generation elsewhere, e.g. vLLM).
+        logprob_chunk: positions per LM-head pass of the loss (0: the whole row at once).
     """
     quantised = shape.params - shape.embedding_params
     if four_bit:
@@ -166,7 +172,8 @@ def estimate(
     else:
         trainable = lora_params(shape, lora_r, mlp=lora_mlp) * 16.0
     tokens = micro_batch_rows * seq_len
-    logits = tokens * shape.vocab * 4 * 2
+    scored = micro_batch_rows * min(seq_len, logprob_chunk) if logprob_chunk > 0 else tokens
+    logits = scored * shape.vocab * 4 * 2
     if gradient_checkpointing:
         acts = tokens * shape.hidden * 2 * shape.layers + tokens * (10 * shape.hidden + 2 * shape.intermediate) * 2
     else:
@@ -274,6 +281,7 @@ def config_estimate(files: Sequence[str], gpu_gib: float = 80.0) -> dict[str, An
     diffusion = "diffusion" in cls.lower() or "llada" in cls.lower() or "dream" in cls.lower()
     gen_rows = ppb * int(_get(data, "g_on", default=0) or 0) if diffusion else 0
     block = int(gen.get("block_length") or 32) if isinstance(gen, dict) else 32
+    chunk = int(_get(policy, "logprob_chunk", default=0) or 0)
     kl = float(_get(cfg, "model", "loss", "kl_beta", default=0.0) or 0.0)
     frozen = 1 if kl > 0 and lora_r is None else 0
     trainer = cfg.get("trainer") or {}
@@ -283,7 +291,7 @@ def config_estimate(files: Sequence[str], gpu_gib: float = 80.0) -> dict[str, An
     strategy_name = strategy if isinstance(strategy, str) else str((strategy or {}).get("class_path", "custom"))
     est = estimate(shape, four_bit=four_bit, lora_r=lora_r, lora_mlp=lora_mlp, micro_batch_rows=rows,
                    seq_len=seq_len, frozen_copies=frozen, vllm_fraction=vllm, gpu_gib=gpu_gib, gen_rows=gen_rows,
-                   gen_block=block)
+                   gen_block=block, logprob_chunk=chunk)
     parts = est.as_gib()
     if any(k in strategy_name.lower() for k in SHARDING) and devices > 1:
         for k in ("weights", "trainable_state", "frozen_copies"):
@@ -292,14 +300,25 @@ def config_estimate(files: Sequence[str], gpu_gib: float = 80.0) -> dict[str, An
         parts["total"] = round(sum(parts[k] for k in ("weights", "trainable_state", "frozen_copies", "vllm"))
                                + max(parts["activations"], parts["generation"]), 2)
     if vllm:
+        own, share = shape.params * 2 / GB, vllm * gpu_gib
         notes.append(f"vLLM takes {vllm:g} x {gpu_gib:g} GiB of the card whole; its own copy of the weights "
-                     f"({shape.params * 2 / GB:.1f} GiB in bf16 at tensor parallel 1) must fit inside that share")
-        if shape.params * 2 / GB > vllm * gpu_gib:
-            notes.append(f"vLLM's bf16 weights alone ({shape.params * 2 / GB:.1f} GiB) exceed its share "
-                         f"({vllm * gpu_gib:.1f} GiB): the engine cannot start at tensor parallel 1")
+                     f"({own:.1f} GiB in bf16 at tensor parallel 1) must fit inside that share")
+        if own > share:
+            notes.append(f"vLLM's bf16 weights alone ({own:.1f} GiB) exceed its share "
+                         f"({share:.1f} GiB): the engine cannot start at tensor parallel 1")
+        else:
+            per_token = shape.layers * shape.kv_dim * 2 * 2  # K and V, bf16
+            kv_tokens = (share - own) * GB / per_token
+            max_len = int(_get(backend, "max_model_len", default=0) or seq_len)
+            notes.append(f"vLLM's KV cache: {share - own:.1f} GiB = {kv_tokens / 1e3:.0f}k tokens "
+                         f"({per_token / 1024:.0f} KiB a token), {kv_tokens / max_len:.1f} rows of {max_len} "
+                         "tokens at once")
+    if chunk:
+        notes.append(f"logprob_chunk {chunk}: the loss's float32 logits exist {min(chunk, seq_len)} positions per "
+                     f"row at a time (whole rows: {rows * seq_len * shape.vocab * 8 / GB:.1f} GiB)")
     return {"config": list(files), "model": shape.name, "four_bit": four_bit, "lora_r": lora_r, "lora_mlp": lora_mlp,
-            "rows": rows, "seq_len": seq_len, "gen_rows": gen_rows, "vllm_fraction": vllm, "devices": devices,
-            "strategy": strategy_name, **parts, "notes": notes}
+            "rows": rows, "seq_len": seq_len, "logprob_chunk": chunk, "gen_rows": gen_rows, "vllm_fraction": vllm,
+            "devices": devices, "strategy": strategy_name, **parts, "notes": notes}
 
 
 def main(argv: list[str] | None = None) -> int:

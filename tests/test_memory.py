@@ -44,6 +44,10 @@ def test_estimate_by_hand():
     assert q.generation == 2 * 3 * 10 * 2 + 2 * 1 * 10 * 20 and q.vllm == 0.5 * GB
     # generation and the loss do not overlap: the larger one counts
     assert q.total == pytest.approx(q.weights + q.trainable_state + q.vllm + max(q.activations, q.generation))
+    # scored 2 positions at a time: the logits term is 1 row x 2 x 10 x 4 x 2, the rest unchanged
+    chunked = estimate(toy, micro_batch_rows=1, seq_len=3, logprob_chunk=2)
+    assert full.activations - chunked.activations == (3 - 2) * 10 * 4 * 2
+    assert estimate(toy, micro_batch_rows=1, seq_len=3, logprob_chunk=8).activations == full.activations
 
 
 def test_recipes_exist_and_the_table_prints(capsys):

@@ -31,14 +31,24 @@ def test_the_llada_recipe_read_from_its_config_is_the_recipe_table_row():
     assert {k: row[k] for k in want} == want
 
 
-def test_the_double_rollout_paper_config_does_not_fit_and_says_why():
-    """bf16 Qwen3-30B-A3B on every DDP rank (56.8 GiB) plus a colocated vLLM at 0.45 of 80 GiB, whose own bf16
-    weights do not fit its share at tensor parallel 1: the own-data issue's reading, now printed."""
+def test_the_double_rollout_paper_config_fits_an_h200_not_an_80_gb_card_and_says_why():
+    """bf16 Qwen3-30B-A3B on every DDP rank (56.8 GiB), one 34,816-token row scored 1,024 positions at a time,
+    and a colocated vLLM at 0.45 of the card: on 80 GiB its own bf16 weights do not fit its share at tensor
+    parallel 1; on an H200's 141 GiB they do, with a 6.6 GiB KV cache (48 layers x 512 x 2 x 2 bytes a token)."""
     row = config_estimate([str(ROOT / "conf/paper/double_rollout_math.yaml")])
     assert row["strategy"] == "ddp" and row["devices"] == 8 and not row["four_bit"]
     assert row["weights"] == pytest.approx(30.5e9 * 2 / 1024**3, abs=0.01) and row["vllm"] == 36.0
     assert row["total"] > 80 and any("exceed its share" in n for n in row["notes"])
     assert row["lora_mlp"] is False  # LoRA on the attention projections only (the experts stay frozen)
+    # the loss's logits: 1 row x 1,024 positions x 151,936 x 4 bytes x 2 (and their gradient), not 34,816 of them
+    assert row["logprob_chunk"] == 1024 and row["seq_len"] == 34816
+    whole = estimate(MODELS["qwen3-30b-a3b"], lora_r=64, lora_mlp=False, micro_batch_rows=1, seq_len=34816)
+    assert whole.activations / 1024**3 - row["activations"] == pytest.approx(
+        (34816 - 1024) * 151936 * 8 / 1024**3, abs=0.01)
+    h200 = config_estimate([str(ROOT / "conf/paper/double_rollout_math.yaml")], gpu_gib=141)
+    assert h200["vllm"] == pytest.approx(0.45 * 141, abs=0.01) and h200["total"] < 141 - 2  # CUDA context
+    kv = (0.45 * 141 - 30.5e9 * 2 / 1024**3) * 1024**3 / (48 * 512 * 2 * 2)
+    assert any(f"{kv / 1e3:.0f}k tokens (96 KiB a token)" in n for n in h200["notes"]), h200["notes"]
 
 
 def test_a_sharding_strategy_divides_weights_and_trainable_state(tmp_path):

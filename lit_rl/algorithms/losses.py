@@ -23,11 +23,10 @@ from lit_rl.algorithms.loss_api import Loss, LossContext, Prepared, kept_rows
 from lit_rl.core.denoising import denoising_masks, masked_denoising_loss
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.advantages import STD_OF
-from lit_rl.core.entropy import masked_entropy_mean, token_entropy
+from lit_rl.core.entropy import masked_entropy_mean
 from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
 from lit_rl.core.sources import rows_where
 from lit_rl.errors import FieldError
-from lit_rl.models.ar import logprobs_of
 from lit_rl.batch import RolloutBatch
 
 __all__ = ["ClippedPGLoss", "DenoisingSFTLoss", "GRPOLossSettings", "Loss", "SPGLoss"]
@@ -267,10 +266,9 @@ class ClippedPGLoss(Loss):
             for sl in ctx.slices(len(ro)):
                 mb = ro.slice_rows(sl)
                 if with_old:
-                    logits = policy.completion_logits(mb.input_ids, mb.attention_mask, mb.prompt_len)  # (b, L, V)
-                    olds.append(logprobs_of(logits, mb.completion_ids))
-                    ents.append(token_entropy(logits))  # (b, L)
-                    del logits
+                    logp, ent = policy.completion_scores(mb.input_ids, mb.attention_mask, mb.prompt_len)  # (b, L)
+                    olds.append(logp)
+                    ents.append(ent)
                 if self.settings.kl_beta > 0:
                     with ctx.reference_policy() as ref:
                         refs.append(ref.token_logprobs(mb.input_ids, mb.attention_mask, mb.prompt_len))
@@ -292,12 +290,11 @@ class ClippedPGLoss(Loss):
     def micro_batch_loss(self, p: PreparedPG, sl: slice, ctx: LossContext) -> tuple[Tensor, dict[str, Tensor]]:
         s = self.settings
         ro, adv, mask = p.rows, p.advantages, p.mask
-        logits = ctx.policy.completion_logits(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len)
-        logp = logprobs_of(logits, ro.completion_ids[sl])  # (b, L), as policy.token_logprobs
         first = p.old_logp is None  # the batch's first update supplies π_old (``old_logprobs: first_update``)
+        logp, ent = ctx.policy.completion_scores(ro.input_ids[sl], ro.attention_mask[sl], ro.prompt_len,
+                                                 entropy=first)  # (b, L) each, as policy.token_logprobs
         if first:
-            p.pending.append((logp.detach(), token_entropy(logits.detach())))  # (b, L) each
-        del logits
+            p.pending.append((logp.detach(), ent))
         loss, stats = clipped_pg_loss(
             logp, p.pending[-1][0] if first else p.old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low,
             eps_high=s.eps_high, ref_logp=None if p.ref_logp is None else p.ref_logp[sl], kl_beta=s.kl_beta,

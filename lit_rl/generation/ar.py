@@ -422,7 +422,8 @@ class VLLMBackend(ARBackend):
             cached, so on CPU a prefix shorter than 128 tokens is never reused: the tiny configs set 32 (the CPU
             attention takes multiples of 32 only).
         tensor_parallel_size: GPUs per engine.
-        enable_sleep_mode: let the trainer free vLLM's memory between generations.
+        enable_sleep_mode: passed to vLLM (CUDA only). lit_rl does not call ``sleep`` / ``wake_up`` between
+            rollouts and updates yet, so it frees nothing on its own today.
         enforce_eager: skip vLLM's torch.compile / graph capture: an engine starts in ~5 s instead of ~60 s on CPU
             (measured on the chain-sum model, docs/vllm.md), at some cost per token on large models.
         ignore_eos: rows run to their budget whatever they sample (vLLM's ``ignore_eos``; for benchmarks that need the

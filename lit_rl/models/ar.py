@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lit_rl.core.entropy import token_entropy
 from lit_rl.models.policy import LoraSettings, QuantizationSettings, apply_lora, check_tiny_model_args
 from lit_rl.models.text import TextPolicy
 from lit_rl.models.tokenizer import build_char_tokenizer
@@ -97,6 +98,8 @@ class CausalPolicy(TextPolicy, nn.Module):
     pad_id: int
     #: the text that closes the thinking trace (double rollout cuts the trace before it)
     think_end: str = "</think>"
+    #: positions per LM-head pass when scoring completions (0: all at once; :meth:`completion_scores`)
+    logprob_chunk: int = 0
 
     # -- model call --------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -121,8 +124,56 @@ class CausalPolicy(TextPolicy, nn.Module):
         temperature so pi_old and pi_theta describe the same distribution). Computed in float32.
         Positions after a row's first EOS are scored too; mask them with ``completion_mask``.
         """
+        if self.logprob_chunk > 0:  # the same values, never the whole (B, L, V) at once
+            return self.completion_scores(input_ids, attention_mask, prompt_len, temperature, entropy=False)[0]
         logits = self.completion_logits(input_ids, attention_mask, prompt_len, temperature)  # (B, L, V)
         return logprobs_of(logits, input_ids[:, prompt_len:])  # (B, L)
+
+    def completion_scores(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, temperature: float = 1.0,
+        entropy: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The completion's log-probabilities ``(B, L)`` (differentiable, as :meth:`token_logprobs`) and, when
+        ``entropy``, the token entropy ``(B, L)`` (detached: a diagnostic), what the policy-gradient losses read.
+
+        With :attr:`logprob_chunk` ``= c > 0`` the float32 logits ``(B, L, V)`` never exist at once: the
+        model body runs once (hidden states ``(B, L, H)``), then the LM head, log-softmax and gather run ``c``
+        positions at a time under activation checkpointing, so the forward keeps one ``(B, c, V)`` block and the
+        backward recomputes each block instead of holding all of them. For a 34,816-token row and a 151,936-token
+        vocabulary the logits and their gradient are ~40 GiB at once; at ``c = 1024`` ~1.2 GiB. The values are
+        the unchunked ones up to float rounding (tested); the cost is one more LM-head pass in the backward.
+        """
+        targets = input_ids[:, prompt_len:]  # (B, L)
+        if self.logprob_chunk <= 0:
+            logits = self.completion_logits(input_ids, attention_mask, prompt_len, temperature)  # (B, L, V)
+            ent = token_entropy(logits.detach()) if entropy else None
+            return logprobs_of(logits, targets), ent
+        if not 0 < prompt_len < input_ids.shape[1]:
+            raise ValueError(f"prompt_len must be in (0, {input_ids.shape[1]}), got {prompt_len}")
+        head = self.model.get_output_embeddings()
+        _check_plain_head(self.model)
+        hidden = self.hidden_states(input_ids, attention_mask)[:, prompt_len - 1 : -1]  # (B, L, H)
+        logps, ents = [], []
+        for a in range(0, targets.shape[1], self.logprob_chunk):
+            b = a + self.logprob_chunk
+            args = (hidden[:, a:b], targets[:, a:b], head, temperature, entropy)
+            if torch.is_grad_enabled():
+                from torch.utils.checkpoint import checkpoint
+
+                logp, ent = checkpoint(_chunk_scores, *args, use_reentrant=False)
+            else:
+                logp, ent = _chunk_scores(*args)
+            logps.append(logp)
+            ents.append(ent)
+        return torch.cat(logps, dim=1), torch.cat(ents, dim=1) if entropy else None
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The model body's last hidden states ``(B, T, H)``: :meth:`forward` without the LM head."""
+        kwargs: dict[str, Any] = {}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+            kwargs["position_ids"] = position_ids_from_mask(attention_mask)  # (B, T)
+        return self.model.get_decoder()(input_ids=input_ids, use_cache=False, **kwargs).last_hidden_state
 
     def completion_logits(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, temperature: float = 1.0
@@ -228,6 +279,34 @@ class TinyCausalLM(CausalPolicy):
             self.model = apply_lora(self.model, lora)
 
 
+#: config attributes by which a model's forward changes its LM head's output (softcapping, a scale): the
+#: chunked scoring applies the head alone, so it refuses these models rather than score them differently
+_HEAD_EXTRAS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def _check_plain_head(model: nn.Module) -> None:
+    config = getattr(model, "config", None)
+    extras = {k: getattr(config, k, None) for k in _HEAD_EXTRAS}
+    extras = {k: v for k, v in extras.items() if v not in (None, 1, 1.0)}
+    if extras:
+        raise ValueError(f"logprob_chunk: {type(model).__name__} changes its LM head's output ({extras}); "
+                         "chunked scoring would differ from its forward: set logprob_chunk: 0")
+
+
+def _chunk_scores(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, temperature: float,
+                  entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One block of :meth:`CausalPolicy.completion_scores`: hidden ``(B, c, H)``, targets ``(B, c)`` ->
+    log-probs ``(B, c)`` and the detached entropy ``(B, c)`` (or ``None``)."""
+    logits = head(hidden).float()  # (B, c, V)
+    if temperature != 1.0:
+        logits = logits / temperature
+    ent = None
+    if entropy:
+        with torch.no_grad():
+            ent = token_entropy(logits)
+    return logprobs_of(logits, targets), ent
+
+
 def logprobs_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """``log softmax(logits)[targets]``: ``logits (B, L, V)``, ``targets (B, L)`` -> ``(B, L)``."""
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, L)
@@ -259,6 +338,9 @@ class PretrainedCausalLM(CausalPolicy):
         trust_remote_code: allow the checkpoint's own modeling code.
         attn_implementation: ``"sdpa"``, ``"flash_attention_2"``, ... ; ``None`` lets transformers choose.
         init_checkpoint: optional weights to start from.
+        logprob_chunk: score completions this many positions at a time (0: all at once); long rows need it: the
+            float32 logits of one 34,816-token row over a 151,936-token vocabulary and their gradient take
+            ~40 GiB whole (:meth:`CausalPolicy.completion_scores`).
     """
 
     def __init__(
@@ -274,9 +356,14 @@ class PretrainedCausalLM(CausalPolicy):
         trust_remote_code: bool = False,
         attn_implementation: str | None = None,
         init_checkpoint: str | None = None,
+        logprob_chunk: int = 0,
     ) -> None:
         super().__init__()
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if logprob_chunk < 0:
+            raise ValueError(f"logprob_chunk must be >= 0 (0: all positions at once), got {logprob_chunk}")
+        self.logprob_chunk = int(logprob_chunk)
 
         from lit_rl.models.prepare import resolve_model_path
 

@@ -238,3 +238,14 @@ def test_step_profile_before_ref_checks_out_that_commit_and_removes_it():
     with pytest.raises(SystemExit, match="not a commit"):
         with module.before_worktree("no-such-ref-xyz"):
             pass
+
+
+def test_chunked_logprobs_runs_each_mode_in_its_own_process_and_prints_a_json_line_last(capsys):
+    summary = _load("chunked_logprobs").main(["--length", "512", "--vocab", "4096", "--chunks", "0", "128"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == summary and set(summary["peak_ratio"]) == {"0", "128"}
+    whole, chunked = summary["results"]
+    assert whole["chunk"] == 0 and chunked["chunk"] == 128 and whole["peak_mib"] > 0
+    # the same numbers both ways: only where the memory goes differs
+    assert abs(whole["logp_sum"] - chunked["logp_sum"]) < 1e-3 * abs(whole["logp_sum"])
+    assert abs(whole["grad_abs_sum"] - chunked["grad_abs_sum"]) < 1e-4 * whole["grad_abs_sum"]

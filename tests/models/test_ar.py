@@ -1,3 +1,4 @@
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -99,3 +100,44 @@ def test_pretrained_causal_lm_loads_a_saved_checkpoint(tmp_path):
     mask = torch.ones_like(ids)
     with torch.no_grad():
         torch.testing.assert_close(p.token_logprobs(ids, mask, 2), src.token_logprobs(ids, mask, 2))
+
+
+def _scored(p, ids, mask, prompt_len, temperature=1.0):
+    """(log-probs, entropy, gradient of the LoRA params under sum(log-probs * w)) of one scoring pass."""
+    p.zero_grad(set_to_none=True)
+    logp, ent = p.completion_scores(ids, mask, prompt_len, temperature)
+    w = torch.linspace(-1.0, 2.0, logp.numel()).view_as(logp)  # a loss that weighs every position differently
+    (logp * w).sum().backward()
+    grads = {n: q.grad.clone() for n, q in p.named_parameters() if q.requires_grad}
+    return logp.detach(), ent, grads
+
+
+def test_chunked_scoring_matches_the_whole_pass_values_entropy_and_gradients():
+    p = tiny(seed=4, lora=LoraSettings(r=4, alpha=8, dropout=0.0)).train()
+    for n, q in p.named_parameters():  # LoRA B starts at zero: give it values so its gradient path is real
+        if "lora_B" in n:
+            torch.nn.init.normal_(q, std=0.05, generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(5, 40, (3, 23), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0  # a left-padded row
+    whole = _scored(p, ids, mask, prompt_len=6, temperature=0.7)
+    for chunk in (1, 5, 17, 64):  # one position per pass, uneven blocks, one block larger than L = 17
+        p.logprob_chunk = chunk
+        got = _scored(p, ids, mask, prompt_len=6, temperature=0.7)
+        torch.testing.assert_close(got[0], whole[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got[1], whole[1], atol=1e-5, rtol=1e-5)
+        assert got[1].requires_grad is False and got[0].shape == (3, 17)
+        for n in whole[2]:
+            torch.testing.assert_close(got[2][n], whole[2][n], atol=1e-5, rtol=1e-4, msg=n)
+        with torch.no_grad():  # token_logprobs takes the chunked path too (pi_ref, SFT)
+            torch.testing.assert_close(p.token_logprobs(ids, mask, 6, 0.7), whole[0], atol=1e-5, rtol=1e-5)
+    assert any(g.abs().sum() > 0 for g in whole[2].values())
+
+
+def test_chunked_scoring_refuses_a_model_whose_forward_changes_its_head():
+    p = tiny()
+    p.logprob_chunk = 4
+    p.model.config.final_logit_softcapping = 30.0  # Gemma 2's: its forward caps the logits after the head
+    ids = torch.tensor([[10, 11, 12, 13, 14]])
+    with pytest.raises(ValueError, match="logprob_chunk: LlamaForCausalLM changes its LM head's output"):
+        p.token_logprobs(ids, torch.ones_like(ids), 2)
