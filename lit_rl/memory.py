@@ -310,9 +310,9 @@ def config_estimate(files: Sequence[str], gpu_gib: float = 80.0) -> dict[str, An
             per_token = shape.layers * shape.kv_dim * 2 * 2  # K and V, bf16
             kv_tokens = (share - own) * GB / per_token
             max_len = int(_get(backend, "max_model_len", default=0) or seq_len)
-            notes.append(f"vLLM's KV cache: {share - own:.1f} GiB = {kv_tokens / 1e3:.0f}k tokens "
+            notes.append(f"vLLM's KV cache: at most {share - own:.1f} GiB = {kv_tokens / 1e3:.0f}k tokens "
                          f"({per_token / 1024:.0f} KiB a token), {kv_tokens / max_len:.1f} rows of {max_len} "
-                         "tokens at once")
+                         "tokens at once (less its activation peak and CUDA graphs)")
     if chunk:
         notes.append(f"logprob_chunk {chunk}: the loss's float32 logits exist {min(chunk, seq_len)} positions per "
                      f"row at a time (whole rows: {rows * seq_len * shape.vocab * 8 / GB:.1f} GiB)")

@@ -59,7 +59,7 @@ def split_identity(flat: dict[str, str]) -> tuple[dict[str, str], dict[str, str]
         return k in RUN_IDENTITY or (inside and (v == folder or v.startswith(folder + "/")))
 
     params = {k: v for k, v in flat.items() if not identity(k, v)}
-    tags = {f"lit_rl.run.{k}": v for k, v in flat.items() if identity(k, v)}
+    tags = {f"lit_rl.run.{k}"[:250]: v for k, v in flat.items() if identity(k, v)}  # MLflow's key limit
     return params, tags
 
 

@@ -151,7 +151,7 @@ class CausalPolicy(TextPolicy, nn.Module):
         if not 0 < prompt_len < input_ids.shape[1]:
             raise ValueError(f"prompt_len must be in (0, {input_ids.shape[1]}), got {prompt_len}")
         head = self.model.get_output_embeddings()
-        _check_plain_head(self.model)
+        _check_plain_head(self, input_ids, attention_mask)
         hidden = self.hidden_states(input_ids, attention_mask)[:, prompt_len - 1 : -1]  # (B, L, H)
         logps, ents = [], []
         for a in range(0, targets.shape[1], self.logprob_chunk):
@@ -281,16 +281,36 @@ class TinyCausalLM(CausalPolicy):
 
 #: config attributes by which a model's forward changes its LM head's output (softcapping, a scale): the
 #: chunked scoring applies the head alone, so it refuses these models rather than score them differently
-_HEAD_EXTRAS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+_HEAD_EXTRAS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale",
+                "lm_head_multiplier")
 
 
-def _check_plain_head(model: nn.Module) -> None:
+def _check_plain_head(policy: "CausalPolicy", input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+    """Refuse chunked scoring for a model whose forward does more than ``head(body(x))``: first by its config
+    (:data:`_HEAD_EXTRAS`, also in a nested ``text_config``), then, once per policy, by comparing the two on the
+    first row's first (at most 16) tokens, which catches what no config says (a remote-code rescale, a vocabulary
+    cut after the head)."""
+    model = policy.model
     config = getattr(model, "config", None)
-    extras = {k: getattr(config, k, None) for k in _HEAD_EXTRAS}
-    extras = {k: v for k, v in extras.items() if v not in (None, 1, 1.0)}
+    extras = {}
+    for cfg in (config, getattr(config, "text_config", None)):
+        extras |= {k: v for k in _HEAD_EXTRAS if (v := getattr(cfg, k, None)) not in (None, 1, 1.0)}
     if extras:
         raise ValueError(f"logprob_chunk: {type(model).__name__} changes its LM head's output ({extras}); "
                          "chunked scoring would differ from its forward: set logprob_chunk: 0")
+    if getattr(policy, "_head_checked", False):
+        return
+    ids = input_ids[:1, :16]
+    mask = attention_mask[:1, :16] if attention_mask is not None else None
+    with torch.no_grad():
+        whole = policy.forward(ids, mask).float()  # (1, t, V)
+        split = model.get_output_embeddings()(policy.hidden_states(ids, mask)).float()
+    if whole.shape != split.shape or not torch.allclose(whole, split, atol=1e-3, rtol=1e-3):
+        gap = float((whole - split).abs().max()) if whole.shape == split.shape else float("nan")
+        raise ValueError(f"logprob_chunk: {type(model).__name__}'s forward does more than its LM head on its hidden "
+                         f"states (logits differ by up to {gap:.3g}); chunked scoring would differ from it: set "
+                         "logprob_chunk: 0")
+    policy._head_checked = True
 
 
 def _chunk_scores(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, temperature: float,
@@ -300,11 +320,12 @@ def _chunk_scores(hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module, 
     logits = head(hidden).float()  # (B, c, V)
     if temperature != 1.0:
         logits = logits / temperature
+    logp = logprobs_of(logits, targets)  # (B, c)
     ent = None
-    if entropy:
+    if entropy:  # after the log-probs: the backward's recompute stops once it has what it saved, before this
         with torch.no_grad():
             ent = token_entropy(logits)
-    return logprobs_of(logits, targets), ent
+    return logp, ent
 
 
 def logprobs_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -141,3 +141,21 @@ def test_chunked_scoring_refuses_a_model_whose_forward_changes_its_head():
     ids = torch.tensor([[10, 11, 12, 13, 14]])
     with pytest.raises(ValueError, match="logprob_chunk: LlamaForCausalLM changes its LM head's output"):
         p.token_logprobs(ids, torch.ones_like(ids), 2)
+
+
+def test_chunked_scoring_refuses_a_forward_that_rescales_what_no_config_says():
+    """A remote-code model whose forward rescales the logits after the head, with nothing in its config (as
+    Falcon-H1's ``lm_head_multiplier`` once was, or MiniCPM's hidden-state scale): the first chunked call compares
+    ``head(body(x))`` with the forward on a few tokens and refuses."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    p = tiny()
+    p.logprob_chunk = 4
+    real = p.model.forward
+    p.model.forward = lambda *a, **k: CausalLMOutputWithPast(logits=real(*a, **k).logits * 0.5)
+    ids = torch.tensor([[10, 11, 12, 13, 14]])
+    with pytest.raises(ValueError, match=r"forward does more than its LM head on its hidden states \(logits differ"):
+        p.token_logprobs(ids, torch.ones_like(ids), 2)
+    p.model.forward = real  # the plain model passes the check once and is not checked again
+    p.token_logprobs(ids, torch.ones_like(ids), 2)
+    assert p._head_checked is True
