@@ -4,9 +4,10 @@ start (first stage of GRPO / double-rollout GRPO), plus data profiling.
 1. **Prompt stream** (:class:`datamodules.stream.PromptStreamDataModule`): seeded order, per-rank
    batches, ``prompt_order.jsonl``, cursor in every checkpoint.
 2. **First-stage rollouts** at the start of each training batch (``on_after_batch_transfer``):
-   ``num_generations`` (G) completions per prompt from the *current* policy through this DataModule's
-   generator (``backend``: HF with shared prefill by default, or vLLM), which first syncs the policy's
-   weights when an optimizer step has changed them, seeded by ``(seed, step)``; each completion is scored
+   ``num_generations`` (G) completions per prompt from the *current* policy through the run's engine
+   (:meth:`ARRolloutDataModule.engine`; ``backend``: HF with shared prefill by default, or vLLM), which first
+   syncs the policy's weights when an optimizer step has changed them, seeded by ``(seed, step)``; each
+   completion is scored
    with the task's training reward (``Task.total_reward``). The module's dependent stages run next,
    here, with the same engine (:meth:`~datamodules.stream.PromptStreamDataModule.run_stages`: double
    rollout's continuations, :mod:`lit_rl.algorithms.dr_stage`); the module's processors only read their
@@ -192,22 +193,20 @@ class ARRolloutDataModule(PromptStreamDataModule):
         self._generator: ARBackend | None = backend if isinstance(backend, ARBackend) else None
         self._synced_step: int | None = None
 
-    # -- the generator -----------------------------------------------------------------------------
-    def generator(self, policy: torch.nn.Module) -> ARBackend:
-        """The generation backend, built for ``policy`` on first use, with the policy's current weights
-        (pushed when an optimizer step has changed them since the last sync; a no-op for HF, which shares
-        the policy's modules)."""
+    # -- the engine ----------------------------------------------------------------------------------
+    def engine(self, policy: torch.nn.Module | None = None) -> ARBackend:
+        """The generation backend (the run's :class:`~lit_rl.generation.engine.Engine`), built for ``policy``
+        (default: the connected one) on first use, with the policy's current weights: pushed when the connected
+        weight version (the module's optimizer step count) changed since the last push, or on every call when
+        none is connected; a no-op for HF, which shares the policy's modules."""
+        policy = policy if policy is not None else self._connected()
         if self._generator is None:
             spec = self.backend_spec
             self._generator = HFBackend(policy) if spec is None else spec(policy)
-        trainer = getattr(self, "trainer", None)
-        step = trainer.global_step if trainer is not None else None
-        if step is None or step != self._synced_step:
-            self._generator.push_weights(policy)
-            self._synced_step = step
-        return self._generator
-
-    def batch_generator(self, policy: Any = None) -> ARBackend | None:
+        version = self._version() if self._version is not None else None
+        if version is None or version != self._synced_step:
+            self._generator.sync(policy)
+            self._synced_step = version
         return self._generator
 
     # -- data ----------------------------------------------------------------------------------------
@@ -229,11 +228,10 @@ class ARRolloutDataModule(PromptStreamDataModule):
         self._set_train_examples([e for e in self.all_train_examples if e.id in keep])
 
     def prompt_batch(self, step: int) -> PromptBatch:
-        if self.profiling is not None and self.kept_ids is None:
-            trainer = getattr(self, "trainer", None)
-            if trainer is not None:
-                policy = trainer.lightning_module.policy
-                self.profile(policy, self.generator(policy))
+        if self.profiling is not None and self.kept_ids is None and (
+                self._policy is not None or getattr(self, "trainer", None) is not None):
+            policy = self._connected()
+            self.profile(policy, self.engine(policy))
         return super().prompt_batch(step)
 
     def profile(self, policy: torch.nn.Module, backend: ARBackend) -> list[str]:
@@ -305,13 +303,10 @@ class ARRolloutDataModule(PromptStreamDataModule):
 
     def evaluate_batch(self, batch: PromptBatch, module: L.LightningModule) -> RolloutBatch:
         """``eval_generation`` completions of eval prompts; ``rewards`` = eval ``correct``, ``eval_total``."""
-        policy = module.policy
+        policy = getattr(module, "policy", module)
         prompt_ids, prompt_mask = self._encode(policy, batch.examples)
-        gen = self.eval_generation
-        comp = self.generator(policy).generate(
-            prompt_ids, prompt_mask, max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
-            top_p=gen.top_p, n=1, seed=step_seed(self.seed, 0, salt=1),
-        ).to(prompt_ids.device)  # (B, L)
+        comp = self.engine(policy).sample(prompt_ids, prompt_mask, self.eval_generation,
+                                          seed=step_seed(self.seed, 0, salt=1)).to(prompt_ids.device)  # (B, L)
         return self._rows(policy, batch.examples, prompt_ids, prompt_mask, comp, 1)
 
     def _rows(

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
+from lit_rl.generation.engine import DiffusionEngine
 from datamodules.sources import DiffusionOnPolicy, ExternalPool, RolloutSource, keep_usable_prompts, rows_per_prompt
 from datamodules.stream import PromptStreamDataModule, step_seed
 from lit_rl.errors import FieldError
@@ -148,19 +149,25 @@ class RolloutDataModule(PromptStreamDataModule):
             raise FieldError("prompt_order_pool", "is for a run without external rows (an on-policy baseline): "
                              "this run's external pool already sets its prompts")
         self.prompt_order_pool, self.prompt_order_g_ext = prompt_order_pool, prompt_order_g_ext
+        self._engine: DiffusionEngine | None = None
 
     def filter_prompts(self) -> None:
         """ERILS's usable prompts (``prompt_order_pool``), where its external source filters: after the sources'
         setup, before the prompt-set check and the first shuffle."""
         if self.prompt_order_pool is not None:
-            keep_usable_prompts(self, self.prompt_order_pool, self.prompt_order_g_ext)
+            kept, _ = keep_usable_prompts(self.task, self.train_examples, self.prompt_order_pool,
+                                          self.prompt_order_g_ext)
+            self._set_train_examples(kept)
 
-    def batch_generator(self, policy: Any) -> Any:
-        """Double-rollout continuations from the policy's current weights on the training decode's block
-        schedule (:class:`lit_rl.generation.continuations.DiffusionContinuations`)."""
-        from lit_rl.generation.continuations import DiffusionContinuations
-
-        return DiffusionContinuations(policy, self.generation)
+    def engine(self, policy: Any = None) -> DiffusionEngine:
+        """The dLLM's engine (:class:`~lit_rl.generation.engine.DiffusionEngine`): the policy's own decoding for
+        rollouts and evaluation, and double-rollout continuations / inpainting on the training decode's block
+        schedule; built once, it runs the policy's modules (nothing to push)."""
+        policy = policy if policy is not None else self._connected()
+        if self._engine is None:
+            self._engine = DiffusionEngine(policy, self.generation)
+        self._engine.sync(policy)
+        return self._engine
 
     def evaluate_batch(self, batch: PromptBatch, module: torch.nn.Module) -> RolloutBatch:
         """Greedy (``eval_generation``) completions of eval prompts, with eval scores in ``rewards``.
@@ -172,7 +179,8 @@ class RolloutDataModule(PromptStreamDataModule):
         device = next(policy.parameters()).device
         prompt_ids, prompt_mask = self.encode_prompts(policy, batch.examples)
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
-        comp = policy.generate(prompt_ids, prompt_mask, self.eval_generation, step_seed(self.seed, 0, salt=1))
+        comp = self.engine(policy).sample(prompt_ids, prompt_mask, self.eval_generation,
+                                          seed=step_seed(self.seed, 0, salt=1))  # (B, L_gen)
         texts = policy.decode_completions(comp)
         scores = [self.task.evaluate(t, e) for t, e in zip(texts, batch.examples)]
         lengths = policy.completion_lengths(comp)

@@ -11,8 +11,8 @@ hands one :class:`~lit_rl.batch.RolloutBatch` on::
         init_args: {num: 2, pool_path: data/pools/sudoku_grid.jsonl.gz, min_width: 48}
 
 * :class:`DiffusionOnPolicy`: the dLLM's own rollouts (``policy.generate``), seeded by ``(seed, step, rank)``;
-* :class:`AROnPolicy`: a causal LM's rollouts through the DataModule's generator (HF or vLLM, which holds the
-  policy's current weights);
+* :class:`AROnPolicy`: a causal LM's rollouts through the run's engine (HF or vLLM, which holds the policy's
+  current weights);
 * :class:`ExternalPool`: length-controlled completions of a stronger model from a pool file
   (:mod:`lit_rl.rollouts.pool`), re-scored by this run's verifier; the prompts without enough usable
   records leave the prompt stream.
@@ -20,6 +20,11 @@ hands one :class:`~lit_rl.batch.RolloutBatch` on::
 A source returns :class:`Rows` (completion ids at its own width, lengths, the prompt index of each row, its
 :class:`~lit_rl.core.sources.Source` tag, texts, whether each row hit its length limit) and its own
 statistics. Rows of different widths are stacked with EOS padding outside each row's ``gen_width``.
+
+A source sees only what it is handed (:mod:`datamodules.context`): at setup a :class:`SourceSetup` (it returns
+the prompts it keeps), once the policy is known :meth:`RolloutSource.connect`, and per batch a
+:class:`RolloutContext` whose engine samples (:class:`lit_rl.generation.engine.Engine`). A new source is a
+subclass with ``num`` and :meth:`RolloutSource.rows`.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 
 import torch
 
+from datamodules.context import RolloutContext, SourceSetup
 from lit_rl.core.sources import Source
 from lit_rl.generation.diffusion import DecodeStats
 from lit_rl.generation.settings import DecodeSettings
@@ -76,6 +82,8 @@ class RolloutSource:
 
     #: rows per prompt group
     num: int = 0
+    #: the source samples from the run's engine (``ctx.engine``); one that does not (a pool file) spares its start
+    needs_engine: bool = True
 
     @staticmethod
     def check_args(num: int = 0) -> None:
@@ -84,21 +92,25 @@ class RolloutSource:
         if num < 1:
             raise FieldError("num", f"must be >= 1, got {num}")
 
-    def setup(self, dm: Any) -> None:
-        """Once, after the DataModule has its training prompts (e.g. align them with a pool file)."""
+    def setup(self, prompts: SourceSetup) -> list[Any] | None:
+        """Once, before the first batch: the training prompts this source keeps (e.g. those a pool file has
+        records for), or ``None`` to keep them all."""
+        return None
+
+    def connect(self, policy: Any) -> None:
+        """Once the policy is known (the LightningModule's setup): checks that need it."""
 
     def attach(self, batch: PromptBatch) -> None:
         """Add what the source carries with each prompt batch (e.g. its external records)."""
 
-    def rows(self, batch: PromptBatch, policy: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-             dm: Any) -> Rows | None:
-        """This source's rows for ``batch`` (``prompt_ids (B_p, P)`` left-padded on the policy's device)."""
+    def rows(self, batch: PromptBatch, ctx: RolloutContext) -> Rows | None:
+        """This source's rows for ``batch`` (``ctx.prompt_ids (B_p, P)`` left-padded on the policy's device)."""
         raise NotImplementedError
 
 
 class DiffusionOnPolicy(RolloutSource):
-    """``num`` (G_on) rollouts per prompt from the current dLLM, decoded with ``generation``, seeded by the
-    DataModule's ``generation_seed(step)`` (rank-specific, so a resumed run redraws the same rollouts).
+    """``num`` (G_on) rollouts per prompt from the current dLLM, decoded with ``generation`` by the run's engine,
+    seeded by the batch's ``(seed, step, rank)`` (rank-specific, so a resumed run redraws the same rollouts).
 
     Stats: ``time/generation_s``, ``train/on_policy/format_rate`` (share with an ``<answer>`` block),
     ``train/on_policy/forward_passes`` (model passes per rollout: the schedule's steps; with a threshold fewer
@@ -116,13 +128,11 @@ class DiffusionOnPolicy(RolloutSource):
         self.num = num
         self.generation = generation or DecodeSettings()
 
-    def rows(self, batch, policy, prompt_ids, prompt_mask, dm) -> Rows:
+    def rows(self, batch, ctx) -> Rows:
         t0 = time.perf_counter()
-        on_prompt = prompt_ids.repeat_interleave(self.num, 0)  # (B_p*G_on, P)
-        on_mask = prompt_mask.repeat_interleave(self.num, 0)
-        stats = DecodeStats()
-        comp = policy.generate(on_prompt, on_mask, self.generation, dm.generation_seed(batch.step),
-                               stats=stats)  # (B_p*G_on, L_gen)
+        policy, stats = ctx.policy, DecodeStats()
+        comp = ctx.engine.sample(ctx.prompt_ids, ctx.prompt_mask, self.generation, n=self.num, seed=ctx.seed,
+                                 stats=stats)  # (B_p*G_on, L_gen) prompt-major
         texts = policy.decode_completions(comp)
         lengths = policy.completion_lengths(comp)  # (R,) at most L_gen
         gen_time = time.perf_counter() - t0
@@ -137,9 +147,8 @@ class DiffusionOnPolicy(RolloutSource):
 
 
 class AROnPolicy(RolloutSource):
-    """``num`` (G) first-stage rollouts per prompt from a causal LM through the DataModule's generator
-    (:meth:`datamodules.ar_rollouts.ARRolloutDataModule.generator`: the policy's current weights), seeded by
-    ``generation_seed(step)``.
+    """``num`` (G) first-stage rollouts per prompt from a causal LM through the run's engine (HF or vLLM, synced
+    to the policy's current weights), seeded by the batch's ``(seed, step, rank)``.
 
     Stats: ``time/stage1_s``, ``train/tokens_per_problem`` (mean completion length of one rollout, EOS
     included: DR Fig. 3's x-axis), ``train/cost/tokens_stage1`` (generated tokens per prompt).
@@ -154,13 +163,11 @@ class AROnPolicy(RolloutSource):
         self.num = num
         self.generation = generation or SamplingSettings()
 
-    def rows(self, batch, policy, prompt_ids, prompt_mask, dm) -> Rows:
-        gen = self.generation
+    def rows(self, batch, ctx) -> Rows:
+        policy = ctx.policy
         t0 = time.perf_counter()
-        comp = dm.generator(policy).generate(
-            prompt_ids, prompt_mask, max_new_tokens=gen.max_new_tokens, temperature=gen.temperature,
-            top_p=gen.top_p, n=self.num, seed=dm.generation_seed(batch.step),
-        ).to(prompt_ids.device)  # (B_p*G, L) prompt-major
+        comp = ctx.engine.sample(ctx.prompt_ids, ctx.prompt_mask, self.generation, n=self.num,
+                                 seed=ctx.seed).to(ctx.prompt_ids.device)  # (B_p*G, L) prompt-major
         stage1 = time.perf_counter() - t0
         lengths = policy.completion_lengths(comp)  # (R,)
         return Rows(
@@ -175,21 +182,21 @@ class AROnPolicy(RolloutSource):
         )
 
 
-def keep_usable_prompts(dm: Any, pool_path: str, num: int) -> dict[str, list[Any]]:
-    """Keep the DataModule's training prompts that have ``num`` usable records in ``pool_path``, in their order
-    (the stream then shuffles the kept list with its seed), and return those records by prompt id.
+def keep_usable_prompts(task: Any, examples: Sequence[Any], pool_path: str, num: int
+                        ) -> tuple[list[Any], dict[str, list[Any]]]:
+    """The training prompts of ``examples`` that have ``num`` usable records in ``pool_path``, in their order (the
+    stream then shuffles the kept list with its seed), and those records by prompt id.
 
     ERILS's :class:`ExternalPool` filters its stream this way; an on-policy baseline that names the same pool
     and ``num`` (``data.prompt_order_pool``) keeps the same prompts in the same order (ERILS App. B-E)."""
-    valid = [e.id for e in dm.task.train_examples()]
-    pool = load_pool(pool_path, num, valid_ids=valid, task=dm.task.name)
-    kept = [e for e in dm.train_examples if e.id in pool]
+    valid = [e.id for e in task.train_examples()]
+    pool = load_pool(pool_path, num, valid_ids=valid, task=task.name)
+    kept = [e for e in examples if e.id in pool]
     if not kept:
         raise ValueError(
-            f"data: no training prompts of task {dm.task.name!r} have {num} usable external rollouts in {pool_path}"
+            f"data: no training prompts of task {task.name!r} have {num} usable external rollouts in {pool_path}"
         )
-    dm._set_train_examples(kept)
-    return pool
+    return kept, pool
 
 
 class ExternalPool(RolloutSource):
@@ -210,6 +217,8 @@ class ExternalPool(RolloutSource):
     order, for sample tables).
     """
 
+    needs_engine = False
+
     @staticmethod
     def check_args(pool_path: str | None = None) -> None:
         """The constructor's argument rules (the config preflight calls this too, :mod:`lit_rl.config.classes`);
@@ -224,18 +233,19 @@ class ExternalPool(RolloutSource):
         self.num, self.pool_path, self.max_external_len, self.min_width = num, pool_path, max_external_len, min_width
         self._pool: dict[str, list[Any]] = {}
         self._fits_checked = False
+        self._prompts: SourceSetup | None = None  # the prompt set it kept (what check_fits measures)
 
-    def setup(self, dm: Any) -> None:
+    def setup(self, prompts: SourceSetup) -> list[Any]:
         if self.min_width is None:
-            gen = getattr(dm, "generation", None)
-            self.min_width = int(getattr(gen, "gen_length", getattr(gen, "max_new_tokens", 0)) or 0)
-        self._pool = keep_usable_prompts(dm, self.pool_path, self.num)
-        trainer = getattr(dm, "trainer", None)
-        policy = getattr(getattr(trainer, "lightning_module", None), "policy", None) if trainer is not None else None
-        if policy is not None:
-            self.check_fits(policy, dm)
+            self.min_width = prompts.gen_width
+        kept, self._pool = keep_usable_prompts(prompts.task, prompts.examples, self.pool_path, self.num)
+        self._prompts = SourceSetup(prompts.task, kept, prompts.max_prompt_len, prompts.gen_width)
+        return kept
 
-    def check_fits(self, policy: Any, dm: Any) -> None:
+    def connect(self, policy: Any) -> None:
+        self.check_fits(policy)
+
+    def check_fits(self, policy: Any) -> None:
         """Refuse, at load, a record whose row cannot fit the policy's positions (``policy.max_positions``, where it
         has one), with the pool's file:line: the longest training prompt (at most ``max_prompt_len`` tokens) plus
         the record's width (its tokens + EOS, at most ``max_external_len + 1``, at least ``min_width``) must fit.
@@ -243,9 +253,10 @@ class ExternalPool(RolloutSource):
         """
         self._fits_checked = True
         max_pos = getattr(policy, "max_positions", None)
-        if not isinstance(max_pos, int) or not self._pool:
+        if not isinstance(max_pos, int) or not self._pool or self._prompts is None:
             return
-        prompt_ids, _ = policy.encode_prompts([dm.task.messages(e) for e in dm.train_examples], dm.max_prompt_len)
+        task, examples = self._prompts.task, self._prompts.examples
+        prompt_ids, _ = policy.encode_prompts([task.messages(e) for e in examples], self._prompts.max_prompt_len)
         P = prompt_ids.shape[1]  # the longest training prompt, in policy tokens
         for recs in self._pool.values():
             for r in recs[: self.num]:
@@ -272,13 +283,14 @@ class ExternalPool(RolloutSource):
         batch.records[id(self)] = mine
         batch.external = [old + new for old, new in zip(batch.external, mine)] if batch.external else mine
 
-    def rows(self, batch, policy, prompt_ids, prompt_mask, dm) -> Rows | None:
+    def rows(self, batch, ctx) -> Rows | None:
+        policy, prompt_ids = ctx.policy, ctx.prompt_ids
         mine = batch.records.get(id(self), batch.external)  # own records (a batch built by hand: .external)
         ext = [(g, r.completion) for g, recs in enumerate(mine) for r in recs]
         if not ext:
             return None
         if not self._fits_checked:
-            self.check_fits(policy, dm)
+            self.check_fits(policy)
         n_tok = [policy.count_tokens(t) for _, t in ext]
         width = max(self.min_width, min(max(n_tok) + 1, self.max_external_len + 1))
         # (E, width)

@@ -10,23 +10,28 @@ and :class:`datamodules.ar_rollouts.ARRolloutDataModule` (double-rollout GRPO).
   batch.
 * Rollouts are produced at batch start (``on_after_batch_transfer``): training rows by the DataModule's
   sources (:mod:`datamodules.sources`, stacked and scored by the task's verifier in one call,
-  :meth:`produce_rollouts`), evaluation rows by :meth:`evaluate_batch`, which subclasses implement.
+  :meth:`produce_rollouts`), then the module's dependent stages (:meth:`run_stages`), evaluation rows by
+  :meth:`evaluate_batch`, which subclasses implement.
+* The LightningModule hands over its policy, its dependent stages and its weight version once, at setup
+  (:meth:`PromptStreamDataModule.connect`, as litgpt's ``connect``); sources and stages get a typed
+  :class:`~datamodules.context.RolloutContext` with the run's :class:`~lit_rl.generation.engine.Engine`
+  (:meth:`PromptStreamDataModule.engine`) and never read the DataModule or the trainer.
 """
 
 from __future__ import annotations
 
 import contextlib
-
 import json
 import random
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import lightning as L
 import torch
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from datamodules.context import RolloutContext, SourceSetup
 from lit_rl.atomic import atomic_write_text
 from lit_rl.errors import ConfigError, FieldError
 from lit_rl.rng import seed_for
@@ -140,6 +145,54 @@ class PromptStreamDataModule(L.LightningDataModule):
         self.prompts_truncated = 0  # prompts cut to max_prompt_len in this process (training and evaluation)
         self._cut_in_last_encode = 0
         self._warned_truncation = False
+        # what the LightningModule hands over once (connect): its policy, dependent stages, weight version and
+        # the forward context its training step runs in (bf16-mixed autocast)
+        self._policy: Any = None
+        self._stages: list[Any] = []
+        self._version: Callable[[], int] | None = None
+        self._forward_context: Callable[[], Any] = contextlib.nullcontext
+
+    # -- the LightningModule's parts, handed over once ---------------------------------------------------
+    def connect(self, policy: Any, stages: Sequence[Any] = (), version: Callable[[], int] | None = None,
+                forward_context: Callable[[], Any] | None = None) -> None:
+        """Bind the module's ``policy``, its dependent rollout ``stages`` (e.g. double rollout's continuations,
+        in order), ``version`` (its optimizer step count: the engine pushes weights when it changes; ``None``:
+        push before every use) and the ``forward_context`` its training step runs in. The LightningModule calls
+        this at setup (:class:`~lit_rl.algorithms.rl_module.RLModule`); each source may then check what needs
+        the policy (:meth:`~datamodules.sources.RolloutSource.connect`)."""
+        self._policy, self._stages, self._version = policy, list(stages), version
+        self._forward_context = forward_context or contextlib.nullcontext
+        self._connect_sources(policy)
+
+    def _connect_sources(self, policy: Any) -> None:
+        """Each source's checks that need the policy (:meth:`~datamodules.sources.RolloutSource.connect`), once."""
+        if getattr(self, "_sources_policy", None) is not policy:
+            for source in self.sources:
+                source.connect(policy)
+            self._sources_policy = policy
+
+    def _connected(self) -> Any:
+        """The connected policy; a module that did not call :meth:`connect` (not an ``RLModule``) is bound here,
+        once, from the trainer (its ``rollout_stages()`` if it has them)."""
+        if self._policy is None:
+            trainer = getattr(self, "trainer", None)
+            module = trainer.lightning_module if trainer is not None else None
+            if module is None:
+                raise RuntimeError("data: no policy connected (call connect(policy) or fit through a Trainer)")
+            stages = module.rollout_stages() if hasattr(module, "rollout_stages") else []
+            self.connect(getattr(module, "policy", module), stages, lambda: trainer.global_step,
+                         trainer.precision_plugin.forward_context)
+        return self._policy
+
+    def engine(self, policy: Any = None) -> Any:
+        """The run's :class:`~lit_rl.generation.engine.Engine` for ``policy`` (default: the connected one), synced
+        to its current weights; subclasses build it."""
+        raise NotImplementedError
+
+    def generation_width(self) -> int:
+        """The run's generation length (dLLM ``gen_length``, AR ``max_new_tokens``; 0 when there is none)."""
+        gen = getattr(self, "generation", None)
+        return int(getattr(gen, "gen_length", getattr(gen, "max_new_tokens", 0)) or 0)
 
     # -- data ----------------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -152,9 +205,17 @@ class PromptStreamDataModule(L.LightningDataModule):
             self._train = list(train)
         if not getattr(self, "_sources_ready", False):
             for source in self.sources:
-                source.setup(self)
+                kept = source.setup(SourceSetup(self.task, list(self.train_examples), self.max_prompt_len,
+                                                self.generation_width()))
+                if kept is not None:
+                    self._set_train_examples(kept)
             self.filter_prompts()
             self._sources_ready = True
+            # a fit's policy exists already: the sources' checks that need it (a pool row that cannot fit the
+            # policy's positions) run now, before anything is written into the run folder
+            policy = getattr(getattr(getattr(self, "trainer", None), "lightning_module", None), "policy", None)
+            if policy is not None:
+                self._connect_sources(policy)
             try:
                 check_prompt_set(self.train_examples, self.prompts_per_batch, self._world()[1])
             except FieldError as e:
@@ -262,37 +323,29 @@ class PromptStreamDataModule(L.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         if not isinstance(batch, PromptBatch) or trainer is None:
             return batch
-        module = trainer.lightning_module
+        policy = self._connected()
         if trainer.training:
             self._write_order_file()
-            batch.rollouts = self.produce_rollouts(batch, module)
+            batch.rollouts = self.produce_rollouts(batch, policy)
             self.cursor = batch.step + 1
             # what later stages need travels with the batch (no stage reads the DataModule through the trainer)
             batch.task, batch.generation, batch.rank = self.task, getattr(self, "generation", None), self._world()[0]
             batch.stats = dict(self.last_stats)
-            self.run_stages(batch, module)
+            self.run_stages(batch)
         else:
-            batch.rollouts = self.evaluate_batch(batch, module)
+            batch.rollouts = self.evaluate_batch(batch, policy)
         return batch
 
-    def batch_generator(self, policy: Any) -> Any:
-        """The generation engine the dependent stages use for this batch (double-rollout continuations);
-        ``None`` here."""
-        return None
-
-    def run_stages(self, batch: PromptBatch, module: Any) -> None:
-        """The module's dependent rollout stages (``module.rollout_stages()``, e.g. double rollout's
-        continuations) on the batch's rows, in order, with this DataModule's generation engine (built only when
-        a stage needs it). Generation happens here, in the rollout stage, and nowhere else."""
-        stages = module.rollout_stages() if hasattr(module, "rollout_stages") else []
-        if not stages:
+    def run_stages(self, batch: PromptBatch) -> None:
+        """The connected dependent rollout stages (e.g. double rollout's continuations) on the batch's rows, in
+        order, with the run's engine, in the module's forward context (its training step's bf16-mixed
+        autocast). Generation happens here, in the rollout stage, and nowhere else."""
+        if not self._stages:
             return
-        policy = getattr(module, "policy", module)
-        engine = self.batch_generator(policy)
-        trainer = getattr(self, "trainer", None)
-        for stage in stages:  # in the module's precision context, as its training step (bf16-mixed autocast)
-            with trainer.precision_plugin.forward_context() if trainer is not None else contextlib.nullcontext():
-                stage.run(batch, batch.rollouts, policy, engine)
+        engine = self.engine(self._policy)
+        for stage in self._stages:
+            with self._forward_context():
+                stage.run(batch, batch.rollouts, self._policy, engine)
 
     def produce_rollouts(self, batch: PromptBatch, module: Any) -> RolloutBatch:
         """Training rows of ``batch``: every source's rows (source order, prompt-major), stacked at one width
@@ -306,7 +359,12 @@ class PromptStreamDataModule(L.LightningDataModule):
         prompt_ids, prompt_mask = self.encode_prompts(policy, examples)
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)  # (B_p, P)
         cut = self._cut_in_last_encode
-        parts = [r for src in self.sources if (r := src.rows(batch, policy, prompt_ids, prompt_mask, self)) is not None]
+        rank = self._world()[0]
+        # the engine is built (vLLM: started) only when a source samples (an external pool alone does not)
+        engine = self.engine(policy) if any(getattr(s, "needs_engine", True) for s in self.sources) else None
+        ctx = RolloutContext(policy=policy, engine=engine, task=self.task, step=batch.step, rank=rank,
+                             seed=self.generation_seed(batch.step), prompt_ids=prompt_ids, prompt_mask=prompt_mask)
+        parts = [r for src in self.sources if (r := src.rows(batch, ctx)) is not None]
         if not parts:
             raise RuntimeError(f"data: no rollouts for batch {batch.step} "
                                f"(sources: {[type(s).__name__ for s in self.sources]})")

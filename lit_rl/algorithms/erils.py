@@ -127,7 +127,9 @@ class ERILSModule(RLModule):
 
     def setup(self, stage: str) -> None:
         """Before anything trains: the surrogate's blocks must tile the training decode
-        (:func:`~lit_rl.generation.settings.check_block_multiple`, the rule the config preflight applies)."""
+        (:func:`~lit_rl.generation.settings.check_block_multiple`, the rule the config preflight applies); then
+        the DataModule gets its parts (:meth:`RLModule.setup`)."""
+        super().setup(stage)
         gen = getattr(getattr(self.trainer, "datamodule", None), "generation", None)
         if stage == "fit" and isinstance(self.loss_fn, SPGLoss) and isinstance(getattr(gen, "gen_length", None), int):
             try:

@@ -170,6 +170,17 @@ class RLModule(L.LightningModule):
         state = getattr(self._trainer, "state", None) if self._trainer is not None else None
         expect_frozen_4bit(self, checkpoint, resuming_fit=getattr(state, "fn", None) == "fit")
 
+    # -- the rollout side's parts, handed over once ----------------------------------------------------
+    def setup(self, stage: str) -> None:
+        """Hand the DataModule what its rollouts need, once (:meth:`datamodules.stream.PromptStreamDataModule
+        .connect`): the policy, the dependent rollout stages (:meth:`rollout_stages`), the weight version the
+        engine pushes by (the optimizer step count) and the forward context of the training step (precision)."""
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is not None and hasattr(dm, "connect"):
+            trainer = self.trainer
+            dm.connect(self.policy, self.rollout_stages(), version=lambda: trainer.global_step,
+                       forward_context=trainer.precision_plugin.forward_context)
+
     # -- sharding --------------------------------------------------------------------------------------
     def configure_model(self) -> None:
         """FSDP2: shard ``policy.model`` over the data-parallel mesh of ``ModelParallelStrategy``

@@ -8,9 +8,12 @@ from lit_rl.generation.diffusion import (
     num_transfer_tokens,
     position_ids_from_attention_mask,
 )
+from lit_rl.generation.engine import DiffusionEngine, Engine
 
 __all__ = [
     "ARBackend",
+    "DiffusionEngine",
+    "Engine",
     "HFBackend",
     "VLLMBackend",
     "hit_budget",

@@ -156,6 +156,18 @@ class ARBackend(ABC):
     def push_weights(self, weights: nn.Module | Mapping[str, torch.Tensor]) -> None:  # noqa: B027
         """Make the backend sample from updated weights (no-op when it shares the policy's modules)."""
 
+    # -- the Engine interface (lit_rl.generation.engine) ------------------------------------------------
+    def sample(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, settings: Any, *, n: int = 1,
+               seed: int, stats: Any = None) -> torch.Tensor:
+        """:meth:`generate` with a :class:`~lit_rl.models.ar.SamplingSettings` (``max_new_tokens``,
+        ``temperature``, ``top_p``): ``(B*n, max_new_tokens)``, prompt-major. ``stats`` is the dLLM's; unused."""
+        return self.generate(prompt_ids, prompt_mask, max_new_tokens=settings.max_new_tokens,
+                             temperature=settings.temperature, top_p=settings.top_p, n=n, seed=seed)
+
+    def sync(self, policy: nn.Module) -> None:
+        """:meth:`push_weights` of the policy."""
+        self.push_weights(policy)
+
 
 # -- sampling ------------------------------------------------------------------------------------------
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float,

@@ -347,7 +347,7 @@ def test_tiny_grpo_baseline_has_no_second_stage(tmp_path, monkeypatch):
         "--data.init_args.backend.init_args.share_prefix=false",
     )
     assert not cli.model.dr.active and cli.trainer.global_step == 4
-    backend = cli.datamodule.batch_generator()  # the DataModule's generator, built for the module's policy
+    backend = cli.datamodule.engine()  # the run's engine, built for the module's policy
     assert (type(backend).__name__ == "HFBackend" and backend.share_prefix is False
             and backend.policy is cli.model.policy)
     keys = set(_metrics(tmp_path))

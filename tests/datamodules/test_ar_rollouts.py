@@ -57,8 +57,8 @@ def dm_with(backend_good, **kw):
     dm = ARRolloutDataModule(task(), prompts_per_batch=2, num_generations=3, generation=SamplingSettings(96),
                              eval_size=4, backend=factory, **kw)
     dm.setup("fit")
-    backend = dm.generator(policy)
-    assert made == [backend] and dm.generator(policy) is backend  # built once
+    backend = dm.engine(policy)
+    assert made == [backend] and dm.engine(policy) is backend  # built once
     module = SimpleNamespace(policy=policy)
     return dm, module, backend
 

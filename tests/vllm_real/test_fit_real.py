@@ -50,7 +50,7 @@ def test_double_rollout_fit_with_vllm_rollouts_keeps_the_engine_in_sync(tmp_path
     ])
     module, dm, trainer = cli.model, cli.datamodule, cli.trainer
     assert trainer.global_step == 4
-    engine = dm.batch_generator()
+    engine = dm.engine()
     assert isinstance(engine, VLLMBackend)
     metrics = trainer.callback_metrics
     assert float(metrics["train/cost/tokens_stage2"]) > 0, "continuations were sampled (from the engine)"
