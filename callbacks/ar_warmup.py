@@ -90,6 +90,7 @@ class ScriptedSFTWarmup(L.Callback):
             f"{hashlib.sha256(chr(10).join(e.question for e in self._examples(dm)).encode()).hexdigest()[:16]}"
         )
         text += f"|{self.trace}" if self.trace is not None else ""
+        text += f"|threads={torch.get_num_threads()}"  # another thread count rounds differently
         # the teacher itself (its code and constants, e.g. chainsum.GUESS_RATE): what it writes for a few problems
         rng = random.Random(f"lit_rl/warmup-teacher/{self.seed}")
         make = self.teacher(dm.task.name)

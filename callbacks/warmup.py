@@ -80,14 +80,16 @@ class FormatWarmup(L.Callback):
         """Where the warmed-up weights of ``policy`` on ``dm``'s task are cached (``None``: not cached). The key
         covers the starting weights, every warm-up setting and the training data (prompts and answers, which
         the warm-up texts are drawn from): a task with other ranges, templates or problems under the same name
-        never loads another task's warmed-up weights."""
+        never loads another task's warmed-up weights. And the thread count: training with another one rounds
+        differently (a 1-thread sweep trial's warm-up is not a 2-thread run's, bit for bit)."""
         digest = _weights_digest(policy)
         if not (self.cache_dir and digest):
             return None
         data = hashlib.sha256("\n".join(f"{e.question}|{e.answer!r}" for e in dm.train_examples).encode())
         key = hashlib.sha256(
             f"{digest}|{dm.task.name}|{dm.generation.gen_length}|{self.steps}|{self.lr}|{self.batch_size}|{self.seed}"
-            f"{'|' + self.trace if self.trace else ''}|{dm.max_prompt_len}|{data.hexdigest()[:16]}".encode()
+            f"{'|' + self.trace if self.trace else ''}|{dm.max_prompt_len}|{data.hexdigest()[:16]}"
+            f"|threads={torch.get_num_threads()}".encode()  # another thread count rounds differently
         ).hexdigest()[:16]
         return Path(self.cache_dir) / f"format_warmup_{dm.task.name}_{key}.pt"
 

@@ -22,3 +22,20 @@ def test_cache_key_follows_the_teachers_text_not_only_its_name(tmp_path, monkeyp
     assert running.cache_path(policy, plain) == before[1]  # the other teachers' keys do not move
     assert ScriptedSFTWarmup(steps=10, trace="running", error_rate=0.3, cache_dir=str(tmp_path)).cache_path(
         policy, plain) != before[1]
+
+
+def test_cache_key_follows_the_thread_count(tmp_path):
+    import torch
+
+    policy = TinyCausalLM(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=64, max_positions=256)
+    dm = SimpleNamespace(task=ChainSumTask(num_train=40, num_eval=4), max_prompt_len=32)
+    warm = ScriptedSFTWarmup(steps=10, trace="running", cache_dir=str(tmp_path))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = warm.cache_path(policy, dm)
+        torch.set_num_threads(2)
+        two = warm.cache_path(policy, dm)
+    finally:
+        torch.set_num_threads(before)
+    assert one != two

@@ -31,3 +31,22 @@ def test_cache_key_follows_the_training_problems_not_only_the_task_name(tmp_path
               FormatWarmup(steps=6, batch_size=4, trace="search", cache_dir=str(tmp_path)).cache_path(policy, _dm())]
     assert len({plain, *others}) == 5
     assert FormatWarmup(steps=5, cache_dir=None).cache_path(policy, _dm()) is None
+
+
+def test_cache_key_follows_the_thread_count(tmp_path):
+    """A 1-thread sweep trial's warm-up rounds differently from a 2-thread run's: cached under one key, the
+    2-thread run loaded the 1-thread weights and its curve moved in the 7th digit (found by
+    scripts/bitwise_curves.py after conf/sweeps/embedded.yaml, whose trials run with threads 1)."""
+    import torch
+
+    policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=1, intermediate_size=64, max_positions=64)
+    warm = FormatWarmup(steps=5, batch_size=4, trace="search", cache_dir=str(tmp_path))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = warm.cache_path(policy, _dm())
+        torch.set_num_threads(2)
+        two = warm.cache_path(policy, _dm())
+    finally:
+        torch.set_num_threads(before)
+    assert one != two
