@@ -7,7 +7,7 @@
    ``prompt_order.jsonl`` in the run folder on the first batch, and the stream cursor is saved in every
    checkpoint, so a resumed run continues with the next unseen batch: nothing skipped, nothing repeated.
 2. **External rollouts.** Each prompt's first ``G_ext`` usable records from the pool file (keyed by prompt
-   id, :mod:`lit_rl.rollouts.pool`) travel with the prompt.
+   id, :mod:`lit_rl.pools.pool`) travel with the prompt.
 3. **On-policy rollouts** are produced at the start of each training batch (``on_after_batch_transfer``,
    the DataModule hook Lightning calls after the batch reaches the device and right before
    ``on_train_batch_start``): ``G_on`` completions per prompt from the *current* policy with the training

@@ -14,7 +14,7 @@ hands one :class:`~lit_rl.batch.RolloutBatch` on::
 * :class:`AROnPolicy`: a causal LM's rollouts through the run's engine (HF or vLLM, which holds the policy's
   current weights);
 * :class:`ExternalPool`: length-controlled completions of a stronger model from a pool file
-  (:mod:`lit_rl.rollouts.pool`), re-scored by this run's verifier; the prompts without enough usable
+  (:mod:`lit_rl.pools.pool`), re-scored by this run's verifier; the prompts without enough usable
   records leave the prompt stream.
 
 A source returns :class:`Rows` (completion ids at its own width, lengths, the prompt index of each row, its
@@ -44,7 +44,7 @@ from lit_rl.generation.diffusion import DecodeStats
 from lit_rl.generation.settings import DecodeSettings
 from lit_rl.models.ar import SamplingSettings
 from lit_rl.errors import ConfigError, FieldError
-from lit_rl.rollouts.pool import iter_pool, load_pool
+from lit_rl.pools.pool import iter_pool, load_pool
 from lit_rl.batch import PromptBatch
 from lit_rl.tasks.parsing import last_answer_block
 
@@ -207,7 +207,7 @@ class ExternalPool(RolloutSource):
 
     Args:
         num: external rows per prompt (G_ext).
-        pool_path: the pool file (JSONL or JSONL.gz, :mod:`lit_rl.rollouts.pool`).
+        pool_path: the pool file (JSONL or JSONL.gz, :mod:`lit_rl.pools.pool`).
         max_external_len: longest external completion kept, in policy tokens (plus EOS).
         min_width: the rows' width is at least this (so that every row of a batch has one width when the pool's
             completions are shorter); ``null``: the DataModule's generation length (dLLM ``gen_length``, AR

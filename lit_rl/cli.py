@@ -25,7 +25,7 @@ LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 DEBUG_ENV = "LIT_RL_DEBUG"
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("lit_rl.score", "Score generation files (d1 JSON or lit_rl JSONL) with a task's eval/reward rules."),
-    "rollouts": ("lit_rl.rollouts.cli", "Build or inspect external rollout pools."),
+    "rollouts": ("lit_rl.pools.cli", "Build or inspect external rollout pools."),
     "sweep": ("lit_rl.sweep", "Optuna sweep over any config key (TPE or grid), one MLflow parent run per study."),
     "report": ("lit_rl.report", "Compare MLflow runs: learning curves, per-source curves, Pareto points, sweep plots."),
     "models": ("lit_rl.models.prepare_cli",

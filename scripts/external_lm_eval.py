@@ -1,6 +1,6 @@
 """How good is an external model, before any pool is built: the go/no-go figures of the miniature Countdown.
 
-Samples the build config's backend (the same :class:`~lit_rl.rollouts.backends.HFPoolBackend` path, seeds and
+Samples the build config's backend (the same :class:`~lit_rl.pools.backends.HFPoolBackend` path, seeds and
 sampling as ``rollouts build``) on the task's *test* problems, with and without the config's length instruction,
 and reports per mode:
 
@@ -77,9 +77,9 @@ def percentiles(values: Sequence[int], qs: Sequence[int] = (50, 90, 95, 99)) -> 
 
 def evaluate(cfg: Any, samples: int, limit: int | None) -> dict[str, Any]:
     from lit_rl.models.tokenizer import build_char_tokenizer
-    from lit_rl.rollouts.backends import GenRequest, build_backend, request_seed
-    from lit_rl.rollouts.build_config import build_task
-    from lit_rl.rollouts.length_control import LengthControl
+    from lit_rl.pools.backends import GenRequest, build_backend, request_seed
+    from lit_rl.pools.build_config import build_task
+    from lit_rl.pools.length_control import LengthControl
 
     task = build_task(cfg.task_spec)
     backend = build_backend(cfg.backend_spec)
@@ -120,7 +120,7 @@ def evaluate(cfg: Any, samples: int, limit: int | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lit_rl.rollouts.build_config import load_build_config
+    from lit_rl.pools.build_config import load_build_config
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="build config (conf/external/*.yaml) with an hf backend")

@@ -36,7 +36,7 @@ def test_every_subcommand_shows_snake_case_options_only(name, capsys):
 
 
 def test_help_keeps_the_descriptions_paragraphs(capsys):
-    from lit_rl.rollouts.cli import main
+    from lit_rl.pools.cli import main
 
     with pytest.raises(SystemExit):
         main(["--help"])

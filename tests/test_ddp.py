@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_rl.rollouts.pool import load_pool
+from lit_rl.pools.pool import load_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"

@@ -13,7 +13,7 @@ from support.deprecation import assert_moved, assert_old_names_resolve
 
 #: every public name each module had before it moved (frozen here: a stub that forgets one fails)
 OLD_NAMES = {
-    "lit_rl.rollouts.scripted": [
+    "lit_rl.pools.scripted": [
         "Example", "Fraction", "REGISTRY", "SCRIPTED_POLICIES", "TRACE_STYLES", "chainsum_completion",
         "chainsum_verbose_completion", "countdown_completion", "countdown_ordered_trials_completion",
         "countdown_random_try", "countdown_search", "countdown_trials_completion", "countdown_trials_pool_completion",
@@ -21,9 +21,9 @@ OLD_NAMES = {
         "sudoku_grid_verbose_completion", "sudoku_trace", "verbose_trace"],
 }
 MOVED = [  # (old module, name, new module): a sample whose new home is checked by hand
-    ("lit_rl.rollouts.scripted", "sudoku_completion", "lit_rl.tasks.scripted"),
-    ("lit_rl.rollouts.scripted", "countdown_completion", "lit_rl.tasks.scripted"),
-    ("lit_rl.rollouts.scripted", "format_warmup_text", "lit_rl.tasks.registry"),
+    ("lit_rl.pools.scripted", "sudoku_completion", "lit_rl.tasks.scripted"),
+    ("lit_rl.pools.scripted", "countdown_completion", "lit_rl.tasks.scripted"),
+    ("lit_rl.pools.scripted", "format_warmup_text", "lit_rl.tasks.registry"),
 ]
 
 
@@ -40,7 +40,7 @@ def test_every_old_name_still_resolves_with_a_warning_and_star_imports_them(old)
 def test_computed_old_values_are_what_the_registry_gives():
     from lit_rl.tasks.registry import REGISTRY, known_traces
 
-    scripted = importlib.import_module("lit_rl.rollouts.scripted")
+    scripted = importlib.import_module("lit_rl.pools.scripted")
     with pytest.warns(FutureWarning, match=r"TRACE_STYLES is deprecated: use lit_rl\.tasks\.registry\.known_t"):
         styles = scripted.TRACE_STYLES
     with pytest.warns(FutureWarning, match="SCRIPTED_POLICIES is deprecated"):
@@ -54,7 +54,7 @@ def test_an_unknown_name_of_a_moved_module_is_an_attribute_error():
     mod = importlib.import_module("lit_rl.reliability")
     with pytest.raises(AttributeError, match="'lit_rl.reliability' has no attribute 'AtomicIO'"):
         mod.AtomicIO  # noqa: B018
-    scripted = importlib.import_module("lit_rl.rollouts.scripted")
+    scripted = importlib.import_module("lit_rl.pools.scripted")
     with pytest.raises(AttributeError):
         scripted.random  # noqa: B018  (a module the new home imports is not a moved name)
 

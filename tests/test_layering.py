@@ -46,7 +46,7 @@ def test_math_imports_only_torch_and_other_math(module):
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _within(m, "lit_rl.tasks")))
 def test_tasks_import_no_models_generation_or_algorithms(module):
     bad = {d for d in GRAPH[module] for p in ("lit_rl.models", "lit_rl.generation", "lit_rl.algorithms",
-                                               "lit_rl.rollouts", "datamodules", "callbacks") if _within(d, p)}
+                                               "lit_rl.pools", "datamodules", "callbacks") if _within(d, p)}
     assert bad == set(), f"{module} imports {bad}"
     assert not {"lightning", "torch"} & layering.external(MODULES[module]), "a task is plain Python"
 

@@ -269,7 +269,7 @@ def _check_task_and_pool(cfg: ConfigView) -> None:
     g_ext = dargs.get("g_ext", _default(dcls, "g_ext", 0))
     pool = dargs.get("pool_path")
     if _is_int(g_ext) and g_ext > 0 and isinstance(pool, str) and not dargs.get("sources"):
-        from lit_rl.rollouts.pool import PoolFormatError, load_pool
+        from lit_rl.pools.pool import PoolFormatError, load_pool
 
         try:
             by_prompt = load_pool(pool, g_ext, valid_ids=[e.id for e in train], task=getattr(task, "name", None))

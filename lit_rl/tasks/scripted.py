@@ -161,7 +161,7 @@ def countdown_trials_completion(example: Example, rng: random.Random, tries: tup
     hits the target, each written in two steps (``"3*4=12;12-5=7"``), tries separated by ``", "``, then the
     hitting expression as the answer (:func:`~lit_rl.tasks.countdown_problems.three_number_expressions`).
 
-    The teacher of the miniature Countdown's external causal LM (``lit_rl.rollouts.external_lm``): a model
+    The teacher of the miniature Countdown's external causal LM (``lit_rl.pools.external_lm``): a model
     trained on it learns to write tries and to stop at one it believes hits the target, so its samples are
     varied and sometimes wrong. Without a hitting expression (never for generated problems) the last try is
     answered anyway. ``ordered``: only expressions that keep the numbers in the prompt's order
@@ -208,7 +208,7 @@ def countdown_random_try(example: Example, rng: random.Random) -> str:
     return f"<reasoning>{trace}</reasoning>\n<answer>{expr}</answer>"
 
 
-# -- the scripted external policy's verbose first stage (lit_rl.rollouts.backends.ScriptedBackend) --------
+# -- the scripted external policy's verbose first stage (lit_rl.pools.backends.ScriptedBackend) --------
 def last_answer(text: str) -> str | None:
     found = re.findall(r"<answer>(.*?)</answer>", text, flags=re.S)
     return found[-1] if found else None

@@ -22,7 +22,7 @@ import pytest
 
 from lit_rl import cli
 from lit_rl.config import preflight
-from lit_rl.rollouts import pool as pool_mod
+from lit_rl.pools import pool as pool_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = ROOT / "data/pools/sudoku_scripted.jsonl.gz"
@@ -52,7 +52,7 @@ def _bad_record(mutate) -> callable:
 
 
 def _pool_patched(check: str) -> bool:
-    """Whether lit_rl/rollouts/pool.py already has the reader fix the report proposes."""
+    """Whether lit_rl/pools/pool.py already has the reader fix the report proposes."""
     src = inspect.getsource(pool_mod)
     return {"surrogate": "surrogate" in src, "recursion": "RecursionError" in src}[check]
 
@@ -217,7 +217,7 @@ def _params():
         marks = []
         if name in NEEDS_PATCH and not _pool_patched(NEEDS_PATCH[name]):
             marks.append(pytest.mark.xfail(
-                strict=True, reason="needs the lit_rl/rollouts/pool.py reader fix from the robustness review"))
+                strict=True, reason="needs the lit_rl/pools/pool.py reader fix from the robustness review"))
         yield pytest.param(name, marks=marks, id=name)
 
 

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lit_rl.core.double_rollout import split_thinking, split_thinking_text
-from lit_rl.rollouts.pool import PoolFormatError, PoolRecord
+from lit_rl.pools.pool import PoolFormatError, PoolRecord
 from lit_rl.tasks import (CountdownTask, MathTask, SudokuTask, countdown, countdown_arith, math_normalize, math_task,
                           parsing, sudoku, word_problems)
 

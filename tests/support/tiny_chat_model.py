@@ -24,7 +24,7 @@ CHAT_TEMPLATE = (
 
 def _corpus() -> list[str]:
     """Task prompts and length-control texts: what the tokenizer's merges are learnt from."""
-    from lit_rl.rollouts.length_control import DEFAULT_INSTRUCTION, DEFAULT_REWRITE_PROMPT
+    from lit_rl.pools.length_control import DEFAULT_INSTRUCTION, DEFAULT_REWRITE_PROMPT
     from lit_rl.tasks import CountdownTask, SudokuTask
 
     texts = [DEFAULT_INSTRUCTION, DEFAULT_REWRITE_PROMPT]

@@ -4,12 +4,12 @@ the offline engine (``VLLMPoolBackend``, ``vllm.LLM.chat``) and the ``openai`` b
 chat template, a random Llama whose completion lengths are geometric). About 2 min on 2 quiet cores, most of it
 the server's two starts (~35 s each).
 
-What a real server does that the fake (tests/rollouts/openai_test_server.py) cannot: sample with per-request seeds,
+What a real server does that the fake (tests/pools/openai_test_server.py) cannot: sample with per-request seeds,
 apply the chat template, count tokens with the model's tokenizer, refuse a request longer than its context, and die.
 The server is SIGKILLed mid-build (the whole process group: API server, engine core, worker): the build stops
 with whole prompts on disk; a rerun with enough retries waits for the restart on the same port and resumes to the
 bytes of an uninterrupted build. Bad bodies, which a real server cannot send, stay with the fake
-(tests/rollouts/test_backends.py, test_build.py).
+(tests/pools/test_backends.py, test_build.py).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_rl.rollouts.backends import BackendError, BackendRequestError, VLLMPoolBackend, request_seed
-from lit_rl.rollouts.build import build_info_path, build_pool, load_build_config
-from lit_rl.rollouts.cli import main as rollouts_main
-from lit_rl.rollouts.length_control import LengthControl
-from lit_rl.rollouts.pool import iter_pool
+from lit_rl.pools.backends import BackendError, BackendRequestError, VLLMPoolBackend, request_seed
+from lit_rl.pools.build import build_info_path, build_pool, load_build_config
+from lit_rl.pools.cli import main as rollouts_main
+from lit_rl.pools.length_control import LengthControl
+from lit_rl.pools.pool import iter_pool
 from lit_rl.tasks import get_task
 
 from support.tiny_chat_model import write_tiny_chat_model
@@ -369,7 +369,7 @@ def test_server_killed_mid_build_then_a_rerun_rides_over_the_restart_to_the_unin
 def test_an_external_lm_trained_here_builds_a_countdown_pool_on_the_offline_engine(tmp_path):
     """``train_external_lm``'s folder (own BPE tokenizer and chat template, a Llama with head_dim 32, the CPU
     attention's minimum) loads in vLLM as any checkpoint, and the pool counts lengths in its tokenizer."""
-    from lit_rl.rollouts.external_lm import ExternalLMSettings, train_external_lm
+    from lit_rl.pools.external_lm import ExternalLMSettings, train_external_lm
     from lit_rl.tasks import CountdownTask
     from lit_rl.tasks.scripted import countdown_trials_completion
 

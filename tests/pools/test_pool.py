@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from lit_rl.rollouts.pool import (PoolFormatError, PoolRecord, _header, load_pool, reorder_usable_first,
+from lit_rl.pools.pool import (PoolFormatError, PoolRecord, _header, load_pool, reorder_usable_first,
                                   repair_pool_for_resume, write_pool_atomic)
 
 

@@ -1,5 +1,5 @@
 """The pool builder's config (``rollouts build --config YAML``): keys, environment variables, the task
-(the YAML layout is in :mod:`lit_rl.rollouts.build`'s docstring)."""
+(the YAML layout is in :mod:`lit_rl.pools.build`'s docstring)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 
-from lit_rl.rollouts.backend_types import Sampling
-from lit_rl.rollouts.length_control import LengthControl
-from lit_rl.rollouts.pool import MAX_USABLE_TOKENS
+from lit_rl.pools.backend_types import Sampling
+from lit_rl.pools.length_control import LengthControl
+from lit_rl.pools.pool import MAX_USABLE_TOKENS
 from lit_rl.tasks.base import Task
 
 __all__ = ["BuildConfig", "BuildConfigError", "build_task", "load_build_config", "resolve_env"]
@@ -56,7 +56,7 @@ class BuildConfig:
         length_control: length-control mode and texts.
         mlflow: ``{"tracking_uri": "sqlite:///...", "experiment_name": ..., "run_name": ...}`` or ``None``.
         external_lm: how ``rollouts train-lm`` trains the backend's model (``teacher`` and the fields of
-            :class:`~lit_rl.rollouts.external_lm.ExternalLMSettings`); the pool build itself ignores it.
+            :class:`~lit_rl.pools.external_lm.ExternalLMSettings`); the pool build itself ignores it.
         source: the config file (for messages).
     """
 

@@ -2,13 +2,13 @@
 
 * ``rollouts build --config conf/external/<task>.yaml [--out POOL] [--limit N] [--overwrite]
   [--no_progress] [--no_stats] [--mlflow_uri URI|none]`` builds (or resumes) a pool with a real external policy,
-  length control, filtering and usable-first ordering (:mod:`lit_rl.rollouts.build`), then writes its statistics.
+  length control, filtering and usable-first ordering (:mod:`lit_rl.pools.build`), then writes its statistics.
 * ``rollouts train-lm --config conf/external/<task>.yaml`` trains the config's external model into its
   ``backend.model`` directory from the config's ``external_lm`` block: a small Llama with its own byte-level
   BPE tokenizer, taught by a scripted teacher to follow the length instruction
-  (:mod:`lit_rl.rollouts.external_lm`; the miniature Countdown pool, ``conf/external/countdown_ordered.yaml``).
+  (:mod:`lit_rl.pools.external_lm`; the miniature Countdown pool, ``conf/external/countdown_ordered.yaml``).
 * ``rollouts filter POOL --out POOL2[.gz] [--min_reward R] [--max_tokens T]`` copies a pool, leaving records
-  under ``R`` (or over ``T`` tokens) unusable (:mod:`lit_rl.rollouts.pool_filter`).
+  under ``R`` (or over ``T`` tokens) unusable (:mod:`lit_rl.pools.pool_filter`).
 * ``rollouts stats POOL [--g_ext 2] [--max_tokens 500] [--mlflow_uri sqlite:///runs/mlflow.db]
   [--experiment NAME] [--json] [--no_write]`` prints ERILS Tables IV and V (and the generation wall time
   of Table XII) for any pool, writes them next to the pool as ``<stem>.stats.md`` and
@@ -32,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from lit_rl.atomic import atomic_savefig, atomic_write_text
-from lit_rl.rollouts.pool import (MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem,
+from lit_rl.pools.pool import (MAX_USABLE_TOKENS, PoolFormatError, PoolRecord, _header, iter_pool, pool_stem,
                                   reorder_usable_first, write_pool_atomic)
 from lit_rl.cli_args import LitArgumentParser
 from lit_rl.tracking import check_tracking_uri, get_or_create_experiment  # noqa: F401  (check_tracking_uri: re-exported)
@@ -211,7 +211,7 @@ def pool_stats(path: str | Path, g_ext: int | None = None, max_tokens: int | Non
     used = [r for pid in per_prompt if pid in default_usable
             for r in [x for x in sorted(per_prompt[pid], key=lambda r: r.index) if usable(x)][:g_ext]]
     stages["default_training"] = _stage_summary([r.num_tokens for r in used], [r.reward for r in used], correct_reward)
-    from lit_rl.rollouts.build import read_build_info
+    from lit_rl.pools.build import read_build_info
 
     info = read_build_info(path) or {}
     sessions = info.get("sessions") or []
@@ -410,7 +410,7 @@ def main(argv: list[str]) -> int:
     parser = LitArgumentParser(prog="python -m lit_rl rollouts", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build or resume a pool from a config (conf/external/*.yaml)")
-    b.add_argument("--config", required=True, help="build config YAML (see lit_rl/rollouts/build.py)")
+    b.add_argument("--config", required=True, help="build config YAML (see lit_rl/pools/build.py)")
     b.add_argument("--out", default=None, help="pool path (overrides the config's out)")
     b.add_argument("--limit", type=int, default=None, help="only the first N training prompts (overrides the config)")
     b.add_argument("--overwrite", action="store_true", help="start over instead of resuming an existing pool")
@@ -453,8 +453,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "build":
-            from lit_rl.rollouts.backends import BackendError
-            from lit_rl.rollouts.build import build_pool, load_build_config
+            from lit_rl.pools.backends import BackendError
+            from lit_rl.pools.build import build_pool, load_build_config
 
             cfg = load_build_config(args.config, {"out": args.out, "limit": args.limit})
             try:
@@ -477,14 +477,14 @@ def main(argv: list[str]) -> int:
                 print(stats_markdown(stats))
                 print("wrote " + ", ".join(str(p) for p in files.values()), file=sys.stderr)
         elif args.cmd == "train-lm":
-            from lit_rl.rollouts.build import load_build_config
-            from lit_rl.rollouts.external_lm import train_from_config
+            from lit_rl.pools.build import load_build_config
+            from lit_rl.pools.external_lm import train_from_config
 
             summary = train_from_config(load_build_config(args.config), log=lambda m: print(m, file=sys.stderr),
                                         overwrite=args.overwrite)
             print(json.dumps({k: v for k, v in summary.items() if k != "settings"}))
         elif args.cmd == "filter":
-            from lit_rl.rollouts.pool_filter import filter_pool
+            from lit_rl.pools.pool_filter import filter_pool
 
             print(json.dumps({"pool": args.out, **filter_pool(args.pool, args.out, args.min_reward, args.max_tokens)}))
         elif args.cmd == "scripted":

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_rl.rollouts.backends import BackendError, BackendRequestError, GenResult, ScriptedBackend
-from lit_rl.rollouts.build import BuildConfigError, build_info_path, build_pool, load_build_config
-from lit_rl.rollouts.pool import PoolFormatError, iter_pool, load_pool, repair_pool_for_resume
+from lit_rl.pools.backends import BackendError, BackendRequestError, GenResult, ScriptedBackend
+from lit_rl.pools.build import BuildConfigError, build_info_path, build_pool, load_build_config
+from lit_rl.pools.pool import PoolFormatError, iter_pool, load_pool, repair_pool_for_resume
 from lit_rl.tasks import get_task
 from openai_test_server import FakeOpenAIServer
 
@@ -284,7 +284,7 @@ def test_resume_with_a_changed_n_cuts_nothing(reference, tmp_path):
 
 
 def test_build_info_is_fsynced_before_the_rename(tmp_path, monkeypatch):
-    from lit_rl.rollouts import build
+    from lit_rl.pools import build
 
     calls = []
     real_fsync, real_replace = os.fsync, os.replace

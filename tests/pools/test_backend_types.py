@@ -1,6 +1,6 @@
-"""Tests lit_rl/rollouts/backend_types.py."""
+"""Tests lit_rl/pools/backend_types.py."""
 
-from lit_rl.rollouts.backend_types import request_seed
+from lit_rl.pools.backend_types import request_seed
 
 
 def test_request_seed_is_stable_and_distinct():

@@ -1,6 +1,6 @@
 """External-policy backends for the rollout pool builder: one small interface, four implementations.
 
-The interface (:mod:`lit_rl.rollouts.backend_types`, re-exported here)::
+The interface (:mod:`lit_rl.pools.backend_types`, re-exported here)::
 
     results = backend.generate(requests, sampling, on_result=None, hooks=None)   # list[GenResult]
 
@@ -14,7 +14,7 @@ The interface (:mod:`lit_rl.rollouts.backend_types`, re-exported here)::
 On a failure that retries cannot fix, ``generate`` raises :class:`BackendError`; results already handed to
 ``on_result`` stay valid. Implementations (chosen in YAML, see :func:`build_backend`):
 
-* ``openai`` (:class:`~lit_rl.rollouts.openai_client.OpenAIBackend`): an OpenAI-compatible HTTP server (the
+* ``openai`` (:class:`~lit_rl.pools.openai_client.OpenAIBackend`): an OpenAI-compatible HTTP server (the
   paper: vLLM serving Qwen3-30B-A3B-Instruct-2507) through the ``openai`` SDK, chat or completions endpoint,
   ``concurrency`` requests in flight, the SDK's timeouts, retries and ``Retry-After``, plus retries of
   malformed 200 replies (bad JSON, no text, a lone surrogate, JSON nested too deeply or with an over-long
@@ -36,7 +36,7 @@ import random
 import threading
 from typing import Any, Sequence
 
-from lit_rl.rollouts.backend_types import (  # noqa: F401  (re-exported: the backends' public interface)
+from lit_rl.pools.backend_types import (  # noqa: F401  (re-exported: the backends' public interface)
     Backend,
     BackendAuthError,
     BackendError,
@@ -49,7 +49,7 @@ from lit_rl.rollouts.backend_types import (  # noqa: F401  (re-exported: the bac
     emit,
     request_seed,
 )
-from lit_rl.rollouts.openai_client import OpenAIBackend
+from lit_rl.pools.openai_client import OpenAIBackend
 
 # --------------------------------------------------------------------------------------------------------
 # vLLM offline engine
@@ -402,7 +402,7 @@ def build_backend(spec: dict[str, Any], where: str = "backend") -> Backend:
         except (ImportError, AttributeError) as e:
             raise ValueError(f"{where}.type={kind!r}: cannot import ({e})") from None
         if not (isinstance(cls, type) and issubclass(cls, Backend)):
-            raise ValueError(f"{where}.type={kind!r}: not a lit_rl.rollouts.backends.Backend subclass")
+            raise ValueError(f"{where}.type={kind!r}: not a lit_rl.pools.backends.Backend subclass")
     else:
         raise ValueError(f"{where}.type={kind!r}: expected one of {sorted(BACKENDS)} or a dotted class path")
     import inspect

@@ -53,10 +53,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.rollouts.backends import (Backend, BackendAuthError, BackendError, BackendRequestError, GenHooks,
+from lit_rl.pools.backends import (Backend, BackendAuthError, BackendError, BackendRequestError, GenHooks,
                                       GenRequest, GenResult, build_backend, request_seed)
-from lit_rl.rollouts.length_control import LengthCounter, resolve_length_counter
-from lit_rl.rollouts.pool import (
+from lit_rl.pools.length_control import LengthCounter, resolve_length_counter
+from lit_rl.pools.pool import (
     PoolAppender,
     PoolRecord,
     _header,
@@ -67,7 +67,7 @@ from lit_rl.rollouts.pool import (
 )
 from lit_rl.tasks.base import Example, Task
 
-from lit_rl.rollouts.build_config import (  # noqa: F401  (re-exported: the config's public names)
+from lit_rl.pools.build_config import (  # noqa: F401  (re-exported: the config's public names)
     RESUME_KEYS,
     BuildConfig,
     BuildConfigError,
@@ -153,7 +153,7 @@ def make_header(cfg: BuildConfig, task: Task, backend: Backend, counter: LengthC
         correct_reward=float(task.correct_reward),
         sampling=asdict(cfg.sampling),
         length_control=asdict(cfg.length_control),
-        builder="lit_rl.rollouts.build",
+        builder="lit_rl.pools.build",
     )
 
 

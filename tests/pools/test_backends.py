@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from lit_rl.rollouts.backends import (
+from lit_rl.pools.backends import (
     BackendError,
     GenRequest,
     HFPoolBackend,
@@ -104,5 +104,5 @@ def test_build_backend_errors_name_the_key():
         build_backend({"type": "openai", "base_url": "http://h/v1", "model": "m", "temprature": 1})
     with pytest.raises(ValueError, match="expected a mapping with 'type'"):
         build_backend({"model": "m"})
-    assert isinstance(build_backend({"type": "lit_rl.rollouts.backends.ScriptedBackend", "task": "countdown"}),
+    assert isinstance(build_backend({"type": "lit_rl.pools.backends.ScriptedBackend", "task": "countdown"}),
                       ScriptedBackend)

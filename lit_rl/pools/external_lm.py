@@ -13,7 +13,7 @@ checkpoint (``backend: {type: hf, model: <dir>}``, or vLLM's engine):
 2. **A Llama** built from a config (``LlamaForCausalLM``), trained by completion-only SFT
    (:func:`lit_rl.algorithms.ar_sft.scripted_sft`) on the teacher's traces.
 3. **Length instruction following.** A share ``instruction_share`` of the SFT prompts carry the build's length
-   instruction (:meth:`~lit_rl.rollouts.length_control.LengthControl.first_stage_messages`, the same text the
+   instruction (:meth:`~lit_rl.pools.length_control.LengthControl.first_stage_messages`, the same text the
    pool builder appends) and are answered with the teacher's *brief* trace; the others get the long trace.
    So ``length_control.mode: instruction`` changes what the model writes, and ``none`` gives the
    uncontrolled-length pool.
@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from lit_rl.atomic import atomic_write_text
-from lit_rl.rollouts.length_control import LengthControl
+from lit_rl.pools.length_control import LengthControl
 from lit_rl.tasks.base import Example, Task
 
 __all__ = ["ExternalLMSettings", "train_bpe_tokenizer", "train_external_lm"]
@@ -215,9 +215,9 @@ TEACHERS = {"countdown_trials": "lit_rl.tasks.scripted.countdown_trials_completi
 
 
 def train_from_config(cfg: Any, log: Callable[[str], None] | None = None, overwrite: bool = False) -> dict[str, Any]:
-    """``rollouts train-lm``: train the model that ``cfg`` (a :class:`~lit_rl.rollouts.build_config.BuildConfig`)
+    """``rollouts train-lm``: train the model that ``cfg`` (a :class:`~lit_rl.pools.build_config.BuildConfig`)
     samples, into ``backend.model``, from its ``external_lm`` block, task and length control."""
-    from lit_rl.rollouts.build_config import build_task
+    from lit_rl.pools.build_config import build_task
 
     where = cfg.source
     if not cfg.external_lm:

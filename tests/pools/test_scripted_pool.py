@@ -4,7 +4,7 @@ import gzip
 import json
 from pathlib import Path
 
-from lit_rl.rollouts.cli import build_scripted_pool
+from lit_rl.pools.cli import build_scripted_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,8 +71,8 @@ def test_scripted_pool_refuses_unknown_traces(tmp_path):
 def test_the_cli_writes_the_recipes_trace_gzipped_when_asked(tmp_path, capsys):
     """``rollouts scripted --task sudoku --out X.jsonl.gz`` writes what conf/erils.yaml's pool is: the grid trace
     (the deduction trace leaves the model at chance), gzipped; the same pool gives the same bytes."""
-    from lit_rl.rollouts.cli import main
-    from lit_rl.rollouts.pool import load_pool
+    from lit_rl.pools.cli import main
+    from lit_rl.pools.pool import load_pool
 
     out = tmp_path / "p.jsonl.gz"
     assert main(["scripted", "--task", "sudoku", "--out", str(out), "--limit", "20"]) == 0

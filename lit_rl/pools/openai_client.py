@@ -15,7 +15,7 @@ What retries what:
 Both share one budget: a request makes at most ``max_retries + 1`` HTTP attempts in all. The body is read
 raw (``with_raw_response``) and parsed here, so the pool holds what the server sent or nothing. Each attempt
 passes through :class:`_AttemptTransport` (an ``httpx`` transport, the SDK's public extension point), which
-counts attempts and their outcomes for :class:`~lit_rl.rollouts.backend_types.GenHooks` and the final error.
+counts attempts and their outcomes for :class:`~lit_rl.pools.backend_types.GenHooks` and the final error.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Sequence
 
-from lit_rl.rollouts.backend_types import (
+from lit_rl.pools.backend_types import (
     Backend,
     BackendAuthError,
     BackendError,

@@ -1,4 +1,4 @@
-"""The interface every external-generation backend implements (see :mod:`lit_rl.rollouts.backends`).
+"""The interface every external-generation backend implements (see :mod:`lit_rl.pools.backends`).
 
 A backend turns chat requests into completions::
 

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from lit_rl.models.tokenizer import build_char_tokenizer
-from lit_rl.rollouts import external_lm
-from lit_rl.rollouts.backends import GenRequest, HFPoolBackend, Sampling
-from lit_rl.rollouts.build import load_build_config
-from lit_rl.rollouts.external_lm import ExternalLMSettings, train_bpe_tokenizer, train_external_lm
-from lit_rl.rollouts.length_control import LengthControl
+from lit_rl.pools import external_lm
+from lit_rl.pools.backends import GenRequest, HFPoolBackend, Sampling
+from lit_rl.pools.build import load_build_config
+from lit_rl.pools.external_lm import ExternalLMSettings, train_bpe_tokenizer, train_external_lm
+from lit_rl.pools.length_control import LengthControl
 from lit_rl.tasks import CountdownTask
 from lit_rl.tasks.scripted import countdown_trials_completion
 
@@ -106,7 +106,7 @@ def _config(tmp_path: Path, **extra) -> Path:
 
 
 def test_train_lm_then_build_from_one_config(tmp_path):
-    from lit_rl.rollouts.cli import main
+    from lit_rl.pools.cli import main
 
     path = _config(tmp_path)
     assert main(["train-lm", "--config", str(path)]) == 0

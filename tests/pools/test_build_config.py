@@ -1,11 +1,11 @@
-"""Tests lit_rl/rollouts/build_config.py."""
+"""Tests lit_rl/pools/build_config.py."""
 
 from pathlib import Path
 
 import pytest
 import yaml
 
-from lit_rl.rollouts.build_config import BuildConfigError, load_build_config, resolve_env
+from lit_rl.pools.build_config import BuildConfigError, load_build_config, resolve_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,15 +1,15 @@
-"""Tests lit_rl/rollouts/openai_client.py."""
+"""Tests lit_rl/pools/openai_client.py."""
 
 import pytest
 
-from lit_rl.rollouts.backend_types import (
+from lit_rl.pools.backend_types import (
     BackendAuthError,
     BackendError,
     BackendRequestError,
     GenHooks,
     Sampling,
 )
-from lit_rl.rollouts.openai_client import OpenAIBackend
+from lit_rl.pools.openai_client import OpenAIBackend
 from openai_test_server import FakeOpenAIServer, canned_completion
 from test_backends import MESSAGES, _reqs  # the prompt and requests the backends' tests share (conftest.py's path)
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from lit_rl.rollouts.cli import main
-from lit_rl.rollouts.pool import PoolRecord, _header, load_pool, write_pool_atomic
-from lit_rl.rollouts.pool_filter import filter_pool
+from lit_rl.pools.cli import main
+from lit_rl.pools.pool import PoolRecord, _header, load_pool, write_pool_atomic
+from lit_rl.pools.pool_filter import filter_pool
 
 
 def _pool(path):

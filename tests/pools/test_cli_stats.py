@@ -1,4 +1,4 @@
-"""lit_rl/rollouts/cli.py: pool statistics (ERILS Tables IV, V, XII) on hand-made pools with known answers; files
+"""lit_rl/pools/cli.py: pool statistics (ERILS Tables IV, V, XII) on hand-made pools with known answers; files
 next to the pool; MLflow logging (sqlite); the ``rollouts stats`` / ``rollouts build`` CLI."""
 
 import json
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lit_rl.rollouts.build import build_info_path
-from lit_rl.rollouts.cli import check_tracking_uri, format_duration, main, pool_stats, stats_markdown
-from lit_rl.rollouts.pool import PoolRecord, _header, reorder_usable_first, write_pool_atomic
+from lit_rl.pools.build import build_info_path
+from lit_rl.pools.cli import check_tracking_uri, format_duration, main, pool_stats, stats_markdown
+from lit_rl.pools.pool import PoolRecord, _header, reorder_usable_first, write_pool_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,7 +186,7 @@ def test_stats_cli_reports_a_damaged_gzip(tmp_path, capsys):
 def test_stats_files_are_replaced_atomically(tmp_path, monkeypatch):
     # every file goes to a temp name in the same folder and is renamed over the final name; a failure
     # before the rename leaves the old file (here: none) and no temp file
-    import lit_rl.rollouts.cli as cli
+    import lit_rl.pools.cli as cli
 
     path = _write(tmp_path / "pool.jsonl")
     stats = pool_stats(path)

@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from lit_rl.models.tokenizer import build_char_tokenizer
-from lit_rl.rollouts.build import load_build_config
-from lit_rl.rollouts.pool import iter_pool, load_pool
+from lit_rl.pools.build import load_build_config
+from lit_rl.pools.pool import iter_pool, load_pool
 from lit_rl.tasks import CountdownTask
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ a reward (and at most ``max_tokens`` long) usable, for checks such as "can the d
 pool's correct rows?" (SFT capacity).
 
 Records under ``min_reward`` are marked unusable and each prompt's records are put usable-first again
-(:func:`~lit_rl.rollouts.pool.usable_first`: the order is kept within each part); records that were
+(:func:`~lit_rl.pools.pool.usable_first`: the order is kept within each part); records that were
 unusable already (over the length limit) stay unusable. The header records the filter (``filtered_from``,
 ``min_reward``, ``filter_max_tokens``; ``max_usable_tokens`` becomes the smaller limit), and the file is written
 atomically.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lit_rl.rollouts.pool import iter_pool, usable_first, write_pool_atomic
+from lit_rl.pools.pool import iter_pool, usable_first, write_pool_atomic
 
 __all__ = ["filter_pool"]
 

@@ -1,8 +1,8 @@
-"""Tests lit_rl/rollouts/length_control.py."""
+"""Tests lit_rl/pools/length_control.py."""
 
 import pytest
 
-from lit_rl.rollouts.length_control import LengthControl
+from lit_rl.pools.length_control import LengthControl
 from lit_rl.tasks import get_task
 
 
