@@ -12,12 +12,14 @@ occupies the last ``L`` positions, so ``input_ids[:, P:]`` is the completion of 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from lit_rl.core.sources import Source  # noqa: F401  (the rollout containers' source tag)
 from lit_rl.tasks.base import Example, Task
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -106,9 +108,10 @@ class PromptBatch:
         task: the task whose verifier scored the rows.
         generation: the rollout sampling / decoding settings the rows were generated with
             (:class:`~lit_rl.generation.settings.DecodeSettings` or :class:`~lit_rl.models.ar.SamplingSettings`).
-        continuations: what the module's continuation stage produced (double rollout's second stage, run by
-            the DataModule after the first stage; ``None`` without one).
-        inpainted: what the module's inpainting stage produced (IGPO's hinted rows; ``None`` without one).
+        outputs: what the dependent stages produced, one typed value per type (:meth:`put`, :meth:`get`): a new
+            stage stores its own output class here without a field in this class. ``continuations`` (double
+            rollout's second stage) and ``inpainted`` (IGPO's hinted rows) read the two shipped ones (``None``
+            without that stage).
         rank: the data-parallel rank that produced the batch (seeds of rank-specific draws).
         stats: the DataModule's per-batch metrics (generation time, format rate, reward functions, ...).
         diagnostics: what processors report beyond advantages, by name (``"double_rollout"``: the
@@ -122,11 +125,36 @@ class PromptBatch:
     rollouts: "RolloutBatch | None" = None
     task: "Task | None" = None
     generation: Any = None  # DecodeSettings (dLLM) | SamplingSettings (AR): the containers import neither
-    continuations: Continuations | None = None
-    inpainted: Inpainted | None = None
+    outputs: dict[type, Any] = field(default_factory=dict)
     rank: int = 0
     stats: dict[str, float] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    def put(self, output: Any) -> None:
+        """Store a stage's typed output under its type (replacing an earlier one of that type)."""
+        self.outputs[type(output)] = output
+
+    def get(self, kind: type[_T]) -> _T | None:
+        """The stage output of type ``kind`` (``None`` when no stage produced one)."""
+        return self.outputs.get(kind)
+
+    @property
+    def continuations(self) -> Continuations | None:
+        """Double rollout's second stage (:class:`Continuations`), run by the DataModule after the first."""
+        return self.get(Continuations)
+
+    @continuations.setter
+    def continuations(self, value: Continuations | None) -> None:
+        self.outputs.pop(Continuations, None) if value is None else self.put(value)
+
+    @property
+    def inpainted(self) -> Inpainted | None:
+        """IGPO's hinted rows (:class:`Inpainted`)."""
+        return self.get(Inpainted)
+
+    @inpainted.setter
+    def inpainted(self, value: Inpainted | None) -> None:
+        self.outputs.pop(Inpainted, None) if value is None else self.put(value)
 
 
 @dataclass

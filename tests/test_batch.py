@@ -58,3 +58,23 @@ def test_trim_completion_keeps_the_first_columns_and_every_row_field():
     for bad in (0, 4):
         with pytest.raises(ValueError, match=r"width must be in \[1, 3\]"):
             ro.trim_completion(bad)
+
+
+def test_a_new_stage_keeps_its_typed_output_on_the_batch_without_a_field_for_it():
+    from dataclasses import dataclass
+
+    from lit_rl.batch import Continuations, PromptBatch
+
+    @dataclass
+    class Critique:  # a stage's own output class, unknown to lit_rl/batch.py
+        scores: list[float]
+
+    batch = PromptBatch(examples=[], step=0)
+    assert batch.get(Critique) is None and batch.continuations is None and batch.inpainted is None
+    batch.put(Critique([0.5, 1.0]))
+    assert batch.get(Critique).scores == [0.5, 1.0] and batch.continuations is None
+    conts = Continuations.__new__(Continuations)  # the double-rollout stage's output, read through its property
+    batch.put(conts)
+    assert batch.continuations is conts and batch.get(Continuations) is conts
+    batch.continuations = None
+    assert Continuations not in batch.outputs and batch.get(Critique) is not None

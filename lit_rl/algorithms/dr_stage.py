@@ -271,7 +271,7 @@ class ContinuationStage(RolloutStage):
             top_p=s.top_p if s.top_p is not None else float(getattr(gen, "top_p", 1.0)),
             seed=rng.seed_for(self.seed, rng.Stream.CONTINUATION, rank=batch.rank, step=batch.step),
         )
-        batch.continuations = conts
+        batch.put(conts)
         stats = {"train/cost/tokens_stage2": conts.tokens_generated / max(len(examples), 1),
                  "time/stage2_s": conts.seconds}
         t1 = batch.stats.get("time/stage1_s") or batch.stats.get("time/generation_s")  # AR | dLLM first stage

@@ -232,7 +232,7 @@ class InpaintStage(RolloutStage):
             rewards=rewards, correct=correct, texts=texts, hit_limit=hit, tokens_decoded=decoded,
             seconds=time.perf_counter() - t0,
         )
-        batch.inpainted = inp
+        batch.put(inp)
         stats = {
             "train/inpaint/trigger_rate": float(trig.float().mean()) if B_p else 0.0,
             "train/inpaint/no_reference": float(no_ref.sum()),

@@ -63,7 +63,8 @@ def test_the_processor_copies_the_correct_hinted_rows_into_the_failed_slots():
         hint=torch.tensor([[T, F, F, F], [F, T, F, F]]), lengths=torch.tensor([4, 3]), rewards=torch.tensor([0.2, 1.0]),
         correct=torch.tensor([F, T]), texts=["wrong", "right"], hit_limit=torch.tensor([T, F]),
     )
-    batch = PromptBatch(examples=[], step=0, inpainted=inp)
+    batch = PromptBatch(examples=[], step=0)
+    batch.put(inp)
     out = InpaintReplace(InpaintSettings(replace_fraction=0.5)).process(ro, batch)
     # k = min(1 correct, max(1, floor(0.5 * 2))) = 1: slot 0 takes new row 1
     assert out.input_ids[0].tolist() == [1, 2, 2, 3, 9, 9]
