@@ -14,6 +14,7 @@ d1 and wd1 live in :mod:`lit_rl.algorithms.d1`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -24,7 +25,7 @@ from lit_rl.core.denoising import denoising_masks, masked_denoising_loss
 from lit_rl.algorithms.surrogates import SPGSurrogate
 from lit_rl.core.advantages import STD_OF
 from lit_rl.core.entropy import masked_entropy_mean
-from lit_rl.core.pg import AGGREGATIONS, clipped_pg_loss, truncation_mask
+from lit_rl.core.pg import AGGREGATIONS, truncation_mask
 from lit_rl.core.sources import rows_where
 from lit_rl.errors import FieldError
 from lit_rl.batch import RolloutBatch
@@ -137,6 +138,11 @@ class GRPOLossSettings:
             default; PPO's rollout-time log-probs). The two give the same numbers when the policy has no active
             dropout (the embedded models have none; LoRA's ``lora_dropout`` is one): a policy with dropout
             has a train-mode π_old under ``"first_update"``. ``train/entropy`` comes from the same logits.
+        objective: the per-batch loss function, a dotted path to a function with
+            :func:`lit_rl.core.pg.clipped_pg_loss`'s signature ``(logp, old_logp, advantages, mask, eps_low=,
+            eps_high=, ref_logp=, kl_beta=, aggregation=) -> (loss, stats)``: ``lit_rl.core.pg.clipped_pg_loss``
+            (default; PPO's clip with DAPO's clip-higher) or ``lit_rl.core.pg.cispo_loss`` (MiniMax-M1's CISPO),
+            or one of your own: a GRPO variant is a function and this one line.
         trim_padding: run the loss passes over the completion columns up to the last token any kept row
             scores, not the full generation budget (rows are EOS-filled to ``max_new_tokens``; TRL's
             ``GRPOTrainer`` likewise pads completions only to the batch's longest). Exact for a causal policy,
@@ -158,14 +164,16 @@ class GRPOLossSettings:
     skip_zero_advantage: bool = True
     old_logprobs: str = "first_update"
     trim_padding: bool = True
+    objective: str = "lit_rl.core.pg.clipped_pg_loss"
 
     def __post_init__(self) -> None:
+        objective_function(self.objective)  # a path that does not import is refused here, naming the field
         if self.std_of not in STD_OF:
             raise FieldError("std_of", f"must be one of {STD_OF}, got {self.std_of!r}")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise FieldError("old_logprobs", f"must be one of {OLD_LOGPROBS}, got {self.old_logprobs!r}")
-        if not 0 <= self.eps_low < 1:
-            raise ValueError(f"model.loss.eps_low must be in [0, 1), got {self.eps_low}")
+        if not 0 <= self.eps_low <= 1:
+            raise ValueError(f"model.loss.eps_low must be in [0, 1] (1: no lower bound), got {self.eps_low}")
         if self.eps_high is not None and self.eps_high < 0:
             raise ValueError(f"model.loss.eps_high must be >= 0 or null, got {self.eps_high}")
         if self.kl_beta < 0:
@@ -174,6 +182,23 @@ class GRPOLossSettings:
             raise ValueError(f"model.loss.reference must be auto|adapter|copy, got {self.reference!r}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"model.loss.aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+
+
+def objective_function(path: str) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
+    """The function a ``loss.objective`` dotted path names (``module.function``); a :class:`FieldError` naming
+    ``objective`` when it does not import or is not callable."""
+    import importlib
+
+    module, _, name = str(path).rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError) as e:
+        raise FieldError("objective", f"{path!r} cannot be imported ({e}); give module.function, e.g. "
+                         "lit_rl.core.pg.cispo_loss") from None
+    if not callable(fn):
+        raise FieldError("objective", f"{path!r} is not a function; give module.function with "
+                         "lit_rl.core.pg.clipped_pg_loss's signature")
+    return fn
 
 
 @dataclass
@@ -213,6 +238,7 @@ class ClippedPGLoss(Loss):
 
     def __init__(self, settings: GRPOLossSettings | None = None) -> None:
         self.settings = settings if settings is not None else GRPOLossSettings()
+        self.objective = objective_function(self.settings.objective)  # clipped_pg_loss unless configured
         self.uninformative_batches = 0
 
     @property
@@ -295,7 +321,7 @@ class ClippedPGLoss(Loss):
                                                  entropy=first)  # (b, L) each, as policy.token_logprobs
         if first:
             p.pending.append((logp.detach(), ent))
-        loss, stats = clipped_pg_loss(
+        loss, stats = self.objective(
             logp, p.pending[-1][0] if first else p.old_logp[sl], adv[sl], mask[sl], eps_low=s.eps_low,
             eps_high=s.eps_high, ref_logp=None if p.ref_logp is None else p.ref_logp[sl], kl_beta=s.kl_beta,
             aggregation=s.aggregation,

@@ -12,6 +12,12 @@ Pure functions over tensors; no module state. They follow:
 * k3 KL estimator (Schulman 2020, "Approximating KL divergence"), as used by GRPO:
   ``exp(ref - logp) - (ref - logp) - 1``, an unbiased, non-negative estimate of KL(π_θ || π_ref).
 
+* CISPO (MiniMax-M1, arXiv 2506.13585, §3.1): the importance weight is clipped and its gradient stopped, and
+  every token keeps a REINFORCE gradient (:func:`cispo_loss`): no token's update is dropped by the clip.
+
+The objective of :class:`lit_rl.algorithms.losses.ClippedPGLoss` is a parameter (``loss.objective``, a dotted
+path): any function with :func:`clipped_pg_loss`'s signature, e.g. :func:`cispo_loss`.
+
 Double-rollout GRPO (DR §2) uses this loss unchanged: the rollout-time log-probs are ``old_logp``
 (π_old) for the several optimizer updates made per rollout batch.
 
@@ -40,6 +46,7 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 __all__ = [
     "AGGREGATIONS",
     "aggregate",
+    "cispo_loss",
     "clipped_pg_loss",
     "is_truncated",
     "k3_kl",
@@ -201,3 +208,64 @@ def truncation_mask(
         return mask
     keep = ~is_truncated(completion_ids, mask, eos_ids)  # (B,)
     return mask * keep.unsqueeze(1).to(mask.dtype)  # (B, L)
+
+
+def cispo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    eps_low: float = 0.2,
+    eps_high: float | None = 0.28,
+    ref_logp: Tensor | None = None,
+    kl_beta: float = 0.0,
+    aggregation: str = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """CISPO's loss (MiniMax-M1, arXiv 2506.13585, eq. 4-5): per valid token of sequence i::
+
+        w_t = sg(clip(ratio_t, 1 - eps_low, 1 + eps_high))        ratio_t = exp(logp_t - old_logp_t)
+        loss_t = -w_t · A_i · logp_t + kl_beta · k3(logp_t, ref_logp_t)
+
+    then :func:`aggregate` (the paper's is token-level, ``"token-mean"``). Unlike the PPO clip of
+    :func:`clipped_pg_loss`, a token outside the range keeps its gradient (scaled by the clipped weight); the paper
+    sets no lower bound in practice (``eps_low`` 1 clips the weight at 0 from below) and tunes ``eps_high``. On the
+    first update after a rollout the weight is 1 and the gradient is REINFORCE's, as for the PPO clip.
+
+    Shapes and arguments as :func:`clipped_pg_loss`; the stats have the same keys (``clip_frac``: tokens whose
+    weight was clipped; ``pg_loss``: the mean of ``-w·A·logp``).
+    """
+    if logp.shape != old_logp.shape or logp.shape != mask.shape:
+        raise ValueError(
+            "logp, old_logp, mask must share (B, L); got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}"
+        )
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be (B,)={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
+    if kl_beta > 0 and ref_logp is None:
+        raise ValueError("kl_beta > 0 needs ref_logp")
+    hi = eps_low if eps_high is None else eps_high
+    adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
+    valid = mask.bool()  # (B, L)
+    ratio = torch.exp(torch.where(valid, logp.detach() - old_logp.detach(), torch.zeros_like(logp)))  # (B, L)
+    weight = ratio.clamp(1.0 - eps_low, 1.0 + hi)  # (B, L) constant: no gradient through the weight
+    safe_logp = torch.where(valid, logp, torch.zeros_like(logp))  # padding may hold -inf: 0 there, as the mask
+    pg = -adv * weight * safe_logp  # (B, L)
+    per_token = pg
+    if ref_logp is not None:
+        kl = k3_kl(logp, torch.where(valid, ref_logp.detach(), logp.detach()))  # (B, L)
+        if kl_beta != 0:
+            per_token = per_token + kl_beta * kl
+    else:
+        kl = torch.zeros_like(logp)
+    loss = aggregate(per_token, mask, aggregation)
+    with torch.no_grad():
+        low, high = ratio < 1.0 - eps_low, ratio > 1.0 + hi  # (B, L)
+        stats = {
+            "pg_loss": masked_mean(pg.detach(), mask),
+            "clip_frac": masked_mean((low | high).to(logp.dtype), mask),
+            "clip_frac_low": masked_mean(low.to(logp.dtype), mask),
+            "clip_frac_high": masked_mean(high.to(logp.dtype), mask),
+            "ratio_mean": masked_mean(ratio, mask),
+            "kl_mean": masked_mean(kl.detach(), mask),
+        }
+    return loss, stats

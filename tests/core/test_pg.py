@@ -8,6 +8,7 @@ import torch
 from lit_rl.core.advantages import group_centered
 from lit_rl.core.pg import (
     aggregate,
+    cispo_loss,
     clipped_pg_loss,
     is_truncated,
     k3_kl,
@@ -238,3 +239,34 @@ class TestTruncation:
         assert is_truncated(ids, mask, [2, 9]).tolist() == [True, False]
         out = truncation_mask(ids, mask, [2, 9])
         assert out.dtype == torch.bool and out.tolist() == [[False, False, False], [True, True, False]]
+
+
+# ----------------------------------------------------------------------------- CISPO
+def test_cispo_by_hand_every_token_keeps_a_gradient_scaled_by_its_clipped_weight():
+    # ratios exp(0.5) = 1.6487 -> clipped to 1.28, exp(-1) = 0.3679 -> clipped to 0.8 (eps 0.2 / 0.28)
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old = torch.tensor([[-1.5, -1.0]])
+    adv, mask = torch.tensor([2.0]), torch.ones(1, 2, dtype=torch.bool)
+    loss, stats = cispo_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.28)
+    # loss_t = -w_t A logp_t: -1.28 * 2 * -1 = 2.56, -0.8 * 2 * -2 = 3.2; token mean 2.88
+    assert float(loss) == pytest.approx(2.88, abs=1e-5)
+    loss.backward()
+    # d/dlogp_t = -w_t A / 2 tokens: both tokens keep a gradient (the PPO clip gives 0 to both here)
+    torch.testing.assert_close(logp.grad, torch.tensor([[-1.28, -0.8]]), atol=1e-6, rtol=0)
+    assert float(stats["clip_frac"]) == 1.0 and float(stats["clip_frac_low"]) == 0.5
+    # the PPO clip on the same tokens: A > 0, ratio 1.65 above the range (clipped: no gradient), ratio 0.37
+    # below it (the unclipped term is the max: gradient -ratio A / 2 = -0.3679)
+    ppo = logp.detach().clone().requires_grad_(True)
+    clipped_pg_loss(ppo, old, adv, mask, eps_low=0.2, eps_high=0.28)[0].backward()
+    torch.testing.assert_close(ppo.grad, torch.tensor([[0.0, -math.exp(-1.0)]]), atol=1e-5, rtol=0)
+    # at ratio 1 (the first update) CISPO's gradient is REINFORCE's, the same as the PPO clip's
+    fresh = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    cispo_loss(fresh, fresh.detach(), adv, mask)[0].backward()
+    same = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    clipped_pg_loss(same, same.detach(), adv, mask)[0].backward()
+    torch.testing.assert_close(fresh.grad, same.grad)
+    # eps_low 1: no lower bound (a weight of exp(-3) stays exp(-3)); padding with -inf log-probs is ignored
+    lp = torch.tensor([[-4.0, float("-inf")]], requires_grad=True)
+    m = torch.tensor([[True, False]])
+    loss, _ = cispo_loss(lp, torch.tensor([[-1.0, 0.0]]), torch.tensor([1.0]), m, eps_low=1.0, eps_high=0.28)
+    assert float(loss) == pytest.approx(-math.exp(-3.0) * -4.0, rel=1e-5) and torch.isfinite(loss)
