@@ -251,9 +251,11 @@ class ExternalPool(RolloutSource):
         the record's width (its tokens + EOS, at most ``max_external_len + 1``, at least ``min_width``) must fit.
         Without this the first update that meets the record fails on an ``IndexError`` in the position embedding.
         """
+        if self._prompts is None:  # not set up yet: the check runs at setup's connect or at the first rows
+            return
         self._fits_checked = True
         max_pos = getattr(policy, "max_positions", None)
-        if not isinstance(max_pos, int) or not self._pool or self._prompts is None:
+        if not isinstance(max_pos, int) or not self._pool:
             return
         task, examples = self._prompts.task, self._prompts.examples
         prompt_ids, _ = policy.encode_prompts([task.messages(e) for e in examples], self._prompts.max_prompt_len)

@@ -151,6 +151,8 @@ class PromptStreamDataModule(L.LightningDataModule):
         self._stages: list[Any] = []
         self._version: Callable[[], int] | None = None
         self._forward_context: Callable[[], Any] = contextlib.nullcontext
+        self._bound: tuple[int, int] | None = None  # (trainer, module) the fallback bound, by id
+        self._batch_engine: Any = None  # the engine this batch's sources used (its stages reuse it: one sync)
 
     # -- the LightningModule's parts, handed over once ---------------------------------------------------
     def connect(self, policy: Any, stages: Sequence[Any] = (), version: Callable[[], int] | None = None,
@@ -162,6 +164,7 @@ class PromptStreamDataModule(L.LightningDataModule):
         the policy (:meth:`~datamodules.sources.RolloutSource.connect`)."""
         self._policy, self._stages, self._version = policy, list(stages), version
         self._forward_context = forward_context or contextlib.nullcontext
+        self._bound = None  # connected by the module itself (the fallback of _connected sets it)
         self._connect_sources(policy)
 
     def _connect_sources(self, policy: Any) -> None:
@@ -172,16 +175,17 @@ class PromptStreamDataModule(L.LightningDataModule):
             self._sources_policy = policy
 
     def _connected(self) -> Any:
-        """The connected policy; a module that did not call :meth:`connect` (not an ``RLModule``) is bound here,
-        once, from the trainer (its ``rollout_stages()`` if it has them)."""
-        if self._policy is None:
-            trainer = getattr(self, "trainer", None)
-            module = trainer.lightning_module if trainer is not None else None
+        """The connected policy; a module that did not call :meth:`connect` (not an ``RLModule``) is bound here from
+        the trainer (its ``rollout_stages()`` if it has them), again when another trainer or module takes over."""
+        trainer = getattr(self, "trainer", None)
+        module = trainer.lightning_module if trainer is not None else None
+        if self._policy is None or (self._bound is not None and self._bound != (id(trainer), id(module))):
             if module is None:
                 raise RuntimeError("data: no policy connected (call connect(policy) or fit through a Trainer)")
             stages = module.rollout_stages() if hasattr(module, "rollout_stages") else []
             self.connect(getattr(module, "policy", module), stages, lambda: trainer.global_step,
                          trainer.precision_plugin.forward_context)
+            self._bound = (id(trainer), id(module))
         return self._policy
 
     def engine(self, policy: Any = None) -> Any:
@@ -342,7 +346,7 @@ class PromptStreamDataModule(L.LightningDataModule):
         autocast). Generation happens here, in the rollout stage, and nowhere else."""
         if not self._stages:
             return
-        engine = self.engine(self._policy)
+        engine = self._batch_engine if self._batch_engine is not None else self.engine(self._policy)
         for stage in self._stages:
             with self._forward_context():
                 stage.run(batch, batch.rollouts, self._policy, engine)
@@ -362,6 +366,7 @@ class PromptStreamDataModule(L.LightningDataModule):
         rank = self._world()[0]
         # the engine is built (vLLM: started) only when a source samples (an external pool alone does not)
         engine = self.engine(policy) if any(getattr(s, "needs_engine", True) for s in self.sources) else None
+        self._batch_engine = engine
         ctx = RolloutContext(policy=policy, engine=engine, task=self.task, step=batch.step, rank=rank,
                              seed=self.generation_seed(batch.step), prompt_ids=prompt_ids, prompt_mask=prompt_mask)
         parts = [r for src in self.sources if (r := src.rows(batch, ctx)) is not None]

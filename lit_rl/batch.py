@@ -135,8 +135,10 @@ class PromptBatch:
         self.outputs[type(output)] = output
 
     def get(self, kind: type[_T]) -> _T | None:
-        """The stage output of type ``kind`` (``None`` when no stage produced one)."""
-        return self.outputs.get(kind)
+        """The stage output of type ``kind`` or a subclass of it (``None`` when no stage produced one)."""
+        if kind in self.outputs:
+            return self.outputs[kind]
+        return next((v for k, v in self.outputs.items() if issubclass(k, kind)), None)
 
     @property
     def continuations(self) -> Continuations | None:

@@ -57,3 +57,62 @@ def test_a_new_source_gets_a_frozen_context_and_narrows_the_prompts_at_setup():
     assert torch.equal(ro.input_ids[:, ro.prompt_len:], ctx.prompt_ids[:, -4:])  # its rows, stacked
     with pytest.raises(dataclasses.FrozenInstanceError):
         ctx.step = 4
+
+
+def test_a_pool_row_that_cannot_fit_is_refused_whether_the_policy_comes_before_or_after_setup():
+    from datamodules.sources import ExternalPool
+    from lit_rl.errors import ConfigError
+
+    pool = "data/pools/sudoku_scripted.jsonl.gz"
+    task = SudokuTask(system_prompt="", question_template="{puzzle}", num_train=1000)
+    for policy_first in (False, True):
+        dm = RolloutDataModule(task, prompts_per_batch=2, max_prompt_len=64, eval_size=4,
+                               sources=[ExternalPool(2, pool, 512, min_width=32)], generation=DecodeSettings(32, 32, 4))
+        policy = TinyDiffusionLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=48)
+        with pytest.raises(ConfigError, match="max_positions = 48"):
+            if policy_first:  # connect (a script's own order) before setup: the check waits for the prompts
+                dm.connect(policy)
+                dm.setup()
+                dm.produce_rollouts(dm.prompt_batch(0), policy)
+            else:
+                dm.setup()
+                dm.connect(policy)
+
+
+def test_a_batch_syncs_the_engine_once_for_its_sources_and_stages():
+    from datamodules import ARRolloutDataModule
+    from lit_rl.generation.ar import HFBackend
+    from lit_rl.models.ar import SamplingSettings, TinyCausalLM
+    from lit_rl.tasks import ChainSumTask
+
+    pushes, seen = [], []
+
+    class Counting(HFBackend):
+        def push_weights(self, weights):
+            pushes.append(1)
+
+    class Stage:
+        def run(self, batch, rollouts, policy, engine):
+            seen.append(engine)
+
+    policy = TinyCausalLM(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=256, seed=0)
+    dm = ARRolloutDataModule(ChainSumTask(num_train=40, num_eval=4), prompts_per_batch=2, num_generations=2,
+                             generation=SamplingSettings(8), eval_size=4, backend=Counting)
+    dm.setup()
+    dm.connect(policy, [Stage()])  # no weight version: a push before every use, but one per batch
+    batch = dm.prompt_batch(0)
+    batch.rollouts = dm.produce_rollouts(batch, policy)
+    dm.run_stages(batch)
+    assert len(pushes) == 1 and seen == [dm._generator]
+
+
+def test_a_stage_output_subclass_is_found_by_its_base_type():
+    from lit_rl.batch import Continuations, PromptBatch
+
+    class Mine(Continuations):
+        pass
+
+    batch = PromptBatch(examples=[], step=0)
+    out = Mine.__new__(Mine)
+    batch.put(out)
+    assert batch.continuations is out and batch.get(Mine) is out
