@@ -77,15 +77,19 @@ def main(argv: list[str] | None = None) -> dict:
     base = next(r for r in results if r["chunk"] == 0) if 0 in args.chunks else results[0]
     print(f"{args.rows} row(s) x {args.length} completion tokens, vocabulary {args.vocab}, float32 logits "
           f"{args.rows * args.length * args.vocab * 4 / 2**20:.0f} MiB whole")
+    def ratio(a: float, b: float) -> float | None:  # a pass too small to raise the process's peak measures 0
+        return round(a / b, 3) if b > 0 else None
+
     print(f"{'chunk':>8} {'peak MiB':>10} {'x whole':>8} {'seconds':>8} {'x whole':>8} {'|logp sum - whole|':>19}")
     for r in results:
-        print(f"{r['chunk'] or 'whole':>8} {r['peak_mib']:>10.0f} {r['peak_mib'] / base['peak_mib']:>8.2f} "
+        peak = ratio(r["peak_mib"], base["peak_mib"])
+        print(f"{r['chunk'] or 'whole':>8} {r['peak_mib']:>10.0f} {'n/a' if peak is None else f'{peak:.2f}':>8} "
               f"{r['seconds']:>8.2f} {r['seconds'] / base['seconds']:>8.2f} "
               f"{abs(r['logp_sum'] - base['logp_sum']):>19.2e}")
     summary = {"benchmark": "chunked_logprobs", "length": args.length, "rows": args.rows, "vocab": args.vocab,
                "results": results,
-               "peak_ratio": {str(r["chunk"]): round(r["peak_mib"] / base["peak_mib"], 3) for r in results},
-               "time_ratio": {str(r["chunk"]): round(r["seconds"] / base["seconds"], 3) for r in results}}
+               "peak_ratio": {str(r["chunk"]): ratio(r["peak_mib"], base["peak_mib"]) for r in results},
+               "time_ratio": {str(r["chunk"]): ratio(r["seconds"], base["seconds"]) for r in results}}
     print(json.dumps(summary))
     return summary
 
