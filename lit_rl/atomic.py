@@ -53,20 +53,40 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~current_umask()
 
 
+def _writer_alive(temp: Path, name: str) -> bool:
+    """Whether the process that writes ``temp`` (``.<name>.<pid>.<random>.partial``) still runs on this host (a
+    name without a pid, from before temp names had one, is stale)."""
+    pid = temp.name[len(name) + 2:].split(".", 1)[0]
+    if not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():
+        return False  # this process's own leftover (an earlier write that was killed mid-way cannot be running)
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], mode: int | None = None) -> Path:
     """Run ``write(fh)`` on a temp file in ``path``'s folder, fsync it, ``os.replace`` it over ``path``,
     fsync the folder. Returns ``path``.
 
     The target is either the old file or the complete new one, whatever happens to the process (an
-    exception in ``write`` leaves no temp file). A stale temp file of a killed writer (``.<name>.*.partial``)
-    is removed by the next write of the same target. The file's permissions are those ``open()`` would give
-    it (:func:`_mode_for`), or ``mode`` (e.g. ``0o600`` for a file that may hold credentials).
+    exception in ``write`` leaves no temp file). A stale temp file of a killed writer
+    (``.<name>.<pid>.*.partial``) is removed by the next write of the same target; one whose process still runs is
+    another writer's in-flight file and is left alone (two runs that fill one cache at once: the last replace
+    wins). The file's permissions are those ``open()`` would give it (:func:`_mode_for`), or ``mode`` (e.g.
+    ``0o600`` for a file that may hold credentials).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.*.partial"):
-        stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+        if not _writer_alive(stale, path.name):
+            stale.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".partial", dir=path.parent)
     try:
         os.fchmod(fd, _mode_for(path) if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:

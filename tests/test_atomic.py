@@ -75,3 +75,26 @@ def test_a_rewrite_keeps_the_files_mode(tmp_path):
     path.chmod(0o640)
     atomic_write_text(path, "b")
     assert path.stat().st_mode & 0o777 == 0o640 and path.read_text() == "b"
+
+
+def test_a_concurrent_writers_temp_file_is_left_alone_and_a_dead_ones_removed(tmp_path):
+    """Two reproduce jobs filling one warm-up cache at once: the second write used to delete the first's in-flight
+    temp file as stale, and the first failed on its os.replace (seen in tests/reproduce/test_dr.py)."""
+    import subprocess
+    import sys
+
+    from lit_rl.atomic import atomic_write
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        running = tmp_path / f".w.pt.{live.pid}.abc.partial"
+        gone = tmp_path / f".w.pt.{dead.pid}.def.partial"
+        running.write_text("in flight")
+        gone.write_text("killed")
+        atomic_write(tmp_path / "w.pt", lambda fh: fh.write(b"new"))
+        assert running.exists() and not gone.exists() and (tmp_path / "w.pt").read_bytes() == b"new"
+    finally:
+        live.kill()
+        live.wait()
