@@ -177,9 +177,11 @@ class PromptStreamDataModule(L.LightningDataModule):
     def _connected(self) -> Any:
         """The connected policy; a module that did not call :meth:`connect` (not an ``RLModule``) is bound here from
         the trainer (its ``rollout_stages()`` if it has them), again when another trainer or module takes over."""
+        if self._policy is not None and self._bound is None:  # the module connected itself: nothing to read
+            return self._policy
         trainer = getattr(self, "trainer", None)
         module = trainer.lightning_module if trainer is not None else None
-        if self._policy is None or (self._bound is not None and self._bound != (id(trainer), id(module))):
+        if self._policy is None or self._bound != (id(trainer), id(module)):
             if module is None:
                 raise RuntimeError("data: no policy connected (call connect(policy) or fit through a Trainer)")
             stages = module.rollout_stages() if hasattr(module, "rollout_stages") else []

@@ -96,6 +96,28 @@ def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return torch.exp(d) - d - 1
 
 
+def _check_pg_args(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, ref_logp: Tensor | None,
+                   kl_beta: float) -> None:
+    """The shape rules :func:`clipped_pg_loss` and :func:`cispo_loss` share."""
+    if logp.shape != old_logp.shape or logp.shape != mask.shape:
+        raise ValueError(
+            "logp, old_logp, mask must share (B, L); got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}"
+        )
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be (B,)={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
+    if kl_beta > 0 and ref_logp is None:
+        raise ValueError("kl_beta > 0 needs ref_logp")
+
+
+def _k3_at_valid(logp: Tensor, ref_logp: Tensor | None, valid: Tensor) -> Tensor:
+    """k3 KL per token ``(B, L)`` on valid tokens (masked positions compare logp with itself: 0); zeros without a
+    reference."""
+    if ref_logp is None:
+        return torch.zeros_like(logp)
+    return k3_kl(logp, torch.where(valid, ref_logp.detach(), logp.detach()))
+
+
 def clipped_pg_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -134,15 +156,7 @@ def clipped_pg_loss(
         clipped term is the one used, i.e. gradient is zero), ``clip_frac_low`` / ``clip_frac_high`` (ratio
         below / above the range with that side active), ``ratio_mean``, ``kl_mean`` (0 without ref).
     """
-    if logp.shape != old_logp.shape or logp.shape != mask.shape:
-        raise ValueError(
-            "logp, old_logp, mask must share (B, L); got "
-            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}"
-        )
-    if advantages.shape != logp.shape[:1]:
-        raise ValueError(f"advantages must be (B,)={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
-    if kl_beta > 0 and ref_logp is None:
-        raise ValueError("kl_beta > 0 needs ref_logp")
+    _check_pg_args(logp, old_logp, advantages, mask, ref_logp, kl_beta)
     hi = eps_low if eps_high is None else eps_high
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
     valid = mask.bool()  # (B, L)
@@ -154,13 +168,8 @@ def clipped_pg_loss(
     pg_unclipped = -adv * ratio  # (B, L)
     pg_clipped = -adv * clipped_ratio  # (B, L)
     pg = torch.maximum(pg_unclipped, pg_clipped)  # (B, L) pessimistic bound
-    per_token = pg
-    if ref_logp is not None:
-        kl = k3_kl(logp, torch.where(valid, ref_logp.detach(), logp.detach()))  # (B, L); 0 at masked positions
-        if kl_beta != 0:
-            per_token = per_token + kl_beta * kl
-    else:
-        kl = torch.zeros_like(logp)
+    kl = _k3_at_valid(logp, ref_logp, valid)  # (B, L); 0 at masked positions and without a reference
+    per_token = pg + kl_beta * kl if ref_logp is not None and kl_beta != 0 else pg
     loss = aggregate(per_token, mask, aggregation)
 
     with torch.no_grad():
@@ -234,15 +243,7 @@ def cispo_loss(
     Shapes and arguments as :func:`clipped_pg_loss`; the stats have the same keys (``clip_frac``: tokens whose
     weight was clipped; ``pg_loss``: the mean of ``-w·A·logp``).
     """
-    if logp.shape != old_logp.shape or logp.shape != mask.shape:
-        raise ValueError(
-            "logp, old_logp, mask must share (B, L); got "
-            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}"
-        )
-    if advantages.shape != logp.shape[:1]:
-        raise ValueError(f"advantages must be (B,)={tuple(logp.shape[:1])}, got {tuple(advantages.shape)}")
-    if kl_beta > 0 and ref_logp is None:
-        raise ValueError("kl_beta > 0 needs ref_logp")
+    _check_pg_args(logp, old_logp, advantages, mask, ref_logp, kl_beta)
     hi = eps_low if eps_high is None else eps_high
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
     valid = mask.bool()  # (B, L)
@@ -250,13 +251,8 @@ def cispo_loss(
     weight = ratio.clamp(1.0 - eps_low, 1.0 + hi)  # (B, L) constant: no gradient through the weight
     safe_logp = torch.where(valid, logp, torch.zeros_like(logp))  # padding may hold -inf: 0 there, as the mask
     pg = -adv * weight * safe_logp  # (B, L)
-    per_token = pg
-    if ref_logp is not None:
-        kl = k3_kl(logp, torch.where(valid, ref_logp.detach(), logp.detach()))  # (B, L)
-        if kl_beta != 0:
-            per_token = per_token + kl_beta * kl
-    else:
-        kl = torch.zeros_like(logp)
+    kl = _k3_at_valid(logp, ref_logp, valid)  # (B, L); 0 at masked positions and without a reference
+    per_token = pg + kl_beta * kl if ref_logp is not None and kl_beta != 0 else pg
     loss = aggregate(per_token, mask, aggregation)
     with torch.no_grad():
         low, high = ratio < 1.0 - eps_low, ratio > 1.0 + hi  # (B, L)

@@ -153,13 +153,13 @@ class CausalPolicy(TextPolicy, nn.Module):
         head = self.model.get_output_embeddings()
         _check_plain_head(self, input_ids, attention_mask)
         hidden = self.hidden_states(input_ids, attention_mask)[:, prompt_len - 1 : -1]  # (B, L, H)
+        from torch.utils.checkpoint import checkpoint
+
         logps, ents = [], []
         for a in range(0, targets.shape[1], self.logprob_chunk):
             b = a + self.logprob_chunk
             args = (hidden[:, a:b], targets[:, a:b], head, temperature, entropy)
             if torch.is_grad_enabled():
-                from torch.utils.checkpoint import checkpoint
-
                 logp, ent = checkpoint(_chunk_scores, *args, use_reentrant=False)
             else:
                 logp, ent = _chunk_scores(*args)
